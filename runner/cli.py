@@ -1,0 +1,151 @@
+"""The `madbench` command line.
+
+Every subcommand has --help, exits 0 on success and non-zero on error, and
+reports bad input as one line on stderr. Unexpected exceptions keep their
+traceback: they are bugs, not user errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from eval.errors import InputError
+
+EXIT_INPUT = 2
+
+
+def _pack_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pack", help="data pack directory (else $MADBENCH_PACK, else ../shared/data/market)")
+    p.add_argument("--evidence", action="append", metavar="DIR",
+                   help="attach an evidence directory (filings, earnings_calls, news_sentiment, asset_features); repeatable; else $MADBENCH_EVIDENCE")
+
+
+def _load_pack(args):
+    from eval.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
+    return load_pack(resolve_pack_dir(args.pack), resolve_evidence_dirs(args.evidence))
+
+
+# ---------------------------------------------------------------- data
+
+def cmd_data_check(args) -> int:
+    from eval.market.check import check_pack, format_report
+    from eval.market.pack import resolve_pack_dir
+    report = check_pack(resolve_pack_dir(args.pack))
+    print(format_report(report))
+    if not report.ok:
+        raise InputError(report.root, f"{len(report.problems)} problem(s) found; first: {report.problems[0]}", "fix the listed problems in the pack")
+    return 0
+
+
+def cmd_data_fetch(args) -> int:
+    from eval.market.fetch import fetch_pack
+    out = fetch_pack([t.strip() for t in args.tickers.split(",") if t.strip()], args.start, args.end, args.out, args.cache_dir)
+    print(f"wrote pack {out}")
+    return 0
+
+
+def cmd_data_import_paper(args) -> int:
+    from eval.market.paper import build_paper_pack
+    out, added = build_paper_pack(args.market, args.paper, args.out)
+    print(f"wrote pack {out} (added from the paper's closes: {', '.join(added) or 'none'})")
+    return 0
+
+
+# ---------------------------------------------------------------- scenarios and memo
+
+def cmd_scenarios_make(args) -> int:
+    from debate.scenario import dump_scenarios
+    from debate.scenario_gen import draw_scenarios, draw_stats
+    from eval.market.calendar import quarter_range
+    pack = _load_pack(args)
+    scenarios = draw_scenarios(pack, quarter_range(args.quarters), args.count, args.min_tickers, args.max_tickers, args.seed)
+    stats = draw_stats(scenarios, pack.sector)
+    header = (f"# Drawn by: madbench scenarios make --quarters {args.quarters} --count {args.count} "
+              f"--min-tickers {args.min_tickers} --max-tickers {args.max_tickers} --seed {args.seed}\n"
+              + "".join(f"# {line}\n" for line in stats.format().splitlines()))
+    if args.out:
+        dump_scenarios(scenarios, args.out, header)
+        print(f"wrote {len(scenarios)} scenarios to {args.out}")
+    print(stats.format())
+    return 0
+
+
+def cmd_memo(args) -> int:
+    from debate.memo import build_memo
+    from debate.scenario import find_scenario, load_scenarios
+    scenarios = load_scenarios(args.scenarios)
+    i, scenario = find_scenario(scenarios, args.scenario_id, args.scenarios)
+    memo = build_memo(scenario, _load_pack(args), where=f"{args.scenarios}: scenarios[{i}]")
+    sys.stdout.write(memo.to_json() + "\n" if args.json else memo.text)
+    return 0
+
+
+# ---------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="madbench", description="Batch runner for multi-agent LLM debate experiments on portfolio allocation.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    data = sub.add_parser("data", help="market data packs: check, fetch, import the paper's data")
+    dsub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    p = dsub.add_parser("check", help="validate a pack (schema, duplicates, gaps, coverage) and print a coverage summary")
+    p.add_argument("--pack", help="pack directory (else $MADBENCH_PACK, else ../shared/data/market)")
+    p.set_defaults(func=cmd_data_check)
+    p = dsub.add_parser("fetch", help="build a pack online from yfinance and FRED (needs internet)")
+    p.add_argument("--tickers", required=True, help="comma-separated symbols; SPY is always added")
+    p.add_argument("--start", required=True, help="first date, YYYY-MM-DD")
+    p.add_argument("--end", required=True, help="last date, YYYY-MM-DD")
+    p.add_argument("--out", required=True, help="new pack directory")
+    p.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/madbench/raw"), help="raw download cache (default ~/.cache/madbench/raw)")
+    p.set_defaults(func=cmd_data_fetch)
+    p = dsub.add_parser("import-paper", help="build a pack covering the paper's 35 scenarios (market pack + the paper's data)")
+    p.add_argument("--market", required=True, help="the market pack, e.g. ../shared/data/market")
+    p.add_argument("--paper", required=True, help="the paper's data, e.g. ../shared/data/paper")
+    p.add_argument("--out", required=True, help="new pack directory")
+    p.set_defaults(func=cmd_data_import_paper)
+
+    sc = sub.add_parser("scenarios", help="scenario files")
+    ssub = sc.add_subparsers(dest="scenarios_command", required=True, metavar="ACTION")
+    p = ssub.add_parser("make", help="draw seeded random scenarios spread over quarters and sectors")
+    p.add_argument("--quarters", required=True, help="inclusive range, e.g. 2021Q4:2025Q3")
+    p.add_argument("--count", type=int, default=35)
+    p.add_argument("--min-tickers", type=int, default=3)
+    p.add_argument("--max-tickers", type=int, default=35)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="YAML file to write (else only the statistics are printed)")
+    _pack_args(p)
+    p.set_defaults(func=cmd_scenarios_make)
+
+    p = sub.add_parser("memo", help="print the point-in-time memo of one scenario")
+    p.add_argument("scenario_id")
+    p.add_argument("--scenarios", required=True, help="scenario YAML file")
+    p.add_argument("--json", action="store_true", help="print the evidence items as JSON instead of the text")
+    _pack_args(p)
+    p.set_defaults(func=cmd_memo)
+
+    _add_eval_commands(sub)
+    return parser
+
+
+def _add_eval_commands(sub) -> None:
+    """Backtest and demo commands (kept apart so the data commands stay light)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"madbench: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except BrokenPipeError:  # `madbench memo ... | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
