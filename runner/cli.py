@@ -128,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_memo)
 
     _add_eval_commands(sub)
+    _add_bench_commands(sub)
     return parser
 
 
@@ -152,6 +153,16 @@ def _add_eval_commands(sub) -> None:
     p.add_argument("--out", default="results/demo", help="output directory (default results/demo)")
     _pack_args(p)
     p.set_defaults(func=cmd_demo)
+
+
+def _add_bench_commands(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks: memo building and backtest throughput")
+    p.add_argument("what", choices=["memo", "backtest"])
+    p.add_argument("--scenarios", default=str(Path(__file__).resolve().parents[1] / "configs" / "scenarios" / "market-35.yaml"),
+                   help="scenario file for `bench memo` (default configs/scenarios/market-35.yaml)")
+    p.add_argument("--n", type=int, default=10_000, help="backtests for `bench backtest` (default 10000)")
+    _pack_args(p)
+    p.set_defaults(func=lambda a: __import__("runner.bench", fromlist=["run_bench"]).run_bench(a))
 
 
 def _read_json_map(path: str, what: str) -> dict[str, float]:

@@ -1,0 +1,85 @@
+"""`madbench bench memo|backtest`: measured figures for the data and backtest stages.
+
+Benchmarks measure; they assert nothing. Targets (this project's, on a 2-core
+machine): 35 paper memos in under 10 s with the pack loaded once; 10,000
+single-quarter backtests over 20-ticker universes in under 5 s.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import numpy as np
+
+
+def bench_memo(pack_dir, evidence, scenarios_path, repeats: int = 3) -> dict:
+    from debate.memo import build_memo
+    from debate.scenario import load_scenarios
+    from eval.market.pack import load_pack
+
+    t0 = time.perf_counter()
+    pack = load_pack(pack_dir, evidence)
+    load_s = time.perf_counter() - t0
+    scenarios = load_scenarios(scenarios_path)
+    runs = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        memos = [build_memo(s, pack) for s in scenarios]
+        runs.append(time.perf_counter() - t)
+    return {"scenarios": len(scenarios), "pack_load_s": round(load_s, 3), "memos_s_median": round(statistics.median(runs), 3),
+            "memos_s_runs": [round(x, 3) for x in runs], "evidence_items": sum(len(m.items) for m in memos),
+            "target_s": 10.0}
+
+
+def bench_backtest(pack_dir, n: int = 10_000, tickers: int = 20, windows: int = 100, seed: int = 0) -> dict:
+    """n backtests: ``windows`` random (quarter, 20-ticker universe) draws x n/windows weight vectors each.
+
+    Reports the vectorised path (one matrix product per window) and, on a
+    sample, the per-call path that `madbench backtest` takes.
+    """
+    from eval.backtest import backtest, evaluate, holding_window, simulate
+    from eval.market.calendar import quarter_range
+    from eval.market.pack import load_pack
+    from debate.scenario_gen import eligible_tickers
+
+    pack = load_pack(pack_dir)
+    rng = np.random.default_rng(seed)
+    quarters = quarter_range("2019Q1:2025Q4")
+    per = n // windows
+    t0 = time.perf_counter()
+    done = 0
+    setups = []
+    for _ in range(windows):
+        q = quarters[rng.integers(len(quarters))]
+        universe = list(rng.choice(eligible_tickers(pack, q), size=tickers, replace=False))
+        setups.append((q, universe, rng.dirichlet(np.ones(tickers), size=per)))
+    t_setup = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for q, universe, W in setups:
+        win = holding_window(pack, q, universe)
+        curves, cash0 = simulate(win, W)
+        evaluate(win, curves, W, cash0, 100_000.0)
+        done += len(W)
+    vec_s = time.perf_counter() - t0
+    sample = 500
+    t0 = time.perf_counter()
+    for i in range(sample):
+        q, universe, W = setups[i % windows]
+        backtest(holding_window(pack, q, universe), dict(zip(universe, W[i % per])))
+    per_call_s = (time.perf_counter() - t0) / sample
+    return {"backtests": done, "tickers": tickers, "windows": windows, "vectorised_s": round(vec_s, 3),
+            "per_backtest_us_vectorised": round(vec_s / done * 1e6, 1), "per_call_ms_single": round(per_call_s * 1e3, 3),
+            "single_call_path_for_10000_s": round(per_call_s * 10_000, 2), "setup_s": round(t_setup, 3), "target_s": 5.0}
+
+
+def run_bench(args) -> int:
+    from eval.market.pack import resolve_evidence_dirs, resolve_pack_dir
+    pack = resolve_pack_dir(args.pack)
+    if args.what == "memo":
+        out = bench_memo(pack, resolve_evidence_dirs(args.evidence), args.scenarios)
+    else:
+        out = bench_backtest(pack, n=args.n)
+    print(json.dumps(out, indent=1))
+    return 0
