@@ -21,7 +21,6 @@ import pandas as pd
 from pydantic import BaseModel
 
 from debate.scenario import Scenario, check_against_pack
-from eval.errors import InputError
 from eval.market import features as F
 from eval.market.calendar import Quarter
 from eval.market.pack import BENCHMARK, Pack
@@ -328,10 +327,9 @@ def build_memo(scenario: Scenario, pack: Pack, where: str = "scenario") -> Memo:
     check_against_pack(scenario, pack, where)
     q = scenario.quarter
     as_of = pack.calendar.as_of(q, where=f"{where}.invest_quarter")
-    try:
-        prev_as_of = pack.calendar.as_of(q.previous())
-    except InputError:
-        prev_as_of = None  # the pack starts inside the previous quarter: no QoQ changes
+    # QoQ changes need the previous quarter's as-of date, which exists only if
+    # the pack starts before that quarter; otherwise the memo shows levels only.
+    prev_as_of = pack.calendar.as_of(q.previous()) if pack.calendar.first < q.previous().start else None
     idx = pack.calendar.index_of(as_of)
     known_q = q.previous()
     sections = [Section("Macro regime", macro_items(pack, as_of, prev_as_of))]

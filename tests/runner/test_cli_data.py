@@ -21,7 +21,7 @@ def run(*args, env=None):
 def test_every_subcommand_has_help():
     for cmd in (["--help"], ["data", "--help"], ["data", "check", "--help"], ["data", "fetch", "--help"],
                 ["data", "import-paper", "--help"], ["scenarios", "make", "--help"], ["memo", "--help"],
-                ["backtest", "--help"], ["demo", "--help"]):
+                ["backtest", "--help"], ["demo", "--help"], ["bench", "--help"]):
         r = run(*cmd)
         assert r.returncode == 0, (cmd, r.stderr)
         assert "usage: madbench" in r.stdout
