@@ -143,23 +143,31 @@ class Metrics(BaseModel):
     null_reasons: dict[str, str] = {}
 
 
-def evaluate(window: Window, curves: np.ndarray, W: np.ndarray, cash0: np.ndarray, capital: float) -> dict[str, np.ndarray]:
-    """All metrics for K curves as arrays (NaN where undefined)."""
+def metric_arrays(curves: np.ndarray, rf_d, spy_curve: np.ndarray | None, held: np.ndarray, cash_pct: np.ndarray) -> dict[str, np.ndarray]:
+    """All metrics for K curves as arrays (NaN where undefined).
+
+    ``rf_d`` is a scalar or one rate per day; ``held`` (K, n) marks positions > 0.
+    """
     r = M.daily_returns(curves)
     total = M.total_return_pct(curves)
-    spy = M.total_return_pct(window.spy) if window.spy is not None else np.nan
+    spy = M.total_return_pct(spy_curve) if spy_curve is not None else np.nan
     return {
         "total_return_pct": total,
         "spy_return_pct": np.full(len(total), spy),
         "excess_return_pct": total - spy,
-        "sharpe": M.sharpe(r, window.rf_d),
-        "sortino": M.sortino(r, window.rf_d),
+        "sharpe": M.sharpe(r, rf_d),
+        "sortino": M.sortino(r, rf_d),
         "volatility": M.volatility(r),
         "max_drawdown_pct": M.max_drawdown_pct(curves),
-        "n_positions": (np.atleast_2d(W) > 0).sum(axis=1),
-        "cash_pct": cash0 / capital * 100.0,
-        "trading_days": np.full(len(total), window.trading_days),
+        "n_positions": np.atleast_2d(held).sum(axis=1),
+        "cash_pct": np.asarray(cash_pct, dtype=float),
+        "trading_days": np.full(len(total), r.shape[-1]),
     }
+
+
+def evaluate(window: Window, curves: np.ndarray, W: np.ndarray, cash0: np.ndarray, capital: float) -> dict[str, np.ndarray]:
+    """Metrics of K single-window curves (see ``metric_arrays``)."""
+    return metric_arrays(curves, window.rf_d, window.spy, np.atleast_2d(W) > 0, cash0 / capital * 100.0)
 
 
 def metrics_row(arrays: dict[str, np.ndarray], k: int = 0, spy_missing: bool = False) -> Metrics:
@@ -214,11 +222,10 @@ def backtest_positions(window: Window, shares: dict[str, float], cash: float, wh
     capital = float(q @ window.prices[0] + cash)
     if capital <= 0:
         raise InputError(where, "the positions are worth nothing at the as-of close", "give some shares or cash")
-    growth = (1.0 + window.rf_d) ** np.arange(len(window.dates))
-    curve = q @ window.prices.T + cash * growth
-    w = q * window.prices[0] / capital
-    arrays = evaluate(window, curve[None, :], w[None, :], np.array([cash]), capital)
-    return _result(window, w, curve, arrays, capital, whole_shares=False)
+    w = q * window.prices[0] / capital  # the same book expressed as weights of its value
+    curves, cash0 = simulate(window, w[None, :], capital)
+    arrays = evaluate(window, curves, w[None, :], cash0, capital)
+    return _result(window, w, curves[0], arrays, capital, whole_shares=False)
 
 
 def _result(window: Window, w: np.ndarray, curve: np.ndarray, arrays, capital: float, whole_shares: bool) -> BacktestResult:

@@ -72,7 +72,7 @@ def baseline_weights(pack: Pack, quarter: Quarter, tickers: list[str], name: str
         return ivol_weights(pack, quarter, tickers)
     if name == "minvar":
         return minvar_weights(pack, quarter, tickers)
-    raise InputError("--weights", f"unknown baseline {name!r}", f"use one of equal, ivol, minvar or a JSON file")
+    raise InputError("--weights", f"unknown baseline {name!r}", "use one of equal, ivol, minvar or a JSON file")
 
 
 def baseline_metrics(pack: Pack, quarter: Quarter, tickers: list[str], rf: str = "dff",

@@ -162,7 +162,12 @@ def _add_bench_commands(sub) -> None:
                    help="scenario file for `bench memo` (default configs/scenarios/market-35.yaml)")
     p.add_argument("--n", type=int, default=10_000, help="backtests for `bench backtest` (default 10000)")
     _pack_args(p)
-    p.set_defaults(func=lambda a: __import__("runner.bench", fromlist=["run_bench"]).run_bench(a))
+    p.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args) -> int:
+    from runner.bench import run_bench
+    return run_bench(args)
 
 
 def _read_json_map(path: str, what: str) -> dict[str, float]:
