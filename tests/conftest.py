@@ -65,3 +65,17 @@ def make_pack(tmp_path):
         return write_pack(tmp_path / f"pack{counter['n']}", tables)
 
     return _make
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A real local Ray cluster (4 logical CPUs so that 4 workers run side by side on 2 cores)."""
+    import os
+
+    import ray
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if not ray.is_initialized():
+        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}})
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,41 @@
+"""What an agent is asked to do in one turn, as structured data.
+
+The prompt an LLM sees is rendered from this object; the rule-based analysts
+read it directly. Both therefore answer the same question from the same facts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from debate.memo import EvidenceItem
+from debate.scenario import Constraints
+from debate.schemas import CritiqueItem, Proposal, Revision
+
+TaskPhase = Literal["propose", "critique", "revise", "judge"]
+
+
+class ReceivedCritique(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    from_agent: str
+    item: CritiqueItem
+
+
+class AgentTask(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    agent_id: str
+    role: str
+    phase: TaskPhase
+    universe: list[str]
+    constraints: Constraints
+    evidence: list[EvidenceItem]
+    #: The agent's own latest proposal or revision (critique and revise phases).
+    own: Revision | Proposal | None = None
+    #: Other agents' latest proposals or revisions, by agent id (critique and judge phases).
+    peers: dict[str, Revision | Proposal] = Field(default_factory=dict)
+    critiques_received: list[ReceivedCritique] = Field(default_factory=list)
+    #: Contentiousness in [0, 1] chosen by the controller.
+    beta: float = 0.5
+    round: int = 1

@@ -1,0 +1,174 @@
+"""Domain checks on a parsed turn, beyond what a JSON schema can say.
+
+Each check raises ``OutputInvalid`` with a message written for the model: it
+goes back verbatim as retry feedback, and into the trace when retries run out.
+The declared ``normalize`` weight policy is the only repair, and every repair
+it makes is returned as a note for the trace.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from debate.scenario import Constraints
+from debate.schemas import Critique, Holding, JudgeDecision, Proposal, Revision, weights_of
+from eval.errors import format_validation_error
+from runner.gateway.errors import OutputInvalid
+
+SUM_TOL = 1e-3
+
+
+@dataclass
+class TurnRules:
+    universe: list[str]
+    constraints: Constraints
+    evidence_ids: set[str]
+    #: agent_id → that agent's claim ids, for critique targets.
+    peer_claims: dict[str, set[str]] = field(default_factory=dict)
+    require_known_evidence: bool = True
+
+
+@dataclass
+class Validated:
+    value: BaseModel
+    weights: dict[str, float] | None
+    notes: list[str]
+
+
+def parse_json(content: str, model: type[BaseModel]) -> BaseModel:
+    """Strict parse: one JSON object that satisfies the model, nothing repaired."""
+    try:
+        data = json.loads(content.strip(), strict=False)  # control characters inside strings are tolerated
+    except json.JSONDecodeError as exc:
+        raise OutputInvalid(f"the answer is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise OutputInvalid(f"the JSON does not match the {model.__name__} schema: {format_validation_error(exc)}") from None
+
+
+def check_allocation(holdings: list[Holding], cash: float, rules: TurnRules, policy: str) -> tuple[dict[str, float], float, list[str]]:
+    """Full-universe weights and cash that satisfy the constraints, and the notes of any declared repair."""
+    c, universe, notes = rules.constraints, rules.universe, []
+    outside = sorted({h.ticker for h in holdings} - set(universe))
+    if outside:
+        raise OutputInvalid(f"tickers outside the universe: {', '.join(outside)}. Use only: {', '.join(universe)}")
+    seen = [h.ticker for h in holdings]
+    dupes = sorted({t for t in seen if seen.count(t) > 1})
+    if dupes:
+        raise OutputInvalid(f"tickers listed more than once: {', '.join(dupes)}")
+    weights = weights_of(holdings)
+    missing = [t for t in universe if t not in weights]
+    if not c.allow_cash and cash > 0:
+        if policy != "normalize":
+            raise OutputInvalid(f"cash_weight must be 0: this scenario is fully invested (got {cash:g})")
+        notes.append(f"normalize: dropped cash_weight {cash:g} (fully invested scenario)")
+        cash = 0.0
+    if missing:
+        if policy != "normalize":
+            raise OutputInvalid(f"every ticker must be listed (weight 0 allowed); missing: {', '.join(missing)}")
+        notes.append(f"normalize: set missing tickers to 0: {', '.join(missing)}")
+    full = {t: float(weights.get(t, 0.0)) for t in universe}
+    total = sum(full.values()) + cash
+    if abs(total - 1.0) > SUM_TOL:
+        if policy != "normalize" or total <= 0:
+            raise OutputInvalid(f"weights plus cash_weight must sum to 1, but sum to {total:.4f}")
+        notes.append(f"normalize: rescaled weights summing to {total:.4f} to 1")
+        full = {t: w / total for t, w in full.items()}
+        cash /= total
+    over = {t: w for t, w in full.items() if w > c.max_weight + SUM_TOL}
+    if over:
+        if policy != "normalize":
+            raise OutputInvalid(f"weights above max_weight {c.max_weight:g}: "
+                                + ", ".join(f"{t}={w:.3f}" for t, w in over.items()))
+        full = cap_weights(full, c.max_weight)
+        notes.append(f"normalize: capped {', '.join(sorted(over))} at {c.max_weight:g} and spread the excess")
+    held = sum(1 for w in full.values() if w > 0)
+    if held < c.min_holdings:
+        raise OutputInvalid(f"hold at least {c.min_holdings} tickers with weight > 0 (got {held})")
+    if c.max_tickers is not None and held > c.max_tickers:
+        raise OutputInvalid(f"hold at most {c.max_tickers} tickers with weight > 0 (got {held})")
+    return full, cash, notes
+
+
+def cap_weights(weights: dict[str, float], cap: float) -> dict[str, float]:
+    """Water-filling: clip at ``cap`` and spread the excess pro rata over the uncapped holdings."""
+    w = dict(weights)
+    for _ in range(len(w)):
+        excess = sum(max(0.0, v - cap) for v in w.values())
+        if excess <= 1e-12:
+            break
+        free = {t: v for t, v in w.items() if 0 < v < cap}
+        base = sum(free.values())
+        w = {t: min(v, cap) for t, v in w.items()}
+        if base <= 0:
+            raise OutputInvalid(f"cannot respect max_weight {cap:g} with so few holdings")
+        for t, v in free.items():
+            w[t] = v + excess * v / base
+    return w
+
+
+def check_evidence(ids: list[str], rules: TurnRules, where: str) -> None:
+    if not rules.require_known_evidence:
+        return
+    unknown = sorted({i.strip("[]") for i in ids} - rules.evidence_ids)
+    if unknown:
+        raise OutputInvalid(f"{where} cites evidence IDs that are not in the memo: {', '.join(unknown[:10])}"
+                            + (" …" if len(unknown) > 10 else "") + ". Cite only IDs shown in brackets in the memo.")
+
+
+def _check_claims(p: Proposal, rules: TurnRules) -> None:
+    ids = [c.claim_id for c in p.claims]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise OutputInvalid(f"claim_id values must be unique; repeated: {', '.join(dupes)}")
+    for claim in p.claims:
+        check_evidence(claim.evidence_ids, rules, f"claim {claim.claim_id}")
+        outside = sorted(set(claim.impacts_positions) - set(rules.universe))
+        if outside:
+            raise OutputInvalid(f"claim {claim.claim_id} impacts tickers outside the universe: {', '.join(outside)}")
+
+
+def validate_turn(phase: str, content: str, rules: TurnRules, policy: str) -> Validated:
+    """Parse and check one turn; the returned weights are full-universe and feasible."""
+    from debate.schemas import PHASE_SCHEMAS
+    value = parse_json(content, PHASE_SCHEMAS[phase])
+    notes: list[str] = []
+    weights = None
+    if isinstance(value, (Proposal, Revision)):
+        _check_claims(value, rules)
+        weights, cash, notes = check_allocation(value.allocation, value.cash_weight, rules, policy)
+    elif isinstance(value, JudgeDecision):
+        check_evidence(value.evidence_ids, rules, "the decision")
+        weights, cash, notes = check_allocation(value.allocation, value.cash_weight, rules, policy)
+    elif isinstance(value, Critique):
+        for item in value.critiques:
+            if item.target_agent not in rules.peer_claims:
+                raise OutputInvalid(f"target_agent {item.target_agent!r} is not another agent; choose from: "
+                                    + ", ".join(sorted(rules.peer_claims)))
+            if item.target_claim not in rules.peer_claims[item.target_agent]:
+                raise OutputInvalid(f"{item.target_agent} has no claim {item.target_claim}; its claims are: "
+                                    + ", ".join(sorted(rules.peer_claims[item.target_agent])))
+            check_evidence(item.evidence_ids, rules, f"the critique of {item.target_agent} {item.target_claim}")
+    return Validated(value, weights, notes)
+
+
+def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
+    """The phase's JSON schema with this scenario's tickers (and agents) as enums, for constrained decoding."""
+    from debate.schemas import PHASE_SCHEMAS
+    schema = copy.deepcopy(PHASE_SCHEMAS[phase].model_json_schema())
+    defs = schema.get("$defs", {})
+    tickers = {"type": "string", "enum": list(rules.universe)}
+    for name in ("Holding", "PositionRationale"):
+        if name in defs:
+            defs[name]["properties"]["ticker"] = tickers
+    if "Claim" in defs:
+        defs["Claim"]["properties"]["impacts_positions"] = {"type": "array", "items": tickers}
+    if "CritiqueItem" in defs and rules.peer_claims:
+        defs["CritiqueItem"]["properties"]["target_agent"] = {"type": "string", "enum": sorted(rules.peer_claims)}
+    return schema

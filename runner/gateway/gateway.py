@@ -1,0 +1,222 @@
+"""The one path every LLM call takes: cache → limiter → provider → validation.
+
+    completion = await gateway.complete(request, spec, validate)
+
+* A cache hit returns without touching the limiter or the network.
+* A miss queues at the limiter of (provider, model, api_base), calls the
+  provider once per attempt (the provider's own retries are off), and
+  classifies the outcome: 429 → wait Retry-After (capped) and retry, the
+  limiter shrinks concurrency; timeout/5xx → jittered exponential backoff;
+  fatal → stop. A model that stays rate-limited or broken hands over to the
+  next model of its fallback chain.
+* The answer is validated (``validate`` raises ``OutputInvalid``); a failure
+  goes back to the model as feedback, up to ``max_validation_retries``.
+* Only a validated answer is cached. Anything else raises ``GatewayFailure``
+  with every attempt and its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .accounting import Attempt, Budget, Completion, Totals, total_cost
+from .cache import ResponseCache
+from .errors import FatalProviderError, GatewayFailure, OutputInvalid, RateLimited, TransientError
+from .limiter import LimiterPool
+from .models import ModelSpec, as_spec
+from .providers import Provider, provider_for
+from .providers.base import RawResponse
+from .request import LLMRequest, Message
+
+Validator = Callable[[str, ModelSpec], Any]
+
+FEEDBACK = ("Your previous answer could not be accepted:\n{error}\n\n"
+            "Answer again with one JSON object that satisfies every rule above. Output only the JSON.")
+
+
+def passthrough(content: str, spec: ModelSpec) -> str:
+    return content
+
+
+def estimate_tokens(request: LLMRequest) -> float:
+    """A conservative pre-call estimate for the TPM bucket (settled against real usage afterwards)."""
+    chars = sum(len(m.content) for m in request.messages)
+    return chars / 3.5 + (request.max_tokens or 512)
+
+
+class _Exhausted(Exception):
+    """This model gave up (rate limits or provider errors); try the next one in the chain."""
+
+
+class Gateway:
+    def __init__(self, cache: ResponseCache | None = None, limiters: LimiterPool | None = None,
+                 budget: Budget | None = None, use_cache: bool = True):
+        self.cache = cache
+        self.limiters = limiters or LimiterPool()
+        self.budget = budget or Budget(None)
+        self.use_cache = use_cache and cache is not None
+        self.totals = Totals()
+        self._prepared: dict[str, ModelSpec] = {}
+
+    def prepare(self, spec: ModelSpec) -> tuple[ModelSpec, Provider]:
+        provider = provider_for(spec.model)
+        key = spec.model_dump_json()
+        if key not in self._prepared:
+            self._prepared[key] = provider.prepare(spec)
+        return self._prepared[key], provider
+
+    async def complete(self, request: LLMRequest, spec: ModelSpec | str | None = None,
+                       validate: Validator = passthrough) -> Completion:
+        t0 = time.perf_counter()
+        spec, provider = self.prepare(as_spec(spec or request.model))
+        request = request.model_copy(update={"model": spec.model, "api_base": spec.api_base})
+        key = request.cache_key()
+        cacheable = self.use_cache and provider.cacheable
+        attempts: list[Attempt] = []
+
+        if cacheable:
+            hit = self._from_cache(key, request, spec, validate, attempts, t0)
+            if hit is not None:
+                self.totals.add(hit)
+                return hit
+
+        self.budget.check()
+        waited = 0.0
+        for candidate in [spec, *spec.fallbacks]:
+            cand_spec, cand_provider = (spec, provider) if candidate is spec else self.prepare(as_spec(candidate))
+            if candidate is not spec:
+                attempts.append(Attempt(model=cand_spec.model, kind="fallback", reason=f"moving to {cand_spec.model}"))
+            try:
+                raw, value, rounds, w = await self._validated(request, cand_spec, cand_provider, validate, attempts)
+            except _Exhausted:
+                continue
+            except (GatewayFailure, OutputInvalid) as exc:
+                self.totals.add_failure([a.model_dump() for a in attempts])
+                raise GatewayFailure(str(exc), [a.model_dump() for a in attempts]) from None
+            waited += w
+            cost, complete_cost = total_cost(attempts)
+            self.budget.charge(cost)
+            completion = Completion(
+                key=key, messages_hash=request.messages_hash(), model_requested=spec.model, model_used=raw.model_used,
+                is_llm=cand_provider.is_llm, cached=False, content=raw.content,
+                prompt_tokens=sum(a.prompt_tokens or 0 for a in attempts),
+                completion_tokens=sum(a.completion_tokens or 0 for a in attempts),
+                cost_usd=cost if complete_cost else None,
+                latency_s=time.perf_counter() - t0, queued_s=waited,
+                overhead_s=max(0.0, time.perf_counter() - t0 - waited - sum(a.latency_s + a.wait_s for a in attempts)),
+                attempts=attempts, validation_retries=rounds, weight_policy=cand_spec.weight_policy or "strict", value=value,
+            )
+            if cacheable:
+                self.cache.put(key, spec.model, {"response": {
+                    "content": raw.content, "model_used": raw.model_used, "is_llm": cand_provider.is_llm,
+                    "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
+                    "cost_usd": completion.cost_usd, "weight_policy": completion.weight_policy}})
+            self.totals.add(completion)
+            return completion
+        self.totals.add_failure([a.model_dump() for a in attempts])
+        chain = " → ".join(as_spec(c).model for c in [spec, *spec.fallbacks])
+        last = next((a.reason for a in reversed(attempts) if a.reason), "no attempt made")
+        raise GatewayFailure(f"every model in the chain gave up ({chain}); last error: {last}",
+                             [a.model_dump() for a in attempts])
+
+    def _from_cache(self, key, request, spec, validate, attempts, t0) -> Completion | None:
+        body = self.cache.get(key, spec.model)
+        for event in self.cache.corrupt:
+            if event.key == key:
+                attempts.append(Attempt(model=spec.model, kind="cache_corrupt", reason=event.reason))
+        if body is None:
+            return None
+        resp = body["response"]
+        try:
+            value = validate(resp["content"], spec)
+        except OutputInvalid as exc:
+            # Validation rules changed since this answer was stored: recompute rather than serve it.
+            self.cache.delete(key)
+            attempts.append(Attempt(model=spec.model, kind="cache_corrupt", reason=f"cached answer fails validation now: {exc}"))
+            return None
+        return Completion(
+            key=key, messages_hash=request.messages_hash(), model_requested=spec.model, model_used=resp["model_used"],
+            is_llm=resp["is_llm"], cached=True, content=resp["content"], prompt_tokens=resp["prompt_tokens"],
+            completion_tokens=resp["completion_tokens"], cost_usd=resp["cost_usd"], latency_s=time.perf_counter() - t0,
+            overhead_s=time.perf_counter() - t0, attempts=attempts, weight_policy=resp["weight_policy"], value=value)
+
+    async def _validated(self, request: LLMRequest, spec: ModelSpec, provider: Provider, validate: Validator,
+                         attempts: list[Attempt]) -> tuple[RawResponse, Any, int, float]:
+        messages = list(request.messages)
+        waited = 0.0
+        for round_ in range(spec.retry.max_validation_retries + 1):
+            raw, w = await self._call(request.model_copy(update={"messages": messages, "model": spec.model,
+                                                                 "api_base": spec.api_base}), spec, provider, attempts)
+            waited += w
+            try:
+                return raw, validate(raw.content, spec), round_, waited
+            except OutputInvalid as exc:
+                attempts[-1] = attempts[-1].model_copy(update={"kind": "invalid", "reason": str(exc)[:1000]})
+                if round_ == spec.retry.max_validation_retries:
+                    raise OutputInvalid(f"{spec.model}: answer still invalid after {round_} feedback retries: {exc}") from None
+                messages = [*messages, Message(role="assistant", content=raw.content),
+                            Message(role="user", content=FEEDBACK.format(error=exc))]
+        raise AssertionError("unreachable")
+
+    async def _call(self, request: LLMRequest, spec: ModelSpec, provider: Provider,
+                    attempts: list[Attempt]) -> tuple[RawResponse, float]:
+        """One answer from one model, retrying 429s and transient errors; raises _Exhausted when it gives up."""
+        limiter = self.limiters.get(spec.limit_key(), spec.limits) if provider.rate_limited else None
+        rate_limited = transient = 0
+        waited = 0.0
+        est = estimate_tokens(request)
+        while True:
+            lease = await limiter.acquire(est) if limiter else None
+            if lease:
+                waited += lease["waited_s"]
+            start = time.perf_counter()
+            try:
+                raw = await provider.complete(request, spec)
+            except RateLimited as exc:
+                latency = time.perf_counter() - start
+                if limiter:
+                    await limiter.release(lease["lease_id"], "rate_limited", None, exc.retry_after)
+                rate_limited += 1
+                pause = min(exc.retry_after if exc.retry_after is not None else self._backoff(spec, rate_limited),
+                            spec.limits.retry_after_cap_s)
+                attempts.append(Attempt(model=spec.model, kind="rate_limited", reason=exc.reason, latency_s=latency,
+                                        wait_s=pause if rate_limited <= spec.retry.max_rate_limit_retries else 0.0))
+                if rate_limited > spec.retry.max_rate_limit_retries:
+                    raise _Exhausted() from None
+                await asyncio.sleep(pause)
+                continue
+            except TransientError as exc:
+                latency = time.perf_counter() - start
+                if limiter:
+                    await limiter.release(lease["lease_id"], "error")
+                transient += 1
+                pause = self._backoff(spec, transient)
+                attempts.append(Attempt(model=spec.model, kind="transient", reason=exc.reason, latency_s=latency,
+                                        wait_s=pause if transient <= spec.retry.max_transient_retries else 0.0))
+                if transient > spec.retry.max_transient_retries:
+                    raise _Exhausted() from None
+                await asyncio.sleep(pause)
+                continue
+            except FatalProviderError as exc:
+                if limiter:
+                    await limiter.release(lease["lease_id"], "error")
+                attempts.append(Attempt(model=spec.model, kind="fatal", reason=exc.reason,
+                                        latency_s=time.perf_counter() - start))
+                raise GatewayFailure(f"{spec.model}: {exc.reason}", []) from None
+            latency = time.perf_counter() - start
+            used = None if raw.prompt_tokens is None else raw.prompt_tokens + (raw.completion_tokens or 0)
+            if limiter:
+                await limiter.release(lease["lease_id"], "ok", used)
+            cost = provider.cost(spec.model, raw.prompt_tokens, raw.completion_tokens)
+            attempts.append(Attempt(model=spec.model, kind="ok", latency_s=latency, prompt_tokens=raw.prompt_tokens,
+                                    completion_tokens=raw.completion_tokens, cost_usd=cost))
+            return raw, waited
+
+    @staticmethod
+    def _backoff(spec: ModelSpec, n: int) -> float:
+        """Exponential backoff with jitter: base·2^(n−1), capped, times U(0.5, 1)."""
+        return min(spec.retry.backoff_max_s, spec.retry.backoff_base_s * 2 ** (n - 1)) * random.uniform(0.5, 1.0)

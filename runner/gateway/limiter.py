@@ -1,0 +1,120 @@
+"""The request queue in front of each (provider, model, api_base).
+
+``AsyncLimiter`` queues callers FIFO until the buckets and a concurrency slot
+allow them; it never rejects. Inside a Ray job the same class runs as one
+named actor per limit key, so every worker on every node draws from one
+budget; outside Ray (``madbench llm ask``, unit tests) it runs in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+from typing import Any
+
+from .bucket import LimiterCore
+from .models import RateLimits
+
+RAY_NAMESPACE = "madbench"
+
+
+class AsyncLimiter:
+    def __init__(self, limits: RateLimits | dict):
+        self.limits = limits if isinstance(limits, RateLimits) else RateLimits.model_validate(limits)
+        self.core = LimiterCore(self.limits, time.monotonic())
+        self._queue = asyncio.Lock()  # FIFO: asyncio locks wake waiters in arrival order
+        self._slot_freed = asyncio.Event()
+
+    async def acquire(self, est_tokens: float = 0.0) -> dict[str, Any]:
+        start = time.monotonic()
+        async with self._queue:
+            while True:
+                now = time.monotonic()
+                wait = self.core.wait_for(est_tokens, now)
+                if wait == 0.0:
+                    lease = self.core.grant(est_tokens, now)
+                    return {"lease_id": lease.lease_id, "waited_s": now - start}
+                if math.isinf(wait):
+                    self._slot_freed.clear()
+                    try:  # the timeout lets stale leases be reclaimed
+                        await asyncio.wait_for(self._slot_freed.wait(), timeout=self.limits.lease_timeout_s / 10)
+                    except asyncio.TimeoutError:
+                        pass
+                else:
+                    await asyncio.sleep(wait)
+
+    async def release(self, lease_id: int, outcome: str, tokens_used: float | None = None,
+                      retry_after: float | None = None) -> None:
+        self.core.release(lease_id, outcome, time.monotonic(), tokens_used, retry_after)
+        self._slot_freed.set()
+
+    async def snapshot(self) -> dict[str, Any]:
+        return self.core.snapshot()
+
+    async def configure(self, limits: dict) -> bool:
+        """Adopt new limits (a later batch changed them); in-flight leases carry over. Returns whether they changed."""
+        new = RateLimits.model_validate(limits)
+        if new == self.limits:
+            return False
+        leases = self.core.leases
+        self.limits, self.core = new, LimiterCore(new, time.monotonic())
+        self.core.leases = leases
+        self._slot_freed.set()
+        return True
+
+
+class RayLimiterClient:
+    """Awaitable facade over the named limiter actor."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    async def acquire(self, est_tokens: float = 0.0) -> dict[str, Any]:
+        return await self.actor.acquire.remote(est_tokens)
+
+    async def release(self, lease_id: int, outcome: str, tokens_used: float | None = None,
+                      retry_after: float | None = None) -> None:
+        await self.actor.release.remote(lease_id, outcome, tokens_used, retry_after)
+
+    async def snapshot(self) -> dict[str, Any]:
+        return await self.actor.snapshot.remote()
+
+
+def actor_name(limit_key: str) -> str:
+    return "limiter-" + hashlib.sha256(limit_key.encode()).hexdigest()[:16]
+
+
+def ray_limiter(limit_key: str, limits: RateLimits) -> RayLimiterClient:
+    """Get or create the cluster-wide limiter actor for ``limit_key``.
+
+    The actor is detached: a limiter created by one worker must outlive that
+    worker, since every other worker queues on it. One actor per endpoint
+    also means concurrent batches on one cluster share the provider's limits,
+    as they must. It holds no CPU and dies with the cluster.
+    """
+    import ray
+
+    actor_cls = ray.remote(num_cpus=0, max_concurrency=10_000)(AsyncLimiter)
+    actor = actor_cls.options(name=actor_name(limit_key), namespace=RAY_NAMESPACE, get_if_exists=True,
+                              lifetime="detached").remote(limits.model_dump())
+    ray.get(actor.configure.remote(limits.model_dump()))  # the latest configuration applies
+    return RayLimiterClient(actor)
+
+
+class LimiterPool:
+    """One limiter per limit key for a gateway's lifetime (Ray actors when Ray is up)."""
+
+    def __init__(self, use_ray: bool | None = None):
+        self._use_ray = use_ray
+        self._limiters: dict[str, AsyncLimiter | RayLimiterClient] = {}
+
+    def get(self, limit_key: str, limits: RateLimits):
+        if limit_key not in self._limiters:
+            use_ray = self._use_ray
+            if use_ray is None:
+                import sys
+                use_ray = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+            self._limiters[limit_key] = ray_limiter(limit_key, limits) if use_ray else AsyncLimiter(limits)
+        return self._limiters[limit_key]

@@ -1,0 +1,131 @@
+"""Model specifications and routing: which model answers which role and phase.
+
+A config names models by tier (``deep``, ``quick``, as in TradingAgents) or
+directly. Resolution order: role+phase, role, phase, default tier. Keys are
+never part of a spec; a spec only names the environment variable holding one.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+Phase = Literal["propose", "critique", "revise", "judge", "crit", "rca"]
+PHASES: tuple[str, ...] = ("propose", "critique", "revise", "judge", "crit", "rca")
+StructuredMode = Literal["json_schema", "json_object_schema", "prompt_only"]
+WeightPolicy = Literal["strict", "normalize"]
+
+
+class RateLimits(BaseModel):
+    """Limits of one (provider, model, api_base), enforced across the whole cluster."""
+
+    model_config = ConfigDict(extra="forbid")
+    rpm: PositiveFloat | None = None
+    tpm: PositiveFloat | None = None
+    max_concurrency: PositiveInt = 8
+    #: Requests that may start back-to-back before pacing at rpm/60 per second.
+    burst: float = Field(1.0, ge=1.0)
+    #: Upper bound on an honoured Retry-After header.
+    retry_after_cap_s: float = Field(60.0, gt=0)
+    #: Successful calls in a row before the adaptive concurrency grows by one.
+    increase_after: PositiveInt = 10
+    #: A lease not released within this time (a crashed caller) is reclaimed.
+    lease_timeout_s: float = Field(900.0, gt=0)
+
+
+class RetryPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    timeout_s: float = Field(120.0, gt=0)
+    #: Timeouts, 5xx and connection errors; jittered exponential backoff.
+    max_transient_retries: int = Field(5, ge=0)
+    #: 429s before moving to the next model in the fallback chain.
+    max_rate_limit_retries: int = Field(8, ge=0)
+    backoff_base_s: float = Field(1.0, gt=0)
+    backoff_max_s: float = Field(30.0, gt=0)
+    #: Answers that fail the schema or domain checks, retried with the error as feedback.
+    max_validation_retries: int = Field(2, ge=0)
+
+
+class ModelSpec(BaseModel):
+    """One model endpoint and how to talk to it."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    api_base: str | None = None
+    #: Name of the environment variable holding the key (the key itself is never configured).
+    api_key_env: str | None = None
+    limits: RateLimits = Field(default_factory=RateLimits)
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    #: Tried in order on persistent rate limits or provider errors.
+    fallbacks: list["ModelSpec | str"] = Field(default_factory=list)
+    #: None: the provider's default (strict for real providers, normalize for the local base model).
+    weight_policy: WeightPolicy | None = None
+    structured_output: StructuredMode | None = None
+    #: Fold the system message into the user turn (models without a chat template).
+    merge_system: bool | None = None
+
+    @property
+    def provider(self) -> str:
+        return self.model.split("/", 1)[0] if "/" in self.model else "openai"
+
+    @model_validator(mode="after")
+    def _no_key_material(self):
+        if self.api_key_env is not None and not self.api_key_env.replace("_", "").isalnum():
+            raise ValueError("api_key_env must name an environment variable (e.g. OPENAI_API_KEY), not hold a key")
+        return self
+
+    def limit_key(self) -> str:
+        """Limits are shared per (provider, model, api_base)."""
+        return f"{self.provider}|{self.model}|{self.api_base or ''}"
+
+
+def as_spec(value: "ModelSpec | str") -> ModelSpec:
+    return value if isinstance(value, ModelSpec) else ModelSpec(model=value)
+
+
+class ModelRouting(BaseModel):
+    """Models per role and phase, by tier name or inline spec."""
+
+    model_config = ConfigDict(extra="forbid")
+    tiers: dict[str, ModelSpec | str] = Field(default_factory=lambda: {"deep": "rules/auto", "quick": "rules/auto"})
+    default: str = "quick"
+    roles: dict[str, str | ModelSpec] = Field(default_factory=dict)
+    phases: dict[Phase, str | ModelSpec] = Field(default_factory=dict)
+    #: Keys like "value.critique".
+    role_phases: dict[str, str | ModelSpec] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_names(self):
+        for where, table in (("roles", self.roles), ("phases", self.phases), ("role_phases", self.role_phases)):
+            for name, choice in table.items():
+                if where == "role_phases" and (name.count(".") != 1 or name.split(".")[1] not in PHASES):
+                    raise ValueError(f"role_phases key {name!r} must be ROLE.PHASE with PHASE in {', '.join(PHASES)}")
+                self._tier_or_spec(choice, f"{where}.{name}")
+        self._tier_or_spec(self.default, "default")
+        return self
+
+    def _tier_or_spec(self, choice: str | ModelSpec, where: str) -> ModelSpec:
+        if isinstance(choice, ModelSpec):
+            return choice
+        if choice in self.tiers:
+            return as_spec(self.tiers[choice])
+        if "/" in choice:
+            return ModelSpec(model=choice)
+        raise ValueError(f"{where}: {choice!r} is neither a tier ({', '.join(self.tiers)}) nor a model string like openai/gpt-4o-mini")
+
+    def resolve(self, role: str, phase: str) -> ModelSpec:
+        for table, name in ((self.role_phases, f"{role}.{phase}"), (self.roles, role), (self.phases, phase)):
+            if name in table:
+                spec = self._tier_or_spec(table[name], name)
+                break
+        else:
+            spec = self._tier_or_spec(self.default, "default")
+        if spec.model == "rules/auto":
+            spec = spec.model_copy(update={"model": f"rules/{role if phase not in ('judge', 'crit', 'rca') else phase}"})
+        return spec
+
+    @classmethod
+    def single(cls, model: str | ModelSpec) -> "ModelRouting":
+        """Every role and phase on one model (the CLI's --model)."""
+        return cls(tiers={"deep": model, "quick": model}, default="quick")

@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..models import ModelSpec
+from ..request import LLMRequest
+
+
+@dataclass
+class RawResponse:
+    content: str
+    model_used: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    #: Provider-specific facts worth keeping in the trace (never credentials).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Provider(Protocol):
+    #: Label shown in every table: False for the rule-based analysts.
+    is_llm: bool
+    #: Whether answers go to the disk cache (free deterministic providers skip it).
+    cacheable: bool
+    #: Whether calls queue at the rate limiter.
+    rate_limited: bool
+
+    def prepare(self, spec: ModelSpec) -> ModelSpec:
+        """Fill provider defaults (endpoint, structured-output mode, weight policy)."""
+
+    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
+        """US dollars for one attempt; None when unknown (never a made-up 0)."""
+
+    async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
+        """One attempt. Raises the classified errors of ``gateway.errors``."""

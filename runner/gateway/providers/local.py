@@ -1,0 +1,46 @@
+"""``local/<name>``: the embedded offline model, reached through litellm like any OpenAI-compatible server."""
+
+from __future__ import annotations
+
+from ..local_model import LocalServer
+from ..models import ModelSpec
+from ..request import LLMRequest
+from .base import RawResponse
+from .litellm_provider import LiteLLMProvider
+
+
+class LocalModelProvider:
+    is_llm = True
+    cacheable = True
+    rate_limited = True
+
+    def __init__(self):
+        self._inner = LiteLLMProvider()
+
+    def prepare(self, spec: ModelSpec) -> ModelSpec:
+        name = spec.model.split("/", 1)[1]
+        api_base = spec.api_base or LocalServer(name).ensure().api_base
+        limits = spec.limits
+        if "max_concurrency" not in limits.model_fields_set:
+            limits = limits.model_copy(update={"max_concurrency": 1})  # one llama.cpp context: serial by nature
+        return spec.model_copy(update={
+            "api_base": api_base,
+            "limits": limits,
+            # A base model: weights rarely sum to 1, so renormalising is the declared default.
+            "weight_policy": spec.weight_policy or "normalize",
+            # llama.cpp rejects json_schema; it takes json_object plus a schema (grammar-constrained).
+            "structured_output": spec.structured_output or "json_object_schema",
+            # The GGUF file has no chat template: a system message would be dropped silently.
+            "merge_system": True if spec.merge_system is None else spec.merge_system,
+        })
+
+    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> float:
+        return 0.0  # runs on this machine; nothing is billed
+
+    async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
+        name = spec.model.split("/", 1)[1]
+        # The local server checks no key; the OpenAI client insists on one, so pass a placeholder.
+        raw = await self._inner.complete(request, spec.model_copy(update={"model": f"openai/{name}"}),
+                                         api_key="local-server-needs-no-key")
+        raw.model_used = spec.model
+        return raw

@@ -1,0 +1,143 @@
+"""The gateway through real HTTP (litellm → httpx → a local server), with faults injected by the test double."""
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+from runner.gateway import (Budget, BudgetExhausted, Gateway, GatewayFailure, LLMRequest, Message, ModelSpec,
+                            OutputInvalid, RateLimits, ResponseCache, RetryPolicy)
+from tests.fault_server import FaultServer, Faults
+
+FAST_RETRY = RetryPolicy(timeout_s=0.5, max_transient_retries=6, max_rate_limit_retries=10, backoff_base_s=0.05,
+                         backoff_max_s=0.5, max_validation_retries=2)
+
+
+def spec_for(server, model="openai/fake", **limits):
+    return ModelSpec(model=model, api_base=server.url, api_key_env="FAKE_PROVIDER_KEY",
+                     limits=RateLimits(**({"max_concurrency": 8} | limits)), retry=FAST_RETRY)
+
+
+def ask(text, model="openai/fake", **kw):
+    return LLMRequest(model=model, messages=[Message(role="system", content="Answer in JSON."),
+                                             Message(role="user", content=text)], **kw)
+
+
+def as_json(content, spec):
+    try:
+        return json.loads(content)
+    except json.JSONDecodeError as exc:
+        raise OutputInvalid(f"not JSON: {exc.msg}") from None
+
+
+@pytest.fixture(autouse=True)
+def fake_key(monkeypatch):
+    monkeypatch.setenv("FAKE_PROVIDER_KEY", "fake-key-value-1234")
+
+
+@pytest.mark.slow
+def test_300_requests_under_faults_all_end_recorded_and_rate_respected():
+    rpm = 2400
+    faults = Faults(rate_limit=0.30, server_error=0.05, timeout=0.05, invalid_json=0.05, retry_after="1", stall_s=1.0)
+    with FaultServer(faults, seed=11) as server:
+        spec = spec_for(server, rpm=rpm)
+        gw = Gateway()
+
+        async def run():
+            return await asyncio.gather(*[gw.complete(ask(f"question {i}"), spec, as_json) for i in range(300)],
+                                        return_exceptions=True)
+
+        results = asyncio.run(run())
+        arrivals = sorted(server.arrivals)
+        outcomes = list(server.outcomes)
+
+    kinds = {type(r).__name__ for r in results}
+    assert kinds <= {"Completion", "GatewayFailure"}, kinds  # nothing else escapes
+    ok = [r for r in results if not isinstance(r, GatewayFailure)]
+    failed = [r for r in results if isinstance(r, GatewayFailure)]
+    assert len(ok) + len(failed) == 300 and len(ok) >= 280
+    for f in failed:
+        assert f.reason and f.attempts and all(a["reason"] for a in f.attempts if a["kind"] != "ok")
+    # every injected fault that reached the client was recorded as a retry with its reason
+    recorded = [a for r in ok for a in r.attempts] + [a for f in failed for a in (type(r.attempts[0])(**a) for a in f.attempts)]
+    by_kind = {}
+    for a in recorded:
+        by_kind[a.kind] = by_kind.get(a.kind, 0) + 1
+    assert by_kind["rate_limited"] == outcomes.count("rate_limit")
+    assert by_kind["invalid"] == outcomes.count("invalid_json")
+    assert by_kind["transient"] == outcomes.count("server_error") + outcomes.count("timeout")
+    assert all(a.wait_s == pytest.approx(1.0) for a in recorded if a.kind == "rate_limited" and a.wait_s)
+    assert any("timeout" in (a.reason or "") for a in recorded) and any("500" in (a.reason or "") for a in recorded)
+    # observed request rate at the server, overall and over every 5-second window
+    per_s = rpm / 60
+    assert (len(arrivals) - 1) / (arrivals[-1] - arrivals[0]) <= per_s * 1.05
+    for i, t0 in enumerate(arrivals):
+        in_window = sum(1 for t in arrivals[i:] if t < t0 + 5.0)
+        assert in_window <= per_s * 5.0 * 1.05 + 1, (t0, in_window)
+
+
+def test_identical_second_call_is_served_from_cache_without_http(tmp_path):
+    with FaultServer() as server, ResponseCache(tmp_path) as cache:
+        spec = spec_for(server)
+        gw = Gateway(cache=cache)
+        first = asyncio.run(gw.complete(ask("same"), spec, as_json))
+        n = server.requests
+        second = asyncio.run(gw.complete(ask("same"), spec, as_json))
+        assert server.requests == n == 1
+        assert second.cached and not first.cached and second.content == first.content
+        third = asyncio.run(gw.complete(ask("same", sample_index=1), spec, as_json))  # a replicate is a new sample
+        assert server.requests == 2 and not third.cached
+
+
+def test_invalid_answers_get_feedback_then_fail_loudly_and_are_not_cached(tmp_path):
+    with FaultServer(Faults(invalid_json=1.0)) as server, ResponseCache(tmp_path) as cache:
+        gw = Gateway(cache=cache)
+        with pytest.raises(GatewayFailure) as err:
+            asyncio.run(gw.complete(ask("q"), spec_for(server), as_json))
+        assert "still invalid after 2 feedback retries" in err.value.reason
+        assert server.requests == 3
+        last = server.bodies[-1]["messages"]
+        assert last[-2] == {"role": "assistant", "content": "Sure! {not json"}
+        assert "could not be accepted" in last[-1]["content"] and "not JSON" in last[-1]["content"]
+        assert len(cache) == 0
+
+
+def test_fallback_chain_moves_on_and_records_the_answering_model():
+    with FaultServer(Faults(rate_limit=1.0, retry_after="0")) as busy, FaultServer() as spare:
+        backup = spec_for(spare, model="openai/backup")
+        primary = spec_for(busy).model_copy(update={"fallbacks": [backup],
+                                                    "retry": FAST_RETRY.model_copy(update={"max_rate_limit_retries": 2})})
+        c = asyncio.run(Gateway().complete(ask("q"), primary, as_json))
+    assert c.model_requested == "openai/fake" and c.model_used == "openai/backup"
+    assert [a.kind for a in c.attempts] == ["rate_limited"] * 3 + ["fallback", "ok"]
+
+
+def test_fatal_errors_are_not_retried_and_secrets_never_recorded(tmp_path, monkeypatch, caplog):
+    secret = "sk-test-SECRET"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    caplog.set_level(logging.DEBUG)
+    with FaultServer(Faults(unauthorized=1.0, leak_auth=True)) as bad, FaultServer() as good, \
+            ResponseCache(tmp_path / "cache") as cache:
+        gw = Gateway(cache=cache)
+        spec = spec_for(bad).model_copy(update={"api_key_env": "OPENAI_API_KEY"})
+        with pytest.raises(GatewayFailure) as err:
+            asyncio.run(gw.complete(ask("q"), spec, as_json))
+        assert bad.requests == 1 and err.value.attempts[0]["kind"] == "fatal"
+        assert "Incorrect API key" in err.value.reason
+        ok = asyncio.run(gw.complete(ask("q"), spec_for(good).model_copy(update={"api_key_env": "OPENAI_API_KEY"}), as_json))
+        assert good.bodies  # the key did reach the provider ...
+    written = b"".join(p.read_bytes() for p in (tmp_path / "cache").rglob("*") if p.is_file())
+    assert written and secret.encode() not in written  # ... but nothing we store or log holds it
+    assert secret not in json.dumps(err.value.attempts) + err.value.reason + ok.model_dump_json() + caplog.text
+
+
+def test_budget_stops_new_calls_and_unknown_cost_is_none():
+    with FaultServer() as server:
+        gw = Gateway(budget=Budget(max_cost_usd=1e-9))
+        priced = asyncio.run(gw.complete(ask("q", model="openai/gpt-4o-mini"), spec_for(server, model="openai/gpt-4o-mini"), as_json))
+        assert priced.cost_usd and priced.cost_usd > 0
+        with pytest.raises(BudgetExhausted):
+            asyncio.run(gw.complete(ask("q2"), spec_for(server), as_json))
+        unknown = asyncio.run(Gateway().complete(ask("q3"), spec_for(server), as_json))
+    assert unknown.cost_usd is None
