@@ -71,5 +71,5 @@ def test_limiter_actor_is_shared_cluster_wide(ray_local):
         return asyncio.run(run())
 
     ray_local.get([take.remote(5) for _ in range(3)])
-    snap = asyncio.run(ray_limiter("test|shared|", RateLimits()).snapshot())
+    snap = asyncio.run(ray_limiter("test|shared|", RateLimits(max_concurrency=2)).snapshot())
     assert snap["granted"] == 15 and snap["in_flight"] == 0
