@@ -23,7 +23,8 @@ _strict = ConfigDict(extra="forbid")
 class Holding(BaseModel):
     model_config = _strict
     ticker: str
-    weight: float = Field(ge=0.0, le=1.0)
+    #: No upper bound here: the sum and max_weight checks (and the declared normalize policy) own that.
+    weight: float = Field(ge=0.0)
 
 
 class Claim(BaseModel):

@@ -1,8 +1,9 @@
-"""`madbench bench memo|backtest`: measured figures for the data and backtest stages.
+"""`madbench bench memo|backtest|gateway`: measured figures for the data, backtest and gateway stages.
 
 Benchmarks measure; they assert nothing. Targets (this project's, on a 2-core
 machine): 35 paper memos in under 10 s with the pack loaded once; 10,000
-single-quarter backtests over 20-ticker universes in under 5 s.
+single-quarter backtests over 20-ticker universes in under 5 s; gateway
+overhead under 10 ms median per uncached call and under 1 ms per cache hit.
 """
 
 from __future__ import annotations
@@ -77,9 +78,74 @@ def bench_backtest(pack_dir, n: int = 10_000, tickers: int = 20, windows: int = 
 def run_bench(args) -> int:
     from eval.market.pack import resolve_evidence_dirs, resolve_pack_dir
     pack = resolve_pack_dir(args.pack)
-    if args.what == "memo":
+    if args.what == "gateway":
+        out = bench_gateway(n=min(args.n, 2000))
+    elif args.what == "memo":
         out = bench_memo(pack, resolve_evidence_dirs(args.evidence), args.scenarios)
     else:
         out = bench_backtest(pack, n=args.n)
     print(json.dumps(out, indent=1))
     return 0
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def bench_gateway(n: int = 200, cache_dir=None) -> dict:
+    """Gateway overhead per uncached call to a local stub and per cache hit, against raw httpx in the same run.
+
+    Overhead is the gateway's wall time minus the provider call it wraps (the
+    limiter, cache, key and validation work); the end-to-end figures include
+    litellm's own request building, which a raw httpx call does not pay.
+    """
+    import asyncio
+    import os
+    import tempfile
+
+    import httpx
+
+    from runner.gateway import Gateway, LLMRequest, Message, ModelSpec, RateLimits, ResponseCache
+    from runner.sim_provider import SimProvider
+
+    os.environ.setdefault("MADBENCH_BENCH_KEY", "bench-placeholder-key")
+
+    async def run(url: str, cache: ResponseCache):
+        spec = ModelSpec(model="openai/sim", api_base=url, api_key_env="MADBENCH_BENCH_KEY", limits=RateLimits(max_concurrency=1))
+        gw = Gateway(cache=cache)
+        reqs = [LLMRequest(model=spec.model, messages=[Message(role="user", content=f"benchmark prompt {i}")]) for i in range(n)]
+        validate = lambda content, s: json.loads(content)  # noqa: E731
+        await gw.complete(LLMRequest(model=spec.model, messages=[Message(role="user", content="warm-up")]), spec, validate)
+        raw_ms = []
+        async with httpx.AsyncClient() as client:
+            for r in reqs[: n // 2]:
+                t = time.perf_counter()
+                resp = await client.post(f"{url}/chat/completions", json={"model": "sim", "messages": [m.model_dump() for m in r.messages]},
+                                         headers={"Authorization": "Bearer x"})
+                json.loads(resp.json()["choices"][0]["message"]["content"])
+                raw_ms.append((time.perf_counter() - t) * 1e3)
+        uncached, overhead = [], []
+        for r in reqs:
+            c = await gw.complete(r, spec, validate)
+            uncached.append(c.latency_s * 1e3)
+            overhead.append(c.overhead_s * 1e3)
+        hits = []
+        for r in reqs:
+            c = await gw.complete(r, spec, validate)
+            assert c.cached
+            hits.append(c.latency_s * 1e3)
+        return raw_ms, uncached, overhead, hits
+
+    with tempfile.TemporaryDirectory() as tmp, SimProvider() as sim, ResponseCache(cache_dir or tmp) as cache:
+        raw_ms, uncached, overhead, hits = asyncio.run(run(sim.url, cache))
+    r = lambda x: round(x, 3)  # noqa: E731
+    return {
+        "calls": n,
+        "raw_httpx_ms": {"p50": r(_pct(raw_ms, 0.5)), "p95": r(_pct(raw_ms, 0.95))},
+        "gateway_uncached_ms": {"p50": r(_pct(uncached, 0.5)), "p95": r(_pct(uncached, 0.95))},
+        "gateway_overhead_uncached_ms": {"p50": r(_pct(overhead, 0.5)), "p95": r(_pct(overhead, 0.95))},
+        "end_to_end_minus_raw_ms_p50": r(_pct(uncached, 0.5) - _pct(raw_ms, 0.5)),
+        "cache_hit_ms": {"p50": r(_pct(hits, 0.5)), "p95": r(_pct(hits, 0.95))},
+        "targets_ms": {"overhead_uncached_p50": 10.0, "cache_hit_p50": 1.0},
+    }

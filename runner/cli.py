@@ -129,6 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_eval_commands(sub)
     _add_bench_commands(sub)
+    from runner.llm_cli import add_llm_commands
+    add_llm_commands(sub)
     return parser
 
 
@@ -156,11 +158,11 @@ def _add_eval_commands(sub) -> None:
 
 
 def _add_bench_commands(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: memo building and backtest throughput")
-    p.add_argument("what", choices=["memo", "backtest"])
+    p = sub.add_parser("bench", help="benchmarks: memo building, backtest throughput, gateway overhead")
+    p.add_argument("what", choices=["memo", "backtest", "gateway"])
     p.add_argument("--scenarios", default=str(Path(__file__).resolve().parents[1] / "configs" / "scenarios" / "market-35.yaml"),
                    help="scenario file for `bench memo` (default configs/scenarios/market-35.yaml)")
-    p.add_argument("--n", type=int, default=10_000, help="backtests for `bench backtest` (default 10000)")
+    p.add_argument("--n", type=int, default=10_000, help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (at most 2000)")
     _pack_args(p)
     p.set_defaults(func=cmd_bench)
 

@@ -71,10 +71,10 @@ class Gateway:
 
     async def complete(self, request: LLMRequest, spec: ModelSpec | str | None = None,
                        validate: Validator = passthrough) -> Completion:
+        spec, provider = self.prepare(as_spec(spec or request.model))  # may start a local server: not overhead
         t0 = time.perf_counter()
-        spec, provider = self.prepare(as_spec(spec or request.model))
         request = request.model_copy(update={"model": spec.model, "api_base": spec.api_base})
-        key = request.cache_key()
+        key = request.model_copy(update={"api_base": provider.endpoint_identity(spec)}).cache_key()
         cacheable = self.use_cache and provider.cacheable
         attempts: list[Attempt] = []
 

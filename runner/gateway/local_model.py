@@ -95,6 +95,9 @@ class LocalServer:
         self.state_file = home_dir() / f"server-{name}.json"
         self.log_file = home_dir() / f"server-{name}.log"
 
+    def model_path(self) -> Path:
+        return ensure_model_file(self.name)
+
     def read_state(self) -> ServerState | None:
         if not self.state_file.exists():
             return None

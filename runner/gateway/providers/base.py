@@ -29,6 +29,9 @@ class Provider(Protocol):
     def prepare(self, spec: ModelSpec) -> ModelSpec:
         """Fill provider defaults (endpoint, structured-output mode, weight policy)."""
 
+    def endpoint_identity(self, spec: ModelSpec) -> str | None:
+        """What stands for the endpoint in the cache key (a stable name, not an ephemeral port)."""
+
     def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
         """US dollars for one attempt; None when unknown (never a made-up 0)."""
 

@@ -76,6 +76,9 @@ class LiteLLMProvider:
             "merge_system": bool(spec.merge_system),
         })
 
+    def endpoint_identity(self, spec: ModelSpec) -> str | None:
+        return spec.api_base
+
     def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
         """From litellm's offline cost map; None (unknown, not 0) when the model is not in it."""
         if prompt_tokens is None or completion_tokens is None:

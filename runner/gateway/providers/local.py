@@ -1,8 +1,16 @@
-"""``local/<name>``: the embedded offline model, reached through litellm like any OpenAI-compatible server."""
+"""``local/<name>``: the embedded offline model, reached through litellm like any OpenAI-compatible server.
+
+The server starts on the first uncached call (a fully cached replay never
+starts it), and its endpoint is kept out of the cache key: the port changes
+on every start, the model file does not.
+"""
 
 from __future__ import annotations
 
-from ..local_model import LocalServer
+from pathlib import Path
+
+from ..errors import TransientError
+from ..local_model import LocalServer, ServerState, check_name, ensure_model_file
 from ..models import ModelSpec
 from ..request import LLMRequest
 from .base import RawResponse
@@ -16,15 +24,14 @@ class LocalModelProvider:
 
     def __init__(self):
         self._inner = LiteLLMProvider()
+        self._servers: dict[str, ServerState] = {}
 
     def prepare(self, spec: ModelSpec) -> ModelSpec:
-        name = spec.model.split("/", 1)[1]
-        api_base = spec.api_base or LocalServer(name).ensure().api_base
+        check_name(spec.model.split("/", 1)[1])
         limits = spec.limits
         if "max_concurrency" not in limits.model_fields_set:
             limits = limits.model_copy(update={"max_concurrency": 1})  # one llama.cpp context: serial by nature
         return spec.model_copy(update={
-            "api_base": api_base,
             "limits": limits,
             # A base model: weights rarely sum to 1, so renormalising is the declared default.
             "weight_policy": spec.weight_policy or "normalize",
@@ -34,13 +41,25 @@ class LocalModelProvider:
             "merge_system": True if spec.merge_system is None else spec.merge_system,
         })
 
+    def endpoint_identity(self, spec: ModelSpec) -> str | None:
+        return spec.api_base or f"local://{Path(ensure_model_file(spec.model.split('/', 1)[1])).name}"
+
     def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> float:
         return 0.0  # runs on this machine; nothing is billed
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
         name = spec.model.split("/", 1)[1]
-        # The local server checks no key; the OpenAI client insists on one, so pass a placeholder.
-        raw = await self._inner.complete(request, spec.model_copy(update={"model": f"openai/{name}"}),
-                                         api_key="local-server-needs-no-key")
+        api_base = spec.api_base
+        if api_base is None:
+            if name not in self._servers:
+                self._servers[name] = LocalServer(name).ensure()
+            api_base = self._servers[name].api_base
+        routed = spec.model_copy(update={"model": f"openai/{name}", "api_base": api_base})
+        try:
+            # The local server checks no key; the OpenAI client insists on one, so pass a placeholder.
+            raw = await self._inner.complete(request, routed, api_key="local-server-needs-no-key")
+        except TransientError:
+            self._servers.pop(name, None)  # the server may have died: look it up (or restart it) next attempt
+            raise
         raw.model_used = spec.model
         return raw

@@ -1,0 +1,64 @@
+"""Domain validation of turns: universe, completeness, bounds, sum, holdings, evidence; the normalize policy."""
+
+import pytest
+
+from debate.scenario import Constraints
+from debate.schemas import Holding, Proposal
+from debate.validation import TurnRules, cap_weights, check_allocation, parse_json, request_schema, validate_turn
+from runner.gateway.errors import OutputInvalid
+
+RULES = TurnRules(["AAA", "BBB", "CCC"], Constraints(max_weight=0.5, min_holdings=2), {"AAA-RET60", "L1-VIX"})
+
+
+def holdings(**w):
+    return [Holding(ticker=t, weight=v) for t, v in w.items()]
+
+
+@pytest.mark.parametrize("w,message", [
+    (dict(AAA=0.5, BBB=0.3, JNJ=0.2), "outside the universe: JNJ"),
+    (dict(AAA=0.5, BBB=0.5), "missing: CCC"),
+    (dict(AAA=0.6, BBB=0.2, CCC=0.2), "above max_weight 0.5: AAA=0.600"),
+    (dict(AAA=0.5, BBB=0.3, CCC=0.3), "sum to 1.1000"),
+    (dict(AAA=0.0, BBB=0.0, CCC=1.0), "above max_weight"),
+])
+def test_strict_policy_rejects_with_a_message_for_the_model(w, message):
+    with pytest.raises(OutputInvalid, match=message):
+        check_allocation(holdings(**w), 0.0, RULES, "strict")
+
+
+def test_min_holdings_checked():
+    rules = TurnRules(["AAA", "BBB", "CCC"], Constraints(max_weight=1.0, min_holdings=2), set())
+    with pytest.raises(OutputInvalid, match="at least 2 tickers"):
+        check_allocation(holdings(AAA=1.0, BBB=0.0, CCC=0.0), 0.0, rules, "strict")
+
+
+def test_normalize_policy_repairs_and_says_so():
+    w, cash, notes = check_allocation(holdings(AAA=50, BBB=30), 0.0, RULES, "normalize")
+    assert w["CCC"] == 0 and sum(w.values()) == pytest.approx(1.0) and max(w.values()) <= 0.5 + 1e-9
+    assert any("missing tickers" in n for n in notes) and any("rescaled" in n for n in notes) and any("capped" in n for n in notes)
+    with pytest.raises(OutputInvalid, match="outside the universe"):  # normalize never invents a universe
+        check_allocation(holdings(AAA=1, JNJ=1, BBB=1, CCC=1), 0.0, RULES, "normalize")
+
+
+def test_cap_weights_water_fills():
+    w = cap_weights({"A": 0.7, "B": 0.2, "C": 0.1}, 0.4)
+    assert w["A"] == pytest.approx(0.4) and sum(w.values()) == pytest.approx(1.0) and max(w.values()) <= 0.4 + 1e-12
+    assert w["B"] / w["C"] == pytest.approx(2.0) or w["B"] == pytest.approx(0.4)
+
+
+def test_unknown_evidence_and_bad_json_are_rejected():
+    proposal = Proposal(thesis="t", allocation=holdings(AAA=0.5, BBB=0.5, CCC=0.0), claims=[{
+        "claim_id": "C1", "claim_text": "x", "claim_type": "thesis", "reasoning_type": "causal",
+        "evidence_ids": ["[AAA-RET60]", "AAA-PE"], "impacts_positions": ["AAA"], "confidence": 0.5}],
+        position_rationale=[])
+    with pytest.raises(OutputInvalid, match="not in the memo: AAA-PE"):
+        validate_turn("propose", proposal.model_dump_json(), RULES, "strict")
+    with pytest.raises(OutputInvalid, match="not valid JSON"):
+        parse_json("{oops", Proposal)
+    with pytest.raises(OutputInvalid, match="Proposal schema: claims"):
+        parse_json('{"thesis": "t", "allocation": [], "claims": [], "position_rationale": []}', Proposal)
+
+
+def test_request_schema_enumerates_the_universe():
+    schema = request_schema("propose", RULES)
+    assert schema["$defs"]["Holding"]["properties"]["ticker"]["enum"] == ["AAA", "BBB", "CCC"]
