@@ -159,7 +159,12 @@ def validate_turn(phase: str, content: str, rules: TurnRules, policy: str) -> Va
 
 
 def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
-    """The phase's JSON schema with this scenario's tickers (and agents) as enums, for constrained decoding."""
+    """The phase's JSON schema with this scenario's tickers, agents and evidence IDs as enums.
+
+    Constrained decoders then cannot emit a ticker outside the universe or an
+    ID outside the memo; validation still checks both (not every provider
+    enforces schemas).
+    """
     from debate.schemas import PHASE_SCHEMAS
     schema = copy.deepcopy(PHASE_SCHEMAS[phase].model_json_schema())
     defs = schema.get("$defs", {})
@@ -171,4 +176,45 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
         defs["Claim"]["properties"]["impacts_positions"] = {"type": "array", "items": tickers}
     if "CritiqueItem" in defs and rules.peer_claims:
         defs["CritiqueItem"]["properties"]["target_agent"] = {"type": "string", "enum": sorted(rules.peer_claims)}
+    if rules.require_known_evidence and rules.evidence_ids:
+        ids = {"type": "array", "items": {"type": "string", "enum": sorted(rules.evidence_ids)}}
+        for name in ("Claim", "CritiqueItem"):
+            if name in defs:
+                defs[name]["properties"]["evidence_ids"] = ids
+        if "evidence_ids" in schema.get("properties", {}):
+            schema["properties"]["evidence_ids"] = ids
     return schema
+
+
+def schema_outline(schema: dict[str, Any]) -> str:
+    """A compact, human-readable outline of a JSON schema for the prompt.
+
+    The full schema goes to the provider for constrained decoding; the prompt
+    only needs the shape, and a short outline leaves room for the memo in
+    small context windows.
+    """
+    defs = schema.get("$defs", {})
+
+    def walk(node: dict[str, Any]) -> str:
+        if "$ref" in node:
+            return walk(defs[node["$ref"].split("/")[-1]])
+        if "enum" in node:
+            if len(node["enum"]) > 12:
+                return f"one of the {len(node['enum'])} evidence IDs in the memo"
+            return "|".join(str(v) for v in node["enum"])
+        if "anyOf" in node:
+            return " or ".join(walk(n) for n in node["anyOf"])
+        kind = node.get("type")
+        if kind == "object":
+            props = node.get("properties", {})
+            return "{" + ", ".join(f'"{k}": {walk(v)}' for k, v in props.items()) + "}"
+        if kind == "array":
+            return "[" + walk(node.get("items", {})) + ", ...]"
+        if kind in ("number", "integer"):
+            lo, hi = node.get("minimum"), node.get("maximum")
+            return kind + (f" {lo:g}..{hi:g}" if lo is not None and hi is not None else "")
+        if kind == "string":
+            return "string" + (f" like {node['pattern'].strip('^$')}" if "pattern" in node else "")
+        return kind or "value"
+
+    return walk(schema)

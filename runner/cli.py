@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench_commands(sub)
     from runner.llm_cli import add_llm_commands
     add_llm_commands(sub)
+    from runner.debate_cli import add_debate_commands
+    add_debate_commands(sub, _pack_args)
     return parser
 
 

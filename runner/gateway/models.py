@@ -64,6 +64,9 @@ class ModelSpec(BaseModel):
     structured_output: StructuredMode | None = None
     #: Fold the system message into the user turn (models without a chat template).
     merge_system: bool | None = None
+    #: Send the structured task beside the prompt (``madbench_context`` in the body). Only madbench's
+    #: simulated provider reads it; never set it for a real provider.
+    send_context: bool = False
 
     @property
     def provider(self) -> str:

@@ -113,6 +113,8 @@ class LiteLLMProvider:
             kwargs["response_format"] = fmt
         if request.tools:
             kwargs["tools"] = request.tools
+        if spec.send_context and request.context is not None:
+            kwargs["extra_body"] = {"madbench_context": request.context}
         try:
             resp = await litellm.acompletion(**kwargs)
         except litellm.RateLimitError as exc:

@@ -24,12 +24,36 @@ class RulesProvider:
         return 0.0
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
-        from debate.rules import ANALYSTS, respond
-        from debate.task import AgentTask
         name = spec.model.split("/", 1)[1]
-        if name != "judge" and name not in ANALYSTS:
-            raise FatalProviderError(f"no rule-based analyst {name!r}; use rules/<role> with a role in: judge, {', '.join(ANALYSTS)}")
+        handlers = _handlers()
+        if name not in handlers:
+            raise FatalProviderError(f"no rule-based model {spec.model!r}; known: {', '.join('rules/' + n for n in handlers)}")
         if request.context is None:
-            raise FatalProviderError(f"{spec.model} answers debate turns only: the request carries no AgentTask context")
-        answer = respond(name, AgentTask.model_validate(request.context))
+            raise FatalProviderError(f"{spec.model} answers structured debate tasks only: the request carries no context")
+        answer = handlers[name](request.context)
         return RawResponse(content=answer.model_dump_json(), model_used=spec.model, prompt_tokens=0, completion_tokens=0)
+
+
+def handler_for_context(context: dict) -> str:
+    """Which rule-based model answers a structured task (used by the simulated provider)."""
+    if "argument" in context:
+        return "crit"
+    if "after" in context:
+        return "rca"
+    return "judge" if context.get("phase") == "judge" else context["role"]
+
+
+def answer_for_context(context: dict) -> str:
+    return _handlers()[handler_for_context(context)](context).model_dump_json()
+
+
+def _handlers():
+    """rules/<name> → function(context) → pydantic answer. One entry per non-LLM model."""
+    from debate.rules import ANALYSTS, respond
+    from debate.task import AgentTask
+    from scoring import rules_scorer
+    table = {name: (lambda ctx, n=name: respond(n, AgentTask.model_validate(ctx))) for name in [*ANALYSTS, "judge"]}
+    from scoring import rca
+    table["crit"] = lambda ctx: rules_scorer.score(rules_scorer.CritTask.model_validate(ctx))
+    table["rca"] = lambda ctx: rca.rules_verdict(rca.RCATask.model_validate(ctx))
+    return table

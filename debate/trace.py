@@ -1,0 +1,103 @@
+"""The append-only JSONL trace of one run.
+
+Each line is one immutable event, written and fsynced as the run goes, and
+chained to the previous line by hash so an edited or reordered trace is
+detectable. A crash can leave at most a torn last line: ``read_trace``
+reports it and, when asked, cuts the file back to the last whole event so the
+run can resume from there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+GENESIS = "0" * 64
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default) + "\n").encode()
+
+
+def _default(obj):
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    raise TypeError(f"not JSON-serialisable in a trace: {type(obj).__name__}")
+
+
+@dataclass
+class TraceReadout:
+    events: list[dict[str, Any]]
+    problems: list[str] = field(default_factory=list)
+    good_bytes: int = 0
+
+
+def read_trace(path: str | Path, repair: bool = False) -> TraceReadout:
+    """All whole, chained events; a torn or corrupt tail is reported (and cut off with ``repair``)."""
+    path = Path(path)
+    data = path.read_bytes() if path.exists() else b""
+    events, problems, offset, prev = [], [], 0, GENESIS
+    for raw in data.splitlines(keepends=True):
+        if not raw.endswith(b"\n"):
+            problems.append(f"{path}: torn last line at byte {offset} ({len(raw)} bytes without a newline)")
+            break
+        try:
+            rec = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            problems.append(f"{path}: unreadable event at byte {offset}: {exc}")
+            break
+        if not isinstance(rec, dict) or rec.get("prev") != prev or rec.get("seq") != len(events):
+            problems.append(f"{path}: event at byte {offset} breaks the hash chain (edited, reordered or foreign)")
+            break
+        events.append(rec)
+        prev = hashlib.sha256(raw).hexdigest()
+        offset += len(raw)
+    if repair and offset < len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(offset)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return TraceReadout(events, problems, offset)
+
+
+class TraceWriter:
+    def __init__(self, path: str | Path, fsync: bool = True):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        existing = read_trace(self.path)
+        if existing.problems:
+            raise RuntimeError(f"trace needs repair before appending: {existing.problems[0]}")
+        self.seq = len(existing.events)
+        self.prev = hashlib.sha256(_line_of(self.path, existing)).hexdigest() if existing.events else GENESIS
+        self._fh = open(self.path, "ab")
+        self._fsync = fsync
+
+    def emit(self, event: str, **data: Any) -> dict[str, Any]:
+        record = {"seq": self.seq, "prev": self.prev, "event": event, "t": round(time.time(), 6), **data}
+        line = _line(record)
+        self._fh.write(line)
+        self._fh.flush()
+        if self._fsync:
+            os.fsync(self._fh.fileno())
+        self.seq += 1
+        self.prev = hashlib.sha256(line).hexdigest()
+        return record
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _line_of(path: Path, readout: TraceReadout) -> bytes:
+    data = path.read_bytes()[: readout.good_bytes]
+    return data.splitlines(keepends=True)[-1]

@@ -1,0 +1,98 @@
+"""CRIT: four-pillar scores of an agent's argument, with count-implied caps (PAPER_NOTES §3).
+
+    ρ_i = (P1 + P2 + P3 + P4) / 4          ρ̄ = mean over agents of ρ_i
+
+Caps by failure count on the pillar each failure belongs to:
+    1 failure → 0.70,  2–3 → 0.55,  4 or more → 0.40
+    P1 logical validity       ← contradictions, orphaned positions, conclusion drift
+    P2 evidential support     ← unsupported claims
+    P3 alternative considered ← ignored critiques, premature certainty
+    P4 causal alignment       ← causal overreach
+A parsed score above its cap is clipped, and the clip is recorded.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PILLARS = ("logical_validity", "evidential_support", "alternative_consideration", "causal_alignment")
+
+
+class CritDiagnostics(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    contradictions: int = Field(ge=0)
+    unsupported_claims: int = Field(ge=0)
+    ignored_critiques: int = Field(ge=0)
+    causal_overreach: int = Field(ge=0)
+    orphaned_positions: int = Field(ge=0)
+    premature_certainty: bool
+    conclusion_drift: bool
+
+
+class PillarScores(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    logical_validity: float = Field(ge=0, le=1)
+    evidential_support: float = Field(ge=0, le=1)
+    alternative_consideration: float = Field(ge=0, le=1)
+    causal_alignment: float = Field(ge=0, le=1)
+
+
+class PillarExplanations(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    logical_validity: str
+    evidential_support: str
+    alternative_consideration: str
+    causal_alignment: str
+
+
+class CritAnswer(BaseModel):
+    """What the CRIT judge returns: failures first, then scores, then why."""
+
+    model_config = ConfigDict(extra="forbid")
+    diagnostics: CritDiagnostics
+    scores: PillarScores
+    explanations: PillarExplanations
+
+
+class CritScore(BaseModel):
+    """A scored agent turn after caps: what the trace and tables store."""
+
+    agent_id: str
+    role: str
+    round: int
+    scorer: str
+    is_llm: bool
+    scores: PillarScores
+    raw_scores: PillarScores
+    clips: list[str]
+    diagnostics: CritDiagnostics
+    rho: float
+
+
+def cap_for(count: int) -> float:
+    return 1.0 if count <= 0 else 0.70 if count == 1 else 0.55 if count <= 3 else 0.40
+
+
+def pillar_counts(d: CritDiagnostics) -> dict[str, int]:
+    return {"logical_validity": d.contradictions + d.orphaned_positions + int(d.conclusion_drift),
+            "evidential_support": d.unsupported_claims,
+            "alternative_consideration": d.ignored_critiques + int(d.premature_certainty),
+            "causal_alignment": d.causal_overreach}
+
+
+def apply_caps(scores: PillarScores, d: CritDiagnostics) -> tuple[PillarScores, list[str]]:
+    out, clips = scores.model_dump(), []
+    for pillar, count in pillar_counts(d).items():
+        cap = cap_for(count)
+        if out[pillar] > cap:
+            clips.append(f"{pillar} {out[pillar]:.2f} clipped to {cap:.2f} ({count} failure(s))")
+            out[pillar] = cap
+    return PillarScores(**out), clips
+
+
+def rho(scores: PillarScores) -> float:
+    return sum(getattr(scores, p) for p in PILLARS) / 4.0
+
+
+def rho_bar(rhos: list[float]) -> float:
+    return sum(rhos) / len(rhos) if rhos else float("nan")

@@ -1,0 +1,143 @@
+"""The paper protocol end to end: traces, cached replay, validation retries, failure and resume."""
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from debate.config import load_debate_config
+from debate.run import run_debate
+from debate.scenario import Scenario
+from debate.trace import read_trace
+from eval.market.pack import load_pack
+from runner.gateway import Gateway, ModelRouting, ModelSpec, RateLimits, ResponseCache
+from runner.sim_provider import SimProvider
+from tests.fault_server import FaultServer, Faults
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "debate"
+TICKERS = ["AAA", "BBB", "CCC", "DDD"]
+
+
+@pytest.fixture
+def world(make_pack):
+    pack = load_pack(make_pack(tickers=tuple(TICKERS)))
+    scenario = Scenario(id="syn-2021Q3", invest_quarter="2021Q3", tickers=TICKERS,
+                        constraints={"max_weight": 0.6, "min_holdings": 2})
+    return pack, scenario
+
+
+def config(name="causal-debate-3.yaml", model: str | ModelSpec = "rules/auto", **update):
+    cfg = load_debate_config(CONFIGS / name)
+    return cfg.model_copy(update={"models": ModelRouting.single(model), **update})
+
+
+def sim_spec(sim, **kw):
+    return ModelSpec(model="openai/sim", api_base=sim.url, api_key_env="SIM_KEY", send_context=True,
+                     limits=RateLimits(max_concurrency=4), **kw)
+
+
+@pytest.fixture(autouse=True)
+def sim_key(monkeypatch):
+    monkeypatch.setenv("SIM_KEY", "sim-placeholder-key")
+
+
+def events(run_dir, kind=None):
+    evs = read_trace(Path(run_dir) / "trace.jsonl").events
+    return [e for e in evs if kind is None or e["event"] == kind]
+
+
+def test_causal_debate_3_on_rules_traces_every_step(world, tmp_path):
+    pack, scenario = world
+    result = asyncio.run(run_debate(scenario, pack, config(), Gateway(), tmp_path))
+    assert result.status == "ok" and result.method == "judge" and result.rounds_run == 2
+    assert set(result.weights) == set(TICKERS) and sum(result.weights.values()) == pytest.approx(1.0)
+    run_dir = tmp_path / result.run_id
+    turns = events(run_dir, "turn")
+    count = {p: sum(1 for e in turns if e["phase"] == p) for p in ("propose", "critique", "revise", "judge")}
+    assert count == {"propose": 3, "critique": 6, "revise": 6, "judge": 1}
+    assert len(events(run_dir, "crit")) == 6 and len(events(run_dir, "controller")) == 2
+    divergence = events(run_dir, "divergence")
+    assert [d["phase"] for d in divergence] == ["propose", "revise", "revise"]
+    assert all(0 <= d["jsd"] <= 1 and len(d["pairwise"]) == 3 for d in divergence)
+    step = events(run_dir, "controller")[0]["step"]
+    assert {"error", "integral", "u", "beta_before", "beta_after", "quadrant"} <= set(step)
+    assert events(run_dir, "final")[0]["weights"] == result.weights
+    assert events(run_dir, "backtest")[0]["metrics"]["total_return_pct"] == result.metrics["total_return_pct"]
+    assert events(run_dir, "run_start")[0]["config"]["interventions"][0]["name"] == "js_collapse"
+    assert len(events(run_dir, "intervention_check")) == 2
+    assert all(e["is_llm"] is False for e in events(run_dir, "llm_call"))  # rule-based turns are labelled
+
+
+def test_cached_replay_over_http_makes_zero_calls_and_same_allocation(world, tmp_path):
+    pack, scenario = world
+    with SimProvider() as sim, ResponseCache(tmp_path / "cache") as cache:
+        cfg = config(model=sim_spec(sim))
+        first = asyncio.run(run_debate(scenario, pack, cfg, Gateway(cache=cache), tmp_path / "a"))
+        calls = sim.stats.requests
+        replay = asyncio.run(run_debate(scenario, pack, cfg, Gateway(cache=cache), tmp_path / "b"))
+        assert sim.stats.requests == calls > 20
+    assert first.status == replay.status == "ok" and replay.weights == first.weights and replay.run_id == first.run_id
+    replay_calls = events(tmp_path / "b" / replay.run_id, "llm_call")
+    assert replay_calls and all(e["cached"] for e in replay_calls) and replay.totals["cached"] == replay.totals["calls"]
+    assert all(e["is_llm"] for e in replay_calls)
+
+
+def test_judge_naming_a_ticker_outside_the_universe_is_rejected_and_retried(world, tmp_path):
+    pack, scenario = world
+    seen = {"judge": 0}
+
+    def hallucinate(context, content):
+        if context.get("phase") == "judge" and seen["judge"] == 0:
+            seen["judge"] += 1
+            return content.replace('"AAA"', '"JNJ"')
+        return content
+
+    with SimProvider(answer_filter=hallucinate) as sim:
+        result = asyncio.run(run_debate(scenario, pack, config(model=sim_spec(sim)), Gateway(), tmp_path))
+    assert result.status == "ok" and "JNJ" not in result.weights
+    judge_call = [e for e in events(tmp_path / result.run_id, "llm_call") if e["phase"] == "judge"][0]
+    assert judge_call["validation_retries"] == 1
+    assert "tickers outside the universe: JNJ" in judge_call["attempts"][0]["reason"]
+
+
+def test_exhausted_retries_fail_the_run_with_its_reason(world, tmp_path):
+    pack, scenario = world
+    with FaultServer(Faults(invalid_json=1.0)) as bad:
+        spec = ModelSpec(model="openai/fake", api_base=bad.url, api_key_env="SIM_KEY")
+        result = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml", model=spec), Gateway(), tmp_path))
+    assert result.status == "failed" and "still invalid after 2 feedback retries" in result.error
+    run_dir = tmp_path / result.run_id
+    assert events(run_dir, "llm_failure") and events(run_dir, "run_end")[0]["status"] == "failed"
+    assert json.loads((run_dir / "result.json").read_text())["status"] == "failed"
+
+
+def test_torn_trace_is_repaired_and_the_resumed_run_matches(world, tmp_path):
+    pack, scenario = world
+    with SimProvider() as sim, ResponseCache(tmp_path / "cache") as cache:
+        cfg = config(model=sim_spec(sim))
+        first = asyncio.run(run_debate(scenario, pack, cfg, Gateway(cache=cache), tmp_path / "runs"))
+        run_dir = tmp_path / "runs" / first.run_id
+        # simulate a crash: the result was never written and the trace ends in half a line
+        (run_dir / "result.json").unlink()
+        data = (run_dir / "trace.jsonl").read_bytes()
+        cut = data.rfind(b"\n", 0, len(data) // 2)
+        (run_dir / "trace.jsonl").write_bytes(data[: cut + 1] + data[cut + 1: cut + 40])
+        calls = sim.stats.requests
+        resumed = asyncio.run(run_debate(scenario, pack, cfg, Gateway(cache=cache), tmp_path / "runs"))
+        assert sim.stats.requests == calls  # the replay is served from the cache
+    assert resumed.weights == first.weights
+    starts = events(run_dir, "run_start")
+    assert [s["attempt"] for s in starts] == [1, 2] and starts[1]["resumed"] and "torn last line" in starts[1]["repaired"][0]
+    assert read_trace(run_dir / "trace.jsonl").problems == []
+
+
+def test_baselines_single_agent_and_mean_without_debate(world, tmp_path):
+    pack, scenario = world
+    single = asyncio.run(run_debate(scenario, pack, config("single-basic.yaml"), Gateway(), tmp_path))
+    mean = asyncio.run(run_debate(scenario, pack, config("mean3-causal.yaml"), Gateway(), tmp_path))
+    assert single.method == "single" and mean.method == "mean" and single.rounds_run == mean.rounds_run == 0
+    assert not [e for e in events(tmp_path / mean.run_id, "turn") if e["phase"] in ("critique", "revise")]
+    proposals = [e["weights"] for e in events(tmp_path / mean.run_id, "turn")]
+    for t in TICKERS:
+        assert mean.weights[t] == pytest.approx(sum(p[t] for p in proposals) / 3)
