@@ -176,6 +176,7 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
         defs["Claim"]["properties"]["impacts_positions"] = {"type": "array", "items": tickers}
     if "CritiqueItem" in defs and rules.peer_claims:
         defs["CritiqueItem"]["properties"]["target_agent"] = {"type": "string", "enum": sorted(rules.peer_claims)}
+    _bound(schema)
     if rules.require_known_evidence and rules.evidence_ids:
         ids = {"type": "array", "items": {"type": "string", "enum": sorted(rules.evidence_ids)}}
         for name in ("Claim", "CritiqueItem"):
@@ -184,6 +185,25 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
         if "evidence_ids" in schema.get("properties", {}):
             schema["properties"]["evidence_ids"] = ids
     return schema
+
+
+#: Length bounds sent to constrained decoders (llama.cpp honours them; validation does not rely on them).
+#: They keep a small model from looping inside an array or a string until its context is full.
+ARRAY_BOUNDS = {"claims": 6, "evidence_ids": 4, "assumptions": 2, "falsifiers": 2, "impacts_positions": 3,
+                "supporting_claims": 3, "risks_or_falsifiers": 3, "critiques": 6, "critique_responses": 12,
+                "consensus_points": 4, "dissent_points": 4}
+TEXT_MAX = 300
+
+
+def _bound(schema: dict[str, Any]) -> None:
+    for node in [schema, *schema.get("$defs", {}).values()]:
+        for name, prop in node.get("properties", {}).items():
+            if prop.get("type") == "array" and name in ARRAY_BOUNDS:
+                prop["maxItems"] = ARRAY_BOUNDS[name]
+                if prop.get("items", {}).get("type") == "string":
+                    prop["items"]["maxLength"] = TEXT_MAX
+            elif prop.get("type") == "string" and "enum" not in prop and "pattern" not in prop:
+                prop["maxLength"] = TEXT_MAX
 
 
 def schema_outline(schema: dict[str, Any]) -> str:

@@ -155,6 +155,8 @@ def _add_eval_commands(sub) -> None:
     p = sub.add_parser("demo", help="the main job on the embedded defaults (offline pack, committed scenarios)")
     p.add_argument("--scenarios", default=None, help="scenario file (default configs/scenarios/market-35.yaml)")
     p.add_argument("--out", default="results/demo", help="output directory (default results/demo)")
+    p.add_argument("--no-local", action="store_true", help="skip the embedded language model's turn")
+    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else ~/.cache/madbench/llm)")
     _pack_args(p)
     p.set_defaults(func=cmd_demo)
 

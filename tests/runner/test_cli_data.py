@@ -21,7 +21,9 @@ def run(*args, env=None):
 def test_every_subcommand_has_help():
     for cmd in (["--help"], ["data", "--help"], ["data", "check", "--help"], ["data", "fetch", "--help"],
                 ["data", "import-paper", "--help"], ["scenarios", "make", "--help"], ["memo", "--help"],
-                ["backtest", "--help"], ["demo", "--help"], ["bench", "--help"]):
+                ["backtest", "--help"], ["demo", "--help"], ["bench", "--help"], ["llm", "ask", "--help"],
+                ["cache", "stats", "--help"], ["cache", "prune", "--help"], ["model", "serve", "--help"],
+                ["model", "status", "--help"], ["model", "stop", "--help"], ["debate", "--help"], ["trace", "show", "--help"]):
         r = run(*cmd)
         assert r.returncode == 0, (cmd, r.stderr)
         assert "usage: madbench" in r.stdout

@@ -31,8 +31,12 @@ class LocalModelProvider:
         limits = spec.limits
         if "max_concurrency" not in limits.model_fields_set:
             limits = limits.model_copy(update={"max_concurrency": 1})  # one llama.cpp context: serial by nature
+        retry = spec.retry
+        if "timeout_s" not in retry.model_fields_set:
+            retry = retry.model_copy(update={"timeout_s": 900.0})  # 6–10 tokens/s: long answers take minutes
         return spec.model_copy(update={
             "limits": limits,
+            "retry": retry,
             # A base model: weights rarely sum to 1, so renormalising is the declared default.
             "weight_policy": spec.weight_policy or "normalize",
             # llama.cpp rejects json_schema; it takes json_object plus a schema (grammar-constrained).
