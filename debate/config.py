@@ -66,6 +66,8 @@ class DebateConfig(BaseModel):
     crit_temperature: float = Field(0.0, ge=0, le=2)
     max_tokens: PhaseTokens = Field(default_factory=PhaseTokens)
     pid: PIDConfig = Field(default_factory=PIDConfig)
+    #: CRIT rubric: a name in configs/rubrics/ (uniform, role-aware) or a file.
+    crit_rubric: str = "uniform"
     #: Score each round's revisions with CRIT (the controller needs it; off only for proposal-only baselines).
     score_rounds: bool = True
     interventions: list[InterventionConfig] = Field(default_factory=list)
@@ -139,4 +141,6 @@ def check_names(cfg: DebateConfig, where: str) -> None:
                              f"use one of: {', '.join(INTERVENTIONS)}")
         parse_intervention(iv, f"{where}: interventions[{i}]")
     from scoring.crit_judge import load_crit_prompt
+    from scoring.rubric import load_rubric
     load_crit_prompt()
+    load_rubric(cfg.crit_rubric)

@@ -60,6 +60,8 @@ def prompt_hashes(config: DebateConfig) -> dict[str, str]:
     if config.aggregation == "judge":
         out[f"judge/{config.judge_tier}"] = load_profile("judge", config.judge_tier).content_hash()
     out["crit"] = load_crit_prompt().digest
+    from scoring.rubric import load_rubric
+    out["rubric"] = load_rubric(config.crit_rubric).digest()
     out["rca"] = load_scorer_prompt("rca", RCA_VARIABLES).digest
     return out
 
@@ -99,7 +101,8 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
                    scenario=scenario.model_dump(mode="json"), config=config.model_dump(mode="json"),
                    config_hash=config.content_hash(), sample_index=sample_index, prompt_hashes=prompt_hashes(config),
                    python=platform.python_version())
-        trace.emit("memo", sha256=memo.sha256, as_of=str(memo.as_of.date()), n_items=len(memo.items))
+        trace.emit("memo", sha256=memo.sha256, as_of=str(memo.as_of.date()), n_items=len(memo.items),
+                   ids=sorted(memo.evidence_ids))
         ctx = RunContext(run_id, scenario, memo, constraints, config, gateway, trace, sample_index)
         calls_before = gateway.totals.model_copy()
         try:

@@ -24,8 +24,10 @@ from debate.validation import TurnRules, Validated, request_schema, schema_outli
 from runner.gateway import Gateway, GatewayFailure, LLMRequest, Message
 from runner.gateway.accounting import Completion
 from runner.gateway.errors import OutputInvalid
+from scoring.audit import audit_turn
 from scoring.crit import CritAnswer, CritScore
-from scoring.crit_judge import finish, render_crit
+from scoring.rubric import Rubric, load_rubric
+from scoring.crit_judge import crit_request, finish
 from scoring.rca import RCA_VARIABLES, RCATask, RCAVerdict
 from scoring.prompts import load_scorer_prompt
 from scoring.rules_scorer import CritTask
@@ -58,8 +60,10 @@ class RunContext:
     judge_profile: Profile | None = None
     memo_ids: set[str] = field(default_factory=set)
     memo_text: str = ""
+    rubric: Rubric | None = None
 
     def __post_init__(self):
+        self.rubric = load_rubric(self.config.crit_rubric)
         for a in self.config.agents:
             self.profiles[a.agent_id] = load_profile(a.role, a.tier)
         if self.config.aggregation == "judge":
@@ -131,18 +135,23 @@ class RunContext:
     async def crit(self, agent: AgentConfig, round_: int, argument, received: list[tuple[str, Any]], label: str = "crit") -> CritScore:
         task = CritTask(agent_id=agent.agent_id, role=agent.role, round=round_, memo_ids=sorted(self.memo_ids),
                         argument=argument, critiques=[{"from_agent": a, "item": i} for a, i in received])
-        system, user = render_crit(task)
+        request = crit_request(task, self.rubric, "unused")
         from debate.validation import parse_json
 
         def validate(content: str, spec) -> CritAnswer:
             return parse_json(content, CritAnswer)
 
-        c = await self._complete(who=agent.agent_id, role=agent.role, phase="crit", round_=round_, system=system, user=user,
-                                 schema=CritAnswer.model_json_schema(), context=task.model_dump(mode="json"),
+        c = await self._complete(who=agent.agent_id, role=agent.role, phase="crit", round_=round_,
+                                 system=request.messages[0].content, user=request.messages[1].content,
+                                 schema=request.response_schema, context=request.context,
                                  temperature=self.config.crit_temperature, validate=validate, label=label)
-        score = finish(task, c.value, c.model_used, c.is_llm)
+        score = finish(task, c.value, c.model_used, c.is_llm, self.rubric)
+        audit = audit_turn(argument, self.memo_ids, received)
+        # The task is stored whole so that `madbench rescore` can grade it again without the debate.
         self.trace.emit("crit", agent=agent.agent_id, role=agent.role, round=round_, label=label,
-                        score=score.model_dump(mode="json"))
+                        score=score.model_dump(mode="json"), audit=audit.model_dump(),
+                        task={"argument": argument.model_dump(mode="json"),
+                              "critiques": [{"from_agent": a, "item": i.model_dump(mode="json")} for a, i in received]})
         return score
 
     async def rca(self, agent: AgentConfig, phase: str, round_: int, before, after,

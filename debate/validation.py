@@ -188,11 +188,11 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
 
 
 #: Length bounds sent to constrained decoders (llama.cpp honours them; validation does not rely on them).
-#: They keep a small model from looping inside an array or a string until its context is full.
+#: They keep a small model from looping inside an array until its context is full. (String maxLength
+#: is left out on purpose: llama.cpp expands it into a grammar so large that decoding crawls.)
 ARRAY_BOUNDS = {"claims": 6, "evidence_ids": 4, "assumptions": 2, "falsifiers": 2, "impacts_positions": 3,
                 "supporting_claims": 3, "risks_or_falsifiers": 3, "critiques": 6, "critique_responses": 12,
                 "consensus_points": 4, "dissent_points": 4}
-TEXT_MAX = 300
 
 
 def _bound(schema: dict[str, Any]) -> None:
@@ -200,10 +200,6 @@ def _bound(schema: dict[str, Any]) -> None:
         for name, prop in node.get("properties", {}).items():
             if prop.get("type") == "array" and name in ARRAY_BOUNDS:
                 prop["maxItems"] = ARRAY_BOUNDS[name]
-                if prop.get("items", {}).get("type") == "string":
-                    prop["items"]["maxLength"] = TEXT_MAX
-            elif prop.get("type") == "string" and "enum" not in prop and "pattern" not in prop:
-                prop["maxLength"] = TEXT_MAX
 
 
 def schema_outline(schema: dict[str, Any]) -> str:

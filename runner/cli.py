@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_llm_commands(sub)
     from runner.debate_cli import add_debate_commands
     add_debate_commands(sub, _pack_args)
+    from runner.score_cli import add_score_commands
+    add_score_commands(sub)
     return parser
 
 

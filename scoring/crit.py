@@ -67,6 +67,7 @@ class CritScore(BaseModel):
     clips: list[str]
     diagnostics: CritDiagnostics
     rho: float
+    rubric: str = "uniform"
 
 
 def cap_for(count: int) -> float:

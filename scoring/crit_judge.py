@@ -2,28 +2,44 @@
 
 from __future__ import annotations
 
-from scoring.crit import CritAnswer, CritScore, apply_caps, rho
+from scoring.crit import CritAnswer, CritScore, apply_caps
+from scoring.rubric import Rubric, load_rubric
 from scoring.prompts import ScorerPrompt, load_scorer_prompt
 from scoring.rules_scorer import CritTask
 
-CRIT_VARIABLES = frozenset({"memo_ids", "agent_id", "role", "round", "argument", "critiques"})
+CRIT_VARIABLES = frozenset({"memo_ids", "agent_id", "role", "round", "argument", "critiques", "pillars"})
 
 
 def load_crit_prompt(directory: str | None = None) -> ScorerPrompt:
     return load_scorer_prompt("crit", CRIT_VARIABLES, directory)
 
 
-def render_crit(task: CritTask, prompt: ScorerPrompt | None = None) -> tuple[str, str]:
+def render_crit(task: CritTask, rubric: Rubric | None = None, prompt: ScorerPrompt | None = None) -> tuple[str, str]:
     """(system, user) for one CRIT request: the same text whichever model is asked."""
     prompt = prompt or load_crit_prompt()
-    user = prompt.render(memo_ids=task.memo_ids, agent_id=task.agent_id, role=task.role, round=task.round,
+    rubric = rubric or load_rubric("uniform")
+    pillars = {k: {"label": d.label, "description": d.description} for k, d in rubric.for_role(task.role).items()}
+    user = prompt.render(memo_ids=task.memo_ids, agent_id=task.agent_id, role=task.role, round=task.round, pillars=pillars,
                          argument=task.argument.model_dump_json(indent=1),
                          critiques=[{"from_agent": c.from_agent, "target_claim": c.item.target_claim,
                                      "critique_text": c.item.critique_text} for c in task.critiques])
     return prompt.system, user
 
 
-def finish(task: CritTask, answer: CritAnswer, scorer: str, is_llm: bool) -> CritScore:
+def finish(task: CritTask, answer: CritAnswer, scorer: str, is_llm: bool, rubric: Rubric | None = None) -> CritScore:
+    """Enforce the count-implied caps (recording every clip) and compute ρ_i under the rubric."""
+    rubric = rubric or load_rubric("uniform")
     capped, clips = apply_caps(answer.scores, answer.diagnostics)
     return CritScore(agent_id=task.agent_id, role=task.role, round=task.round, scorer=scorer, is_llm=is_llm,
-                     scores=capped, raw_scores=answer.scores, clips=clips, diagnostics=answer.diagnostics, rho=rho(capped))
+                     scores=capped, raw_scores=answer.scores, clips=clips, diagnostics=answer.diagnostics,
+                     rho=rubric.rho(task.role, capped), rubric=rubric.name)
+
+
+def crit_request(task: CritTask, rubric: Rubric, model: str, temperature: float = 0.0, max_tokens: int | None = None):
+    """The gateway request for one CRIT call: identical for every model; providers adapt only the transport."""
+    from runner.gateway import LLMRequest, Message
+    system, user = render_crit(task, rubric)
+    return LLMRequest(model=model, temperature=temperature, max_tokens=max_tokens,
+                      response_schema=CritAnswer.model_json_schema(),
+                      messages=[Message(role="system", content=system), Message(role="user", content=user)],
+                      context=task.model_dump(mode="json"))

@@ -179,24 +179,37 @@ class RuleAnalyst:
         assert task.own is not None, "revise needs the agent's own proposal"
         scores, _ = self.assess(task)
         weights = {h.ticker: h.weight for h in task.own.allocation}
-        responses, notes = [], []
+        responses, notes, cuts = [], [], {}
         for rc in task.critiques_received:
             claim = next((c for c in task.own.claims if c.claim_id == rc.item.target_claim), None)
             t = claim.impacts_positions[0] if claim and claim.impacts_positions else None
-            accept = t is not None and t in weights and weights[t] > 0 and (
+            accept = t is not None and weights.get(t, 0) > 0 and (
                 rc.item.objection_confidence >= 0.6 or scores.get(t, 0.0) < 0)
-            if accept:
-                cut = min(0.05, weights[t] / 2)
-                weights[t] -= cut
-                best = max((x for x in task.universe if weights[x] > 0 and x != t),
-                           key=lambda x: (scores[x], x), default=t)
-                weights[best] += cut
-                notes.append(f"moved {cut:.3f} from {t} to {best}")
+            if accept and t not in cuts:
+                cuts[t] = min(0.05, weights[t] / 2)
             responses.append(CritiqueResponse(
                 from_agent=rc.from_agent, target_claim=rc.item.target_claim,
                 disposition="accept" if accept else "rebut",
-                justification=(f"Accepted: {t} also scores {scores.get(t, 0.0):+.2f} on my screen." if accept else
+                justification=(f"Accepted: {t} is cut on this evidence." if accept else
                                f"Rebutted: my screen scores {t} at {scores.get(t, 0.0):+.2f}, so the position stands.")))
+        if cuts:
+            # Move the cut weight to the best-scored holdings nobody objected to, never back to a cut ticker.
+            receivers = sorted((x for x in task.universe if x not in cuts and weights[x] < task.constraints.max_weight),
+                               key=lambda x: (-(weights[x] > 0), -scores[x], x))
+            freed = sum(cuts.values())
+            for t, cut in cuts.items():
+                weights[t] -= cut
+            for x in receivers:
+                room = task.constraints.max_weight - weights[x]
+                give = min(room, freed)
+                weights[x] += give
+                freed -= give
+                if freed <= 1e-12:
+                    break
+            if freed > 1e-12:  # nowhere to put it: undo proportionally rather than break the constraints
+                for t, cut in cuts.items():
+                    weights[t] += freed * cut / sum(cuts.values())
+            notes.append("cut " + ", ".join(f"{t} by {c:.3f}" for t, c in sorted(cuts.items())))
         weights = cap_weights(weights, task.constraints.max_weight)
         parts = self._proposal_parts(task, {t: round(w, 6) for t, w in weights.items()})
         return Revision(**parts, critique_responses=responses, revision_notes="; ".join(notes) or "no change")

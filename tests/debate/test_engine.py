@@ -141,3 +141,35 @@ def test_baselines_single_agent_and_mean_without_debate(world, tmp_path):
     proposals = [e["weights"] for e in events(tmp_path / mean.run_id, "turn")]
     for t in TICKERS:
         assert mean.weights[t] == pytest.approx(sum(p[t] for p in proposals) / 3)
+
+
+def test_rca_retries_an_inconsistent_revision_with_feedback(world, tmp_path):
+    pack, scenario = world
+    dropped = {"n": 0}
+
+    def ignore_critiques(context, content):
+        data = json.loads(content)
+        if context.get("phase") == "revise" and context["agent_id"] == "value" and dropped["n"] == 0 and data["critique_responses"]:
+            dropped["n"] += 1
+            data["critique_responses"] = []  # the agent "forgets" to answer its critics
+            return json.dumps(data)
+        return content
+
+    with SimProvider(answer_filter=ignore_critiques) as sim:
+        result = asyncio.run(run_debate(scenario, pack, config("causal-debate-3-rca.yaml", model=sim_spec(sim)), Gateway(), tmp_path))
+    assert result.status == "ok" and dropped["n"] == 1
+    fired = [e for e in events(tmp_path / result.run_id, "intervention") if e["name"] == "rca"]
+    assert len(fired) == 1 and fired[0]["agent"] == "value" and fired[0]["verdict"] == "inconsistent"
+    assert "unanswered" in fired[0]["reason"] and fired[0]["feedback"]
+    retried = [e for e in events(tmp_path / result.run_id, "turn") if e["label"] == "revise:rca1"]
+    assert len(retried) == 1 and retried[0]["output"]["critique_responses"]
+
+
+def test_crit_causal_nudges_and_rescores_low_p4(world, tmp_path):
+    pack, scenario = world
+    cfg = config("a10.yaml")
+    cfg = cfg.model_copy(update={"interventions": [cfg.interventions[0].model_copy(update={"p4_threshold": 0.95})]})
+    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
+    fired = [e for e in events(tmp_path / result.run_id, "intervention") if e["name"] == "crit_causal"]
+    assert len(fired) == 6  # rule-based P4 is 0.90 < 0.95 for each of 3 agents in both rounds
+    assert len([e for e in events(tmp_path / result.run_id, "crit") if e["label"] == "crit:retry1"]) == 6
