@@ -78,6 +78,14 @@ class Critique(BaseModel):
     critiques: list[CritiqueItem] = Field(min_length=1)
 
 
+class ReceivedCritique(BaseModel):
+    """A critique as its target receives it: who sent it, and what it says."""
+
+    model_config = _strict
+    from_agent: str
+    item: CritiqueItem
+
+
 class CritiqueResponse(BaseModel):
     model_config = _strict
     from_agent: str

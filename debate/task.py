@@ -12,15 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from debate.memo import EvidenceItem
 from debate.scenario import Constraints
-from debate.schemas import CritiqueItem, Proposal, Revision
+from debate.schemas import Proposal, ReceivedCritique, Revision
 
 TaskPhase = Literal["propose", "critique", "revise", "judge"]
-
-
-class ReceivedCritique(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    from_agent: str
-    item: CritiqueItem
 
 
 class AgentTask(BaseModel):

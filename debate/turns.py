@@ -9,7 +9,6 @@ validated output to the trace. A turn that cannot be completed raises
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any

@@ -14,12 +14,12 @@ import hashlib
 import json
 import math
 import random
-import socket
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from runner.http_stub import JSONHandler, StubServer, chat_completion
 
 
 @dataclass
@@ -38,7 +38,7 @@ class SimStats:
     arrivals: list[float] = field(default_factory=list)
 
 
-class SimProvider:
+class SimProvider(StubServer):
     def __init__(self, config: SimConfig | None = None, answer_filter=None):
         self.config = config or SimConfig()
         #: Optional fault injection for tests: (context, content) -> content.
@@ -49,28 +49,15 @@ class SimProvider:
         self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of admitted requests
         sim = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def setup(self):
-                super().setup()
-                # Headers and body go out in two writes; without this, Nagle plus delayed ACK adds ~40 ms per call.
-                self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def do_GET(self):
-                self._send(200, {"object": "list", "data": [{"id": "sim", "object": "model"}]})
-
+        class Handler(JSONHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                body = self.read_json()
                 prompt = json.dumps(body.get("messages"), sort_keys=True)
                 tokens = len(prompt) // 4 + 16
                 retry_after, delay = sim._admit(tokens)
                 if retry_after is not None:
-                    return self._send(429, {"error": {"message": "simulated rate limit", "type": "rate_limit_error"}},
-                                      {"Retry-After": str(max(1, math.ceil(retry_after)))})
+                    return self.send_json(429, {"error": {"message": "simulated rate limit", "type": "rate_limit_error"}},
+                                          {"Retry-After": str(max(1, math.ceil(retry_after)))})
                 if delay:
                     time.sleep(delay)
                 digest = hashlib.sha256(prompt.encode()).hexdigest()[:16]
@@ -81,29 +68,10 @@ class SimProvider:
                         content = sim.answer_filter(body["madbench_context"], content)
                 else:
                     content = json.dumps({"answer": digest})
-                self._send(200, {
-                    "id": f"chatcmpl-{digest}", "object": "chat.completion", "created": 0, "model": body.get("model", "sim"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(content) // 4,
-                              "total_tokens": len(prompt) // 4 + len(content) // 4}})
+                self.send_json(200, chat_completion(content, body.get("model", "sim"), len(prompt) // 4,
+                                                    len(content) // 4, digest))
 
-            def _send(self, status, payload, headers=None):
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    for k, v in (headers or {}).items():
-                        self.send_header(k, v)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        super().__init__(Handler)
 
     def _admit(self, tokens: int) -> tuple[float | None, float]:
         """(retry_after, latency): a request over the sliding-window limits is refused with a retry hint."""
@@ -122,15 +90,3 @@ class SimProvider:
             self._window.append((now, tokens))
             delay = 0.0 if c.latency_median_s <= 0 else self._rng.lognormvariate(math.log(c.latency_median_s), c.latency_sigma)
         return None, delay
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._httpd.shutdown()
-        self._httpd.server_close()

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.schemas import CritiqueItem, Proposal, Revision, weights_of
+from debate.schemas import Proposal, ReceivedCritique, Revision, weights_of
 from scoring.audit import audit_turn
 
 RCA_VARIABLES = frozenset({"phase", "agent_id", "before", "after", "critiques"})
@@ -28,19 +28,13 @@ class RCAVerdict(BaseModel):
         return self.verdict == "consistent"
 
 
-class RCAReceived(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    from_agent: str
-    item: CritiqueItem
-
-
 class RCATask(BaseModel):
     model_config = ConfigDict(extra="forbid")
     phase: str
     agent_id: str
     before: Proposal | Revision | None
     after: Revision | Proposal
-    critiques: list[RCAReceived] = Field(default_factory=list)
+    critiques: list[ReceivedCritique] = Field(default_factory=list)
     memo_ids: list[str]
 
 

@@ -10,19 +10,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.schemas import CritiqueItem, Proposal, Revision
+from debate.schemas import Proposal, ReceivedCritique, Revision
 from scoring.audit import audit_turn
 from scoring.crit import CritAnswer, CritDiagnostics, PillarExplanations, PillarScores, cap_for, pillar_counts
 
 BASE = 0.90
 PRICE_FIELDS = {"PX", "RET20", "RET60", "RET120", "RET252", "VOL20", "VOL60", "DVOL60", "DD60", "MDD1Y", "SHARPE",
                 "BETA", "SMA20", "SMA50", "SMA200", "MOM200", "MOM12_1", "IDMOM", "TREND", "RS60", "ADVOL", "CSZ"}
-
-
-class ReceivedItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    from_agent: str
-    item: CritiqueItem
 
 
 class CritTask(BaseModel):
@@ -34,7 +28,7 @@ class CritTask(BaseModel):
     round: int
     memo_ids: list[str]
     argument: Revision | Proposal
-    critiques: list[ReceivedItem] = Field(default_factory=list)
+    critiques: list[ReceivedCritique] = Field(default_factory=list)
 
 
 def overreach(task: CritTask) -> int:

@@ -7,7 +7,6 @@ import sys
 import time
 
 import pandas as pd
-import pytest
 
 from runner.cli import main
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared

@@ -8,6 +8,7 @@ import pytest
 
 from runner.gateway import (Budget, BudgetExhausted, Gateway, GatewayFailure, LLMRequest, Message, ModelSpec,
                             OutputInvalid, RateLimits, ResponseCache, RetryPolicy)
+from runner.gateway.accounting import Attempt
 from tests.fault_server import FaultServer, Faults
 
 FAST_RETRY = RetryPolicy(timeout_s=0.5, max_transient_retries=6, max_rate_limit_retries=10, backoff_base_s=0.05,
@@ -60,7 +61,7 @@ def test_300_requests_under_faults_all_end_recorded_and_rate_respected():
     for f in failed:
         assert f.reason and f.attempts and all(a["reason"] for a in f.attempts if a["kind"] != "ok")
     # every injected fault that reached the client was recorded as a retry with its reason
-    recorded = [a for r in ok for a in r.attempts] + [a for f in failed for a in (type(r.attempts[0])(**a) for a in f.attempts)]
+    recorded = [a for r in ok for a in r.attempts] + [Attempt(**a) for f in failed for a in f.attempts]
     by_kind = {}
     for a in recorded:
         by_kind[a.kind] = by_kind.get(a.kind, 0) + 1
