@@ -99,10 +99,12 @@ class LocalServer:
         return ensure_model_file(self.name)
 
     def read_state(self) -> ServerState | None:
+        """The recorded server if its process is alive. A live server busy generating may not answer a
+        health check quickly, so liveness is judged by its process, not by a probe."""
         if not self.state_file.exists():
             return None
         state = ServerState(**json.loads(self.state_file.read_text()))
-        return state if _alive(state.pid) and self._healthy(state) else None
+        return state if _alive(state.pid) else None
 
     @staticmethod
     def _healthy(state: ServerState) -> bool:
@@ -127,7 +129,7 @@ class LocalServer:
         port = _free_port()
         cmd = [sys.executable, "-m", "runner.gateway.local_server_main", "--model", str(model_path),
                "--alias", self.name, "--port", str(port), "--threads", str(self.threads),
-               "--n-ctx", str(LOCAL_MODELS[self.name]["n_ctx"])]
+               "--n-ctx", str(LOCAL_MODELS[self.name]["n_ctx"]), "--owner-pid", str(os.getpid())]
         if self.reuse_prefix:
             cmd.append("--reuse-prefix")
         with open(self.log_file, "ab") as log:
@@ -151,6 +153,7 @@ class LocalServer:
         state = ServerState(**json.loads(self.state_file.read_text()))
         stopped = False
         if _alive(state.pid):
+            # SIGTERM lets uvicorn finish the request in flight, which may be a long generation: wait 5 s, then kill.
             os.killpg(state.pid, signal.SIGTERM)
             for _ in range(50):
                 if not _alive(state.pid):

@@ -1,7 +1,8 @@
 """Entry point of the local model server process (started by ``LocalServer``).
 
 It is llama-cpp-python's OpenAI-compatible server with two settings fixed for
-research use: logits for the last token only (the default keeps all of them,
+research use, and a watchdog that exits when the process that started it is
+gone: logits for the last token only (the default keeps all of them,
 3.3 GB here) and, unless --reuse-prefix, a context reset before every request.
 llama.cpp otherwise reuses a cached prompt prefix, which changes the output
 bytes of an identical request depending on what was asked before it.
@@ -12,6 +13,24 @@ from __future__ import annotations
 import argparse
 
 
+def _watch_owner(pid: int) -> None:
+    import os
+    import threading
+    import time
+
+    def watch():
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(0)  # immediately: a generation in flight for a dead owner is wasted CPU
+            except PermissionError:
+                pass
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m runner.gateway.local_server_main")
     p.add_argument("--model", required=True)
@@ -20,7 +39,11 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--reuse-prefix", action="store_true")
+    p.add_argument("--owner-pid", type=int, default=None,
+                   help="exit when this process is gone (a killed owner must not leave a server burning CPU)")
     args = p.parse_args()
+    if args.owner_pid:
+        _watch_owner(args.owner_pid)
 
     import llama_cpp
     import uvicorn

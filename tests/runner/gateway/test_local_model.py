@@ -55,5 +55,24 @@ def test_local_model_answers_schema_constrained_allocation_offline(tmp_path, mon
         replay = asyncio.run(gw.complete(allocation_request(prompt), validate=validate))
         assert replay.cached and replay.content == first.content
     server = LocalServer("gemma3-270m")
-    assert server.read_state() is not None
+    state = server.ensure()  # the running one (or a fresh one if another process stopped it meanwhile)
+    assert server.read_state() == state
     assert server.stop() and server.read_state() is None
+
+
+def test_server_exits_when_its_owner_is_killed(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from runner.gateway.local_model import _alive
+    code = "from runner.gateway.local_model import LocalServer; import time; s = LocalServer().ensure(); print(s.pid, flush=True); time.sleep(600)"
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    server_pid = int(owner.stdout.readline())
+    assert _alive(server_pid)
+    owner.kill()  # SIGKILL: no atexit runs
+    owner.wait()
+    deadline = time.monotonic() + 15
+    while _alive(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(server_pid)
