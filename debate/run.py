@@ -72,8 +72,22 @@ def run_id_for(scenario: Scenario, config: DebateConfig, sample_index: int) -> s
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gateway: Gateway, out_dir: str | Path,
-                     sample_index: int = 0, where: str = "scenario", with_baselines: bool = True) -> RunResult:
+class RunLayout:
+    """Where a run's trace and result live: ``<out>/<run_id>/`` by default; a batch passes its own layout."""
+
+    def __init__(self, out_dir: str | Path):
+        self.out_dir = Path(out_dir)
+
+    def trace_path(self, run_id: str) -> Path:
+        return self.out_dir / run_id / "trace.jsonl"
+
+    def result_path(self, run_id: str) -> Path:
+        return self.out_dir / run_id / "result.json"
+
+
+async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gateway: Gateway, out_dir: str | Path | RunLayout,
+                     sample_index: int = 0, where: str = "scenario", with_baselines: bool = True,
+                     retry_failed: bool = True) -> RunResult:
     from debate.scenario import check_against_pack
     check_against_pack(scenario, pack, where)
     constraints = config.effective_constraints(scenario.constraints, "config.constraints")
@@ -83,14 +97,14 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         raise InputError("config.constraints", "; ".join(problems), "relax the override for this scenario")
     scenario = scenario.model_copy(update={"constraints": constraints})
     run_id = run_id_for(scenario, config, sample_index)
-    run_dir = Path(out_dir) / run_id
-    result_path = run_dir / "result.json"
+    layout = out_dir if isinstance(out_dir, RunLayout) else RunLayout(out_dir)
+    result_path = layout.result_path(run_id)
     if result_path.exists():
         stored = RunResult.model_validate_json(result_path.read_text())
-        if stored.status == "ok":
+        if stored.status == "ok" or not retry_failed:
             return stored  # finished: nothing to redo
         # A failed run is attempted again (its trace keeps the failed attempt); cached calls are free.
-    trace_path = run_dir / "trace.jsonl"
+    trace_path = layout.trace_path(run_id)
     readout = read_trace(trace_path, repair=True)  # a torn tail from a crash is cut off (and reported)
     memo = build_memo(scenario, pack, where)
     base = dict(run_id=run_id, scenario_id=scenario.id, invest_quarter=scenario.invest_quarter,

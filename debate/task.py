@@ -33,3 +33,7 @@ class AgentTask(BaseModel):
     #: Contentiousness in [0, 1] chosen by the controller.
     beta: float = 0.5
     round: int = 1
+    #: Moderator notes for this turn (intervention nudges, RCA feedback), as the prompt shows them.
+    nudges: list[str] = Field(default_factory=list)
+    #: Limits a re-revision must respect (JS-collapse retries): max changed tickers and points per ticker.
+    revision_limits: dict[str, float | None] | None = None

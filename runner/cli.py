@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_debate_commands(sub, _pack_args)
     from runner.score_cli import add_score_commands
     add_score_commands(sub)
+    from runner.run_cli import add_run_commands
+    add_run_commands(sub, _pack_args)
     return parser
 
 

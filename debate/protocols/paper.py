@@ -119,10 +119,11 @@ async def run(ctx: RunContext) -> Outcome:
                 received[item.target_agent].append((a.agent_id, item))
 
         # -- revise (with the RCA consistency loop when enabled)
-        async def revise(a: AgentConfig, nudges: list[str], label: str, extra=None) -> Validated:
+        async def revise(a: AgentConfig, nudges: list[str], label: str, extra=None, limits: dict | None = None) -> Validated:
             mine = received[a.agent_id]
             task = ctx.base_task(a.agent_id, a.role, "revise", t, state.beta, own=current[a.agent_id].value,
-                                 critiques_received=[ReceivedCritique(from_agent=f, item=i) for f, i in mine])
+                                 critiques_received=[ReceivedCritique(from_agent=f, item=i) for f, i in mine],
+                                 nudges=nudges, revision_limits=limits)
             variables = {"own": current[a.agent_id].value.model_dump_json(indent=1), "nudges": nudges,
                          "critiques": [{"from_agent": f, **i.model_dump()} for f, i in mine]}
             out = await ctx.ask(a, "revise", t, task, variables, extra_check=extra, label=label)
@@ -137,6 +138,7 @@ async def run(ctx: RunContext) -> Outcome:
                               "verdict": verdict.verdict, "reason": verdict.reason}
                     ctx.trace.emit("intervention", **record, action="retry revise with feedback", feedback=fb)
                     outcome_iv.append(record)
+                    task = task.model_copy(update={"nudges": [*nudges, fb]})
                     out = await ctx.ask(a, "revise", t, task, {**variables, "nudges": [*nudges, fb]},
                                         extra_check=extra, label=f"{label}:rca{level}")
                 else:
@@ -165,8 +167,9 @@ async def run(ctx: RunContext) -> Outcome:
                     return lambda v: raise_if(js_mod.limit_violations(before, v.weights, p))
 
                 for attempt in range(1, p.max_retries + 1):
+                    caps = {"max_changed_tickers": p.max_changed_tickers, "max_change_pts": p.max_change_pts}
                     revs = dict(zip([a.agent_id for a in agents], await asyncio.gather(*[
-                        revise(a, [js_mod.nudge(a.role, p)], f"revise:js{attempt}", limits(a)) for a in agents])))
+                        revise(a, [js_mod.nudge(a.role, p)], f"revise:js{attempt}", limits(a), caps) for a in agents])))
                     js_rev = _divergence(ctx, "revise", t, revs)
                     if not js_mod.triggered(js_in, js_rev, p)[0]:
                         break

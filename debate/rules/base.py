@@ -183,7 +183,9 @@ class RuleAnalyst:
         for rc in task.critiques_received:
             claim = next((c for c in task.own.claims if c.claim_id == rc.item.target_claim), None)
             t = claim.impacts_positions[0] if claim and claim.impacts_positions else None
-            accept = t is not None and weights.get(t, 0) > 0 and (
+            # Under revision limits (a JS-collapse retry) the analyst holds its allocation: the nudge asks it
+            # to keep its independent view, and holding is always within the limits.
+            accept = task.revision_limits is None and t is not None and weights.get(t, 0) > 0 and (
                 rc.item.objection_confidence >= 0.6 or scores.get(t, 0.0) < 0)
             if accept and t not in cuts:
                 cuts[t] = min(0.05, weights[t] / 2)

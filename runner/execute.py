@@ -1,0 +1,182 @@
+"""Running a batch on Ray: runner actors, backpressure, retries, progress, resume.
+
+The driver expands the batch, skips runs whose result is already committed,
+and feeds the rest to a small pool of async runner actors (each hosts one
+gateway, one cache handle and the loaded pack, so litellm is imported once
+per actor, not per run), keeping at most ``max_in_flight`` runs outstanding
+with ``ray.wait``. A run's result file is its commit point; a killed batch
+resumes from its traces with paid calls served from the cache.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from debate.run import RunResult
+from runner.batch import BatchSpec, RunSpec
+from runner.store import BatchLayout, compact, write_manifest
+
+
+class RunnerActor:
+    """Hosts agents and the CRIT scorer for many runs (one gateway, one cache, one pack)."""
+
+    def __init__(self, pack_dir: str, evidence: list[str], cache_dir: str, root: str, batch: str, max_cost_usd: float | None):
+        import ray
+
+        from eval.market.pack import load_pack
+        from runner.gateway import Budget, Gateway, ResponseCache
+        self.pack = load_pack(pack_dir, evidence)
+        self.cache = ResponseCache(cache_dir)
+        self.gateway = Gateway(cache=self.cache, budget=Budget(max_cost_usd))
+        self.layout = BatchLayout(root)
+        self.batch = batch
+        self.node_id = ray.get_runtime_context().get_node_id()
+
+    async def run(self, scenario: dict, config: dict, sample_index: int, retry_failed: bool) -> dict[str, Any]:
+        from debate.config import DebateConfig
+        from debate.run import run_debate
+        from debate.scenario import Scenario
+        from runner.gateway.errors import BudgetExhausted
+        from runner.store import write_parts
+        s, c = Scenario.model_validate(scenario), DebateConfig.model_validate(config)
+        t0 = time.perf_counter()
+        try:
+            result = await run_debate(s, self.pack, c, self.gateway, self.layout, sample_index, where=f"scenario {s.id}",
+                                      retry_failed=retry_failed)
+        except BudgetExhausted as exc:
+            return {"status": "budget", "error": str(exc), "node_id": self.node_id}
+        write_parts(self.layout, self.batch, result, config, scenario, self.node_id)
+        return {"status": result.status, "error": result.error, "run_id": result.run_id, "totals": result.totals,
+                "node_id": self.node_id, "wall_s": time.perf_counter() - t0}
+
+
+class Progress:
+    def __init__(self, total: int, budget: float | None, stream=sys.stderr):
+        self.total, self.budget, self.stream = total, budget, stream
+        self.done = self.failed = self.calls = self.cached = self.tokens = 0
+        self.cost = 0.0
+        self.t0 = time.monotonic()
+        self.last = 0.0
+
+    def add(self, summary: dict[str, Any]) -> None:
+        if summary["status"] == "ok":
+            self.done += 1
+        else:
+            self.failed += 1
+        t = summary.get("totals") or {}
+        self.calls += t.get("calls", 0)
+        self.cached += t.get("cached", 0)
+        self.tokens += t.get("prompt_tokens", 0) + t.get("completion_tokens", 0)
+        self.cost += t.get("cost_usd", 0.0) or 0.0
+
+    def show(self, running: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < 2.0:
+            return
+        self.last = now
+        el = now - self.t0
+        finished = self.done + self.failed
+        eta = (self.total - finished) * el / finished if finished else float("nan")
+        hit = self.cached / self.calls if self.calls else 0.0
+        budget = f"/{self.budget:.2f}" if self.budget else ""
+        bar = "#" * int(30 * finished / max(1, self.total))
+        print(f"\r[{bar:<30}] {finished}/{self.total} done {self.done} failed {self.failed} running {running} | "
+              f"{self.calls / el if el else 0:.1f} calls/s, cache {hit:.0%}, {self.tokens} tok, ${self.cost:.4f}{budget} | "
+              f"ETA {eta:.0f} s   ", end="" if not force else "\n", file=self.stream, flush=True)
+
+
+def init_ray(address: str | None, num_cpus: int | None = None):
+    import ray
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not ray.is_initialized():
+        root = str(Path(__file__).resolve().parents[1])
+        env = {"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}}
+        if address:
+            ray.init(address=address, runtime_env=env, log_to_driver=False)
+        else:
+            ray.init(include_dashboard=False, num_cpus=num_cpus, runtime_env=env, log_to_driver=False, configure_logging=False)
+    return ray
+
+
+def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
+              address: str | None = None, retry_failed: bool = False, quiet: bool = False) -> dict[str, Any]:
+    manifest_runs = {r.run_id: {"run_id": r.run_id, "scenario_id": r.scenario.id, "config": r.config.name,
+                                "replicate": r.sample_index, "status": "pending", "attempts": 0} for r in runs}
+    for r in runs:
+        stored = layout.stored_result(r.run_id)
+        if stored is not None:
+            manifest_runs[r.run_id]["status"] = stored.status
+    todo = [r for r in runs if manifest_runs[r.run_id]["status"] == "pending"
+            or (retry_failed and manifest_runs[r.run_id]["status"] == "failed")]
+    spec_json = spec.model_dump(mode="json")
+    write_manifest(layout, spec_json, list(manifest_runs.values()), "running")
+    progress = Progress(len(todo), spec.max_cost_usd, stream=open(os.devnull, "w") if quiet else sys.stderr)
+    stats = {"runs": len(runs), "skipped": len(runs) - len(todo), "submitted": 0, "wall_s": 0.0}
+    t0 = time.perf_counter()
+    if todo:
+        ray = init_ray(address)
+        n_workers = min(spec.workers, len(todo))
+        actor_cls = ray.remote(num_cpus=0, max_concurrency=max(1, spec.max_in_flight))(RunnerActor)
+        actors = [actor_cls.options(scheduling_strategy="SPREAD").remote(
+            pack_dir, evidence, cache_dir, str(layout.root), spec.name, spec.max_cost_usd) for _ in range(n_workers)]
+        queue = list(todo)
+        in_flight: dict[Any, RunSpec] = {}
+        budget_hit = False
+        state = "finished"
+        try:
+            i = 0
+            while queue or in_flight:
+                while queue and len(in_flight) < spec.max_in_flight and not budget_hit:
+                    r = queue.pop(0)
+                    m = manifest_runs[r.run_id]
+                    m["attempts"] += 1
+                    ref = actors[i % n_workers].run.remote(r.scenario.model_dump(mode="json"), r.config.model_dump(mode="json"),
+                                                           r.sample_index, retry_failed or m["attempts"] > 1)
+                    in_flight[ref] = r
+                    stats["submitted"] += 1
+                    i += 1
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+                for ref in ready:
+                    r = in_flight.pop(ref)
+                    m = manifest_runs[r.run_id]
+                    try:
+                        summary = ray.get(ref)
+                    except ray.exceptions.RayError as exc:  # a worker died or a bug: the run failed, the batch goes on
+                        summary = {"status": "failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+                    if summary["status"] == "budget":
+                        budget_hit = True
+                        queue.insert(0, r)
+                        m["attempts"] -= 1
+                        continue
+                    m["status"], m["error"], m["node_id"] = summary["status"], summary.get("error"), summary.get("node_id")
+                    if summary["status"] == "failed" and m["attempts"] <= spec.retries:
+                        queue.append(r)  # retried with its reason kept in the trace
+                        continue
+                    progress.add(summary)
+                progress.show(len(in_flight))
+                if budget_hit and not in_flight:
+                    state = "stopped: budget reached"
+                    break
+        except KeyboardInterrupt:
+            state = "interrupted"
+            print("\ninterrupted: committed runs are kept; run the same command again to resume", file=sys.stderr)
+        finally:
+            progress.show(len(in_flight), force=True)
+            for a in actors:
+                ray.kill(a)
+            write_manifest(layout, spec_json, list(manifest_runs.values()), state)
+    else:
+        write_manifest(layout, spec_json, list(manifest_runs.values()), "finished")
+    stats["tables"] = compact(layout)
+    stats["wall_s"] = time.perf_counter() - t0
+    stats["status"] = {s: sum(1 for m in manifest_runs.values() if m["status"] == s) for s in ("ok", "failed", "pending")}
+    return stats
+
+
+def stored(layout: BatchLayout, run_id: str) -> RunResult | None:
+    return layout.stored_result(run_id)

@@ -1,0 +1,156 @@
+"""A batch's results directory: manifest, traces, per-run Parquet parts, and the compacted tables.
+
+    results/<batch>/manifest.json      the spec, versions, and every run with its status
+    results/<batch>/traces/<run>.jsonl append-only trace of each run
+    results/<batch>/runs/<run>.json    a run's result: written last, atomically — the commit point
+    results/<batch>/parts/{runs,rounds,calls}/<run>.parquet
+    results/<batch>/{runs,rounds,calls}.parquet   concatenated parts (rebuilt, never appended to)
+
+Parts are keyed by run id and written atomically, so a resumed batch can
+never hold a row twice; the top-level tables are rebuilt from the parts.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from debate.run import RunLayout, RunResult
+from debate.trace import read_trace
+from eval.atomic import atomic_write, atomic_write_text
+
+TABLES = ("runs", "rounds", "calls")
+PILLARS = ("logical_validity", "evidential_support", "alternative_consideration", "causal_alignment")
+
+
+class BatchLayout(RunLayout):
+    def __init__(self, root: str | Path):
+        super().__init__(root)
+        self.root = Path(root)
+
+    def trace_path(self, run_id: str) -> Path:
+        return self.root / "traces" / f"{run_id}.jsonl"
+
+    def result_path(self, run_id: str) -> Path:
+        return self.root / "runs" / f"{run_id}.json"
+
+    def part(self, table: str, run_id: str) -> Path:
+        return self.root / "parts" / table / f"{run_id}.parquet"
+
+    def stored_result(self, run_id: str) -> RunResult | None:
+        p = self.result_path(run_id)
+        return RunResult.model_validate_json(p.read_text()) if p.exists() else None
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("madbench", "ray", "litellm", "pydantic", "pandas", "pyarrow"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def write_manifest(layout: BatchLayout, spec: dict[str, Any], runs: list[dict[str, Any]], state: str) -> None:
+    body = {"spec": spec, "versions": versions(), "state": state, "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "runs": runs}
+    atomic_write_text(layout.root / "manifest.json", json.dumps(body, indent=1))
+
+
+def read_manifest(root: str | Path) -> dict[str, Any]:
+    return json.loads((Path(root) / "manifest.json").read_text())
+
+
+def _last_attempt(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    starts = [i for i, e in enumerate(events) if e["event"] == "run_start"]
+    return events[starts[-1]:] if starts else []
+
+
+def _model_name(m) -> str:
+    return m["model"] if isinstance(m, dict) else str(m)
+
+
+def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dict[str, Any], events: list[dict], node_id: str) -> dict:
+    crits = [e for e in events if e["event"] == "crit" and e["label"] == "crit"]
+    last_round = max((e["round"] for e in crits), default=None)
+    final_scores = [e["score"] for e in crits if e["round"] == last_round]
+    div = [e for e in events if e["event"] == "divergence"]
+    models = config["models"]
+    row = {
+        "batch": batch, "run_id": result.run_id, "status": result.status, "error": result.error,
+        "scenario_id": scenario["id"], "invest_quarter": scenario["invest_quarter"], "n_tickers": len(scenario["tickers"]),
+        "replicate": result.sample_index, "config": config["name"], "protocol": config["protocol"],
+        "n_agents": len(config["agents"]), "roles": ",".join(a["role"] for a in config["agents"]),
+        "tiers": ",".join(sorted({a["tier"] for a in config["agents"]})), "rounds": config["rounds"],
+        "aggregation": config["aggregation"], "temperature": config["temperature"],
+        "interventions": ",".join(i["name"] for i in config["interventions"]), "crit_rubric": config["crit_rubric"],
+        "model_default": _model_name(models["tiers"].get(models["default"], models["default"])),
+        "method": result.method, "rounds_run": result.rounds_run, "rho_bar": result.rho_bar,
+        "weights": json.dumps(result.weights, sort_keys=True), "cash": result.cash,
+        "jsd_propose": next((d["jsd"] for d in div if d["phase"] == "propose"), None),
+        "jsd_final": div[-1]["jsd"] if div else None,
+        "interventions_fired": len(result.interventions), "node_id": node_id,
+    }
+    for p in PILLARS:
+        row[f"crit_{p}"] = sum(s["scores"][p] for s in final_scores) / len(final_scores) if final_scores else None
+    for k, v in (result.metrics or {}).items():
+        if k != "null_reasons":
+            row[k] = v
+    for name, m in result.baselines.items():
+        for k in ("total_return_pct", "excess_return_pct", "sharpe", "sortino", "volatility", "max_drawdown_pct"):
+            row[f"{name}_{k}"] = m.get(k)
+    for k in ("calls", "cached", "failed", "prompt_tokens", "completion_tokens", "cost_usd", "calls_with_unknown_cost", "latency_s"):
+        row[k] = result.totals.get(k)
+    return row
+
+
+def round_rows(result: RunResult, events: list[dict]) -> list[dict]:
+    js = {d["round"]: d["jsd"] for d in events if d["event"] == "divergence" and d["phase"] == "revise"}
+    rows = []
+    for e in events:
+        if e["event"] != "crit" or e["label"] != "crit":
+            continue
+        s = e["score"]
+        rows.append({"run_id": result.run_id, "round": e["round"], "agent_id": e["agent"], "role": e["role"],
+                     "rho": s["rho"], "scorer": s["scorer"], "scorer_is_llm": s["is_llm"], "jsd_round": js.get(e["round"]),
+                     **{p: s["scores"][p] for p in PILLARS}, **{f"diag_{k}": int(v) for k, v in s["diagnostics"].items()},
+                     **{f"audit_{k}": v for k, v in e.get("audit", {}).items()}, "clips": "; ".join(s["clips"])})
+    return rows
+
+
+def call_rows(result: RunResult, events: list[dict], node_id: str) -> list[dict]:
+    return [{"run_id": result.run_id, "seq": e["seq"], "agent": e["agent"], "phase": e["phase"], "round": e["round"],
+             "label": e["label"], "model_requested": e["model_requested"], "model_used": e["model_used"], "is_llm": e["is_llm"],
+             "cached": e["cached"], "prompt_tokens": e["prompt_tokens"], "completion_tokens": e["completion_tokens"],
+             "cost_usd": e["cost_usd"], "latency_s": e["latency_s"], "overhead_ms": e["overhead_ms"],
+             "retries": sum(1 for a in e["attempts"] if a["kind"] != "ok"), "validation_retries": e["validation_retries"],
+             "node_id": node_id}
+            for e in events if e["event"] == "llm_call"]
+
+
+def write_parts(layout: BatchLayout, batch: str, result: RunResult, config: dict, scenario: dict, node_id: str) -> None:
+    events = _last_attempt(read_trace(layout.trace_path(result.run_id)).events)
+    tables = {"runs": [run_row(batch, result, config, scenario, events, node_id)],
+              "rounds": round_rows(result, events), "calls": call_rows(result, events, node_id)}
+    for name, rows in tables.items():
+        frame = pd.DataFrame(rows)
+        atomic_write(layout.part(name, result.run_id), lambda p, f=frame: f.to_parquet(p, index=False))
+
+
+def compact(layout: BatchLayout) -> dict[str, int]:
+    """Rebuild runs/rounds/calls.parquet from the per-run parts."""
+    counts = {}
+    for name in TABLES:
+        parts = sorted((layout.root / "parts" / name).glob("*.parquet"))
+        frames = [f for f in (pd.read_parquet(p) for p in parts) if len(f)]
+        table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        atomic_write(layout.root / f"{name}.parquet", lambda p, t=table: t.to_parquet(p, index=False))
+        counts[name] = len(table)
+    return counts

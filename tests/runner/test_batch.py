@@ -1,0 +1,118 @@
+"""The batch runner on a real local Ray: spec validation, layout, no-op reruns, kill -9 and resume."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from runner.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TICKERS = ["AAA", "BBB", "CCC", "DDD"]
+
+
+def write_batch(tmp_path, pack, **over) -> Path:
+    scen = tmp_path / "scenarios.yaml"
+    scen.write_text(yaml.safe_dump({"scenarios": [
+        {"id": f"s{q}", "invest_quarter": q, "tickers": TICKERS, "constraints": {"max_weight": 0.6}}
+        for q in ("2021Q2", "2021Q3", "2021Q4", "2022Q1")]}))
+    spec = {"name": "t", "scenarios": {"file": str(scen)},
+            "configs": [str(ROOT / "configs/debate/single-causal.yaml"), str(ROOT / "configs/debate/causal-debate-3.yaml")],
+            "model": "rules/auto", "replicates": 2, "pack": str(pack), "results_dir": str(tmp_path / "results"),
+            "max_in_flight": 4, "workers": 2} | over
+    path = tmp_path / "batch.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"replicatez": 2}, "replicatez: unknown key"),
+    ({"scenarios": {"file": "x.yaml", "make": {"quarters": "2021Q1:2021Q2", "count": 2}}}, "exactly one of `file` or `make`"),
+    ({"configs": ["does-not-exist.yaml"]}, "does-not-exist.yaml: debate config not found"),
+    ({"name": "bad name!"}, "name: String should match pattern"),
+])
+def test_bad_batch_specs_are_named(make_pack, tmp_path, capsys, over, message):
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), **over)
+    assert main(["run", str(batch), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_unknown_scenario_id_and_bad_config_in_batch(make_pack, tmp_path, capsys):
+    pack = make_pack(tickers=tuple(TICKERS))
+    batch = write_batch(tmp_path, pack)
+    spec = yaml.safe_load(batch.read_text())
+    spec["scenarios"]["ids"] = ["s2021Q2", "nope"]
+    batch.write_text(yaml.safe_dump(spec))
+    assert main(["run", str(batch), "--dry-run"]) == 2
+    assert "scenarios.ids: not in" in capsys.readouterr().err
+    spec["scenarios"].pop("ids")
+    spec["grid"] = {"roundz": [1, 2]}
+    batch.write_text(yaml.safe_dump(spec))
+    assert main(["run", str(batch), "--dry-run"]) == 2
+    assert "roundz: unknown key" in capsys.readouterr().err
+
+
+def test_dry_run_counts(make_pack, tmp_path, capsys):
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), grid={"temperature": [0.2, 0.7]})
+    assert main(["run", str(batch), "--dry-run"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # 2 configs x 2 temperatures x 4 scenarios x 2 replicates; single: 1 propose + 1 crit; debate: 3 + 2*(3+3+3) + 1
+    assert out["runs"] == 32 and out["expected_calls"] == 8 * (2 + 22) * 2
+
+
+@pytest.mark.slow
+def test_batch_layout_and_second_run_is_a_no_op(make_pack, tmp_path):
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)))
+    assert main(["run", str(batch), "--quiet"]) == 0
+    root = tmp_path / "results" / "t"
+    runs = pd.read_parquet(root / "runs.parquet")
+    assert len(runs) == 16 and runs.run_id.is_unique and (runs.status == "ok").all()
+    assert {"config", "scenario_id", "replicate", "rounds", "aggregation", "roles", "tiers", "rho_bar", "sharpe",
+            "equal_sharpe", "jsd_propose", "cost_usd", "node_id", "crit_causal_alignment"} <= set(runs.columns)
+    rounds, calls = pd.read_parquet(root / "rounds.parquet"), pd.read_parquet(root / "calls.parquet")
+    assert len(rounds) == 8 * 1 * 3 * 2 + 8 * 1  # debate: 2 rounds x 3 agents; single: one scored proposal
+    assert set(calls.run_id) == set(runs.run_id) and (calls.is_llm == False).all()  # noqa: E712
+    assert len(list((root / "traces").glob("*.jsonl"))) == 16
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["state"] == "finished" and {r["status"] for r in manifest["runs"]} == {"ok"}
+    assert "ray" in manifest["versions"]
+    mtime = (root / "runs" / f"{runs.run_id.iloc[0]}.json").stat().st_mtime
+    t = time.monotonic()
+    assert main(["run", str(batch), "--quiet"]) == 0
+    assert time.monotonic() - t < 15
+    assert (root / "runs" / f"{runs.run_id.iloc[0]}.json").stat().st_mtime == mtime  # nothing re-run
+    assert main(["status", str(root)]) == 0
+
+
+@pytest.mark.slow
+def test_kill_minus_9_at_five_points_then_resume_equals_uninterrupted(make_pack, tmp_path):
+    pack = make_pack(tickers=tuple(TICKERS))
+    (tmp_path / "ref").mkdir()
+    reference_batch = write_batch(tmp_path / "ref", pack)
+    assert main(["run", str(reference_batch), "--quiet"]) == 0
+    reference = pd.read_parquet(tmp_path / "ref" / "results" / "t" / "runs.parquet").set_index("run_id")
+    (tmp_path / "chaos").mkdir()
+    batch = write_batch(tmp_path / "chaos", pack)
+    rng = random.Random(3)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for _ in range(5):
+        proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(rng.uniform(4.0, 9.0))
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its whole local Ray, at once
+        proc.wait()
+    assert main(["run", str(batch), "--quiet"]) == 0
+    runs = pd.read_parquet(tmp_path / "chaos" / "results" / "t" / "runs.parquet")
+    assert runs.run_id.is_unique and len(runs) == 16 and (runs.status == "ok").all()
+    runs = runs.set_index("run_id")
+    assert set(runs.index) == set(reference.index)
+    assert (runs.loc[reference.index, "weights"] == reference["weights"]).all()
