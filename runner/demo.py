@@ -1,123 +1,78 @@
 """`madbench demo`: the main job on the embedded defaults (offline pack, committed scenarios, local model).
 
-1. For every committed scenario: the point-in-time memo and the baselines (1/N, inverse volatility,
-   minimum variance, SPY).
-2. The 3-role causal debate with the JS intervention (``configs/debate/causal-debate-3.yaml``) on every
-   scenario, with the rule-based analysts (non-LLM; seconds for all 35).
-3. One proposal by the embedded language model on the smallest scenario, through the full gateway
-   (``configs/debate/demo-local.yaml``), to show the offline LLM path end to end. Skip with --no-local.
+It runs two ready batches through the Ray runner, exactly as `madbench run` would:
 
-The Ray batch runner replaces the loops here when it lands.
+* ``rules-35``: the rule-based analysts (non-LLM) on the 35 committed scenarios — a single agent, the
+  3-role mean and the 3-role causal debate — a full-size batch in well under a minute;
+* ``quickstart``: the embedded language model on the four smallest scenarios (about 10 minutes on
+  2 cores; skip with --no-local);
+
+then prints and writes a summary of ``runs.parquet``. Both batches resume: a second demo is a no-op.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
+import argparse
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from eval.atomic import atomic_write, atomic_write_text
+from eval.atomic import atomic_write_text
+from eval.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_SCENARIOS = ROOT / "configs" / "scenarios" / "market-35.yaml"
-DEBATE_CONFIG = ROOT / "configs" / "debate" / "causal-debate-3.yaml"
-LOCAL_CONFIG = ROOT / "configs" / "debate" / "demo-local.yaml"
+BATCHES = ROOT / "configs" / "batches"
+METRICS = ["total_return_pct", "excess_return_pct", "sharpe", "max_drawdown_pct", "rho_bar"]
 
 
 def run_demo(args) -> int:
-    from debate.memo import build_memo
-    from debate.scenario import load_scenarios
-    from eval.baselines import baseline_metrics
-    from eval.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
-
-    t0 = time.perf_counter()
-    pack_dir = resolve_pack_dir(args.pack)
-    pack = load_pack(pack_dir, resolve_evidence_dirs(args.evidence))
-    scen_path = Path(args.scenarios) if args.scenarios else DEFAULT_SCENARIOS
-    scenarios = load_scenarios(scen_path)
-    t_load = time.perf_counter()
-    memos = [build_memo(s, pack, where=f"{scen_path}: scenarios[{i}]") for i, s in enumerate(scenarios)]
-    t_memo = time.perf_counter()
-    rows = []
-    for s in scenarios:
-        for name, m in baseline_metrics(pack, s.quarter, s.tickers).items():
-            rows.append({"scenario_id": s.id, "invest_quarter": s.invest_quarter, "n_tickers": len(s.tickers),
-                         "config": f"baseline:{name}", **m.model_dump(exclude={"null_reasons"})})
-    t_bt = time.perf_counter()
+    from runner.run_cli import cmd_run
     out = Path(args.out)
-    for memo in memos:
-        atomic_write_text(out / "memos" / f"{memo.scenario_id}.txt", memo.text)
-    print(f"pack {pack_dir}; {len(scenarios)} scenarios from {scen_path}")
-    print(f"load {t_load - t0:.2f} s, {len(memos)} memos {t_memo - t_load:.2f} s, baselines {t_bt - t_memo:.2f} s")
-
-    rows += _rule_debates(scenarios, pack, out, scen_path)
-    table = pd.DataFrame(rows)
-    atomic_write(out / "results.parquet", lambda p: table.to_parquet(p, index=False))
-    _summary(table)
-    print(f"wrote {out / 'results.parquet'}, debate runs in {out / 'debates'} and {len(memos)} memos in {out / 'memos'}")
-    if not args.no_local:
-        _local_model_turn(scenarios, pack, out, scen_path, args.cache_dir)
-    print("next: the Ray batch runner, statistics and the report replace these loops as they land.")
+    batches = ["rules-35"]
+    if args.no_local:
+        print("demo: --no-local given; the embedded model's batch is skipped")
+    elif importlib.util.find_spec("llama_cpp") is None:
+        print("demo: the `local` extra is not installed (see README), so the embedded model's batch is skipped")
+    else:
+        batches.append("quickstart")
+    overrides = {"pack": args.pack, "evidence": args.evidence, "cache_dir": args.cache_dir}
+    if args.scenarios:
+        print("demo: --scenarios is not used by the batch demo; use `madbench run` with your own batch file")
+    for name in batches:
+        print(f"\n== batch {name} ({BATCHES / (name + '.yaml')})", flush=True)
+        cmd_run(argparse.Namespace(batch=str(BATCHES / f"{name}.yaml"), address=None, results_dir=str(out), dry_run=False,
+                                   retry_failed=False, quiet=False, **overrides))
+    summary = summarise([out / b / "runs.parquet" for b in batches])
+    atomic_write_text(out / "summary.md", summary)
+    print("\n" + summary)
+    print(f"\nwrote {out / 'summary.md'}; runs, rounds and calls tables in {', '.join(str(out / b) for b in batches)}")
     return 0
 
 
-def _rule_debates(scenarios, pack, out: Path, scen_path: Path) -> list[dict]:
-    from debate.config import load_debate_config
-    from debate.run import run_debate
-    from runner.gateway import Gateway, ModelRouting
-    config = load_debate_config(DEBATE_CONFIG)
-    config = config.model_copy(update={"name": "causal-debate-3:rules", "models": ModelRouting.single("rules/auto")})
-    gateway = Gateway()
-    t = time.perf_counter()
+def summarise(paths: list[Path]) -> str:
+    runs = pd.concat([pd.read_parquet(p) for p in paths if p.exists()], ignore_index=True)
+    ok = runs[runs.status == "ok"]
+    lines = [f"# madbench demo: {len(ok)} of {len(runs)} runs ok", "",
+             "Mean (SEM) over scenarios. Rule-based runs are non-LLM; the local model is a 270M base model.", ""]
     rows = []
-    for s in scenarios:
-        r = asyncio.run(run_debate(s, pack, config, gateway, out / "debates", where=f"{scen_path}: {s.id}", with_baselines=False))
-        if r.status != "ok":
-            print(f"  debate on {s.id} failed: {r.error}")
-            continue
-        rows.append({"scenario_id": s.id, "invest_quarter": s.invest_quarter, "n_tickers": len(s.tickers),
-                     "config": config.name, "run_id": r.run_id, "rho_bar": r.rho_bar,
-                     **{k: v for k, v in r.metrics.items() if k != "null_reasons"}})
-    print(f"{len(rows)} rule-based causal-debate-3 runs (non-LLM) in {time.perf_counter() - t:.1f} s")
-    return rows
-
-
-def _summary(table: pd.DataFrame) -> None:
-    metrics = ["total_return_pct", "excess_return_pct", "sharpe", "max_drawdown_pct"]
-    summary = table.groupby("config")[metrics].agg(["mean", "sem"])
-    print("mean (sem) over scenarios:")
-    for cfg, r in summary.iterrows():
-        print(f"  {cfg:<22} " + ", ".join(f"{m} {r[(m, 'mean')]:+.3f} ({r[(m, 'sem')]:.3f})" for m in metrics))
-    eq = table[table.config == "baseline:equal"].set_index("scenario_id")["sharpe"]
-    for other in ("baseline:spy", "causal-debate-3:rules"):
-        o = table[table.config == other].set_index("scenario_id")["sharpe"]
-        both = np.isfinite(eq - o)
-        print(f"1/N beats {other} on Sharpe in {int((eq > o)[both].sum())} of {int(both.sum())} scenarios")
-
-
-def _local_model_turn(scenarios, pack, out: Path, scen_path: Path, cache_dir) -> None:
-    import importlib.util
-
-    from debate.config import load_debate_config
-    from debate.run import run_debate
-    from runner.gateway import Gateway, ResponseCache, resolve_cache_dir
-    if importlib.util.find_spec("llama_cpp") is None:
-        print("local model: the `local` extra is not installed (see README); skipped")
-        return
-    scenario = min(scenarios, key=lambda s: (len(s.tickers), s.id))
-    config = load_debate_config(LOCAL_CONFIG)
-    print(f"local model: one proposal on {scenario.id} ({len(scenario.tickers)} tickers) by local/gemma3-270m "
-          "(a base model: this proves the offline path, its content is not meaningful) ...", flush=True)
-    t = time.perf_counter()
-    with ResponseCache(resolve_cache_dir(cache_dir)) as cache:
-        r = asyncio.run(run_debate(scenario, pack, config, Gateway(cache=cache), out / "debates", where=f"{scen_path}: {scenario.id}"))
-    if r.status != "ok":
-        print(f"local model: run {r.run_id} failed: {r.error} (trace: {out / 'debates' / r.run_id / 'trace.jsonl'})")
-        return
-    held = ", ".join(f"{t_} {w:.2f}" for t_, w in r.weights.items() if w > 0)
-    print(f"local model: {held} | return {r.metrics['total_return_pct']:.2f}% | rho_bar {r.rho_bar:.3f} (rules/crit) | "
-          f"{r.totals['calls']} calls ({r.totals['cached']} cached), {r.totals['completion_tokens']} tokens, "
-          f"{time.perf_counter() - t:.0f} s | trace {out / 'debates' / r.run_id}")
+    for (batch, config), g in ok.groupby(["batch", "config"], sort=False):
+        row = {"batch": batch, "config": config, "runs": len(g)}
+        for m in METRICS:
+            x = g[m].astype(float)
+            row[m] = f"{x.mean():+.3f} ({x.sem():.3f})" if x.notna().sum() > 1 else (f"{x.mean():+.3f}" if x.notna().any() else "n/a")
+        eq = g["equal_sharpe"].astype(float)
+        both = np.isfinite(eq) & np.isfinite(g["sharpe"].astype(float))
+        row["beats 1/N (Sharpe)"] = f"{int((g['sharpe'][both] > eq[both]).sum())}/{int(both.sum())}"
+        rows.append(row)
+    base = ok.drop_duplicates("scenario_id")
+    for name in ("equal", "spy"):
+        row = {"batch": "baseline", "config": name, "runs": len(base)}
+        for m in METRICS:
+            col = f"{name}_{m}"
+            row[m] = f"{base[col].mean():+.3f} ({base[col].sem():.3f})" if col in base else "n/a"
+        row["beats 1/N (Sharpe)"] = ""
+        rows.append(row)
+    lines.append(markdown_table(pd.DataFrame(rows)))
+    return "\n".join(lines)

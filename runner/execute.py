@@ -103,6 +103,15 @@ def init_ray(address: str | None, num_cpus: int | None = None):
     return ray
 
 
+def _placement(ray, k: int):
+    """Actor k goes to alive node k mod N, so the runner's actors spread over a cluster even though they
+    reserve no CPU. (A soft affinity let Ray pack them all on the head node.) An actor whose node dies
+    is replaced on a live node by the driver."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    return NodeAffinitySchedulingStrategy(node_id=nodes[k % len(nodes)], soft=False)
+
+
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False) -> dict[str, Any]:
     manifest_runs = {r.run_id: {"run_id": r.run_id, "scenario_id": r.scenario.id, "config": r.config.name,
@@ -122,8 +131,13 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         ray = init_ray(address)
         n_workers = min(spec.workers, len(todo))
         actor_cls = ray.remote(num_cpus=0, max_concurrency=max(1, spec.max_in_flight))(RunnerActor)
-        actors = [actor_cls.options(scheduling_strategy="SPREAD").remote(
-            pack_dir, evidence, cache_dir, str(layout.root), spec.name, spec.max_cost_usd) for _ in range(n_workers)]
+        def new_actor(k: int):
+            return actor_cls.options(scheduling_strategy=_placement(ray, k)).remote(
+                pack_dir, evidence, cache_dir, str(layout.root), spec.name, spec.max_cost_usd)
+
+        actors = [new_actor(k) for k in range(n_workers)]
+        actor_of: dict[Any, int] = {}
+        replacements = 0
         queue = list(todo)
         in_flight: dict[Any, RunSpec] = {}
         budget_hit = False
@@ -138,15 +152,28 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
                     ref = actors[i % n_workers].run.remote(r.scenario.model_dump(mode="json"), r.config.model_dump(mode="json"),
                                                            r.sample_index, retry_failed or m["attempts"] > 1)
                     in_flight[ref] = r
+                    actor_of[ref] = i % n_workers
                     stats["submitted"] += 1
                     i += 1
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
                 for ref in ready:
                     r = in_flight.pop(ref)
                     m = manifest_runs[r.run_id]
+                    k = actor_of.pop(ref)
                     try:
                         summary = ray.get(ref)
-                    except ray.exceptions.RayError as exc:  # a worker died or a bug: the run failed, the batch goes on
+                    except ray.exceptions.RayActorError as exc:
+                        # The actor (or its node) died: the run is not at fault. Replace the actor and requeue;
+                        # the run resumes from its trace with paid calls served from the cache.
+                        replacements += 1
+                        if replacements > 3 * n_workers:
+                            raise RuntimeError(f"runner actors keep dying ({replacements} replacements); last error: "
+                                               f"{str(exc).splitlines()[0][:500]}") from None
+                        actors[k] = new_actor(k)
+                        m["attempts"] -= 1
+                        queue.insert(0, r)
+                        continue
+                    except ray.exceptions.RayError as exc:  # a bug in a run: that run failed, the batch goes on
                         summary = {"status": "failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
                     if summary["status"] == "budget":
                         budget_hit = True

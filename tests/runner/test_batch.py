@@ -116,3 +116,12 @@ def test_kill_minus_9_at_five_points_then_resume_equals_uninterrupted(make_pack,
     runs = runs.set_index("run_id")
     assert set(runs.index) == set(reference.index)
     assert (runs.loc[reference.index, "weights"] == reference["weights"]).all()
+
+
+def test_every_ready_batch_parses_and_its_configs_resolve():
+    from runner.batch import load_batch, resolve_configs
+    names = {p.stem for p in (ROOT / "configs" / "batches").glob("*.yaml")}
+    assert {"rules-35", "quickstart", "rq2-e1", "rq2-e2", "a1-tiers", "a7", "a8", "a10"} <= names
+    for p in (ROOT / "configs" / "batches").glob("*.yaml"):
+        spec, base = load_batch(p)
+        assert resolve_configs(spec, base, str(p))

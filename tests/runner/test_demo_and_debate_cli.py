@@ -3,9 +3,11 @@
 import json
 
 import pandas as pd
+import pytest
 import yaml
 
 from runner.cli import main
+from tests.conftest import requires_shared
 
 SCENARIOS = {"scenarios": [
     {"id": "a", "invest_quarter": "2021Q3", "tickers": ["AAA", "BBB", "CCC"], "constraints": {"max_weight": 0.6}},
@@ -13,17 +15,16 @@ SCENARIOS = {"scenarios": [
 ]}
 
 
-def test_demo_runs_memos_baselines_and_rule_debates(make_pack, tmp_path, capsys):
-    pack = make_pack()
-    scen = tmp_path / "s.yaml"
-    scen.write_text(yaml.safe_dump(SCENARIOS))
-    assert main(["demo", "--pack", str(pack), "--scenarios", str(scen), "--out", str(tmp_path / "out"), "--no-local"]) == 0
-    table = pd.read_parquet(tmp_path / "out" / "results.parquet")
-    assert set(table.config) == {"baseline:equal", "baseline:ivol", "baseline:minvar", "baseline:spy", "causal-debate-3:rules"}
-    debates = table[table.config == "causal-debate-3:rules"]
-    assert sorted(debates.scenario_id) == ["a", "b"] and debates.rho_bar.notna().all()
-    assert len(list((tmp_path / "out" / "debates").glob("*/trace.jsonl"))) == 2
-    assert "1/N beats causal-debate-3:rules" in capsys.readouterr().out
+@requires_shared
+@pytest.mark.slow
+def test_demo_runs_the_rules_35_batch_and_writes_a_summary(tmp_path, capsys):
+    assert main(["demo", "--no-local", "--out", str(tmp_path)]) == 0
+    runs = pd.read_parquet(tmp_path / "rules-35" / "runs.parquet")
+    assert len(runs) == 105 and runs.run_id.is_unique and (runs.status == "ok").all()
+    assert set(runs.config) == {"single-causal", "mean3-causal", "causal-debate-3"}
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| rules-35 | causal-debate-3 | 35 |" in summary and "| baseline | equal | 35 |" in summary
+    assert "beats 1/N" in capsys.readouterr().out
 
 
 def test_debate_cli_prints_allocation_and_trace_show_renders(make_pack, tmp_path, capsys):
