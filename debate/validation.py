@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,9 +162,9 @@ def validate_turn(phase: str, content: str, rules: TurnRules, policy: str) -> Va
 def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
     """The phase's JSON schema with this scenario's tickers, agents and evidence IDs as enums.
 
-    Constrained decoders then cannot emit a ticker outside the universe or an
-    ID outside the memo; validation still checks both (not every provider
-    enforces schemas).
+    Constrained decoders then cannot emit a ticker outside the universe, and
+    evidence IDs must at least look like this memo's; validation still checks
+    both exactly (not every provider enforces schemas).
     """
     from debate.schemas import PHASE_SCHEMAS
     schema = copy.deepcopy(PHASE_SCHEMAS[phase].model_json_schema())
@@ -178,7 +179,11 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
         defs["CritiqueItem"]["properties"]["target_agent"] = {"type": "string", "enum": sorted(rules.peer_claims)}
     _bound(schema)
     if rules.require_known_evidence and rules.evidence_ids:
-        ids = {"type": "array", "items": {"type": "string", "enum": sorted(rules.evidence_ids)}}
+        # A pattern (prefix alternatives plus a field) rather than an enum of every ID: as an enum, several
+        # hundred literals make grammar-constrained decoding crawl (about 1 token/s on the local model).
+        # Existence in the memo is still checked by validation.
+        prefixes = sorted({i.split("-", 1)[0] for i in rules.evidence_ids})
+        ids = {"type": "array", "items": {"type": "string", "pattern": f"^({'|'.join(map(re.escape, prefixes))})-[A-Z0-9_]+$"}}
         for name in ("Claim", "CritiqueItem"):
             if name in defs:
                 defs[name]["properties"]["evidence_ids"] = ids

@@ -1,0 +1,48 @@
+"""A batch run with OPENAI_API_KEY set leaves the key nowhere: traces, cache, Parquet, manifest, logs."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from runner.sim_provider import SimProvider
+from tests.fault_server import FaultServer, Faults
+from tests.runner.test_batch import ROOT, TICKERS
+
+SECRET = "sk-test-SECRET"
+
+
+@pytest.mark.slow
+def test_no_secret_in_any_artifact(make_pack, tmp_path):
+    pack = make_pack(tickers=tuple(TICKERS))
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump({"scenarios": [{"id": "s", "invest_quarter": "2021Q3", "tickers": TICKERS,
+                                                  "constraints": {"max_weight": 0.6}}]}))
+    with SimProvider() as sim, FaultServer(Faults(server_error=0.5, unauthorized=0.5, leak_auth=True)) as leaky:
+        configs = []
+        for name, spec in (("honest", {"model": "openai/sim", "api_base": sim.url, "send_context": True}),
+                           ("leaky", {"model": "openai/leaky", "api_base": leaky.url,
+                                      "retry": {"backoff_base_s": 0.01, "max_transient_retries": 3}})):
+            cfg = {"name": name, "agents": [{"role": "macro"}, {"role": "value"}], "rounds": 1,
+                   "models": {"tiers": {"deep": {**spec, "api_key_env": "OPENAI_API_KEY"},
+                                        "quick": {**spec, "api_key_env": "OPENAI_API_KEY"}}}}
+            (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+            configs.append(str(tmp_path / f"{name}.yaml"))
+        batch = tmp_path / "batch.yaml"
+        batch.write_text(yaml.safe_dump({"name": "secrets", "scenarios": {"file": str(scen)}, "configs": configs,
+                                         "pack": str(pack), "results_dir": str(tmp_path / "results"), "retries": 0}))
+        env = {**os.environ, "OPENAI_API_KEY": SECRET, "MADBENCH_CACHE_DIR": str(tmp_path / "cache"),
+               "PYTHONPATH": str(ROOT)}
+        out = subprocess.run([sys.executable, "-m", "runner.cli", "run", str(batch)], env=env, capture_output=True,
+                             text=True, timeout=600)
+    assert out.returncode == 1, out.stderr[-2000:]  # the leaky provider's run failed, loudly
+    assert SECRET not in out.stdout + out.stderr
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix not in (".yaml",)]
+    assert any(p.suffix == ".parquet" for p in files) and any(p.suffix == ".jsonl" for p in files)
+    assert any(p.parent.name == "responses" or "responses" in p.parts for p in files)  # the cache was written
+    for p in files:
+        assert SECRET.encode() not in p.read_bytes(), p
+    traces = b"".join(p.read_bytes() for p in (tmp_path / "results" / "secrets" / "traces").glob("*.jsonl"))
+    assert b"Incorrect API key provided" in traces and b"***" in traces  # the provider echoed it; we scrubbed it
