@@ -22,6 +22,8 @@ from eval.errors import format_validation_error
 from runner.gateway.errors import OutputInvalid
 
 SUM_TOL = 1e-3
+#: Evidence IDs are enumerated in the request schema up to this many (see request_schema).
+ENUM_LIMIT = 300
 
 
 @dataclass
@@ -162,9 +164,9 @@ def validate_turn(phase: str, content: str, rules: TurnRules, policy: str) -> Va
 def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
     """The phase's JSON schema with this scenario's tickers, agents and evidence IDs as enums.
 
-    Constrained decoders then cannot emit a ticker outside the universe, and
-    evidence IDs must at least look like this memo's; validation still checks
-    both exactly (not every provider enforces schemas).
+    Constrained decoders then cannot emit a ticker outside the universe or an
+    ID outside the memo (for large memos: an ID of this memo's shape);
+    validation still checks both exactly (not every provider enforces schemas).
     """
     from debate.schemas import PHASE_SCHEMAS
     schema = copy.deepcopy(PHASE_SCHEMAS[phase].model_json_schema())
@@ -179,11 +181,15 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
         defs["CritiqueItem"]["properties"]["target_agent"] = {"type": "string", "enum": sorted(rules.peer_claims)}
     _bound(schema)
     if rules.require_known_evidence and rules.evidence_ids:
-        # A pattern (prefix alternatives plus a field) rather than an enum of every ID: as an enum, several
-        # hundred literals make grammar-constrained decoding crawl (about 1 token/s on the local model).
-        # Existence in the memo is still checked by validation.
-        prefixes = sorted({i.split("-", 1)[0] for i in rules.evidence_ids})
-        ids = {"type": "array", "items": {"type": "string", "pattern": f"^({'|'.join(map(re.escape, prefixes))})-[A-Z0-9_]+$"}}
+        # An enum of the memo's IDs up to a size; beyond it a bounded pattern (prefix alternatives plus a
+        # short field), since grammar-constrained decoding slows with every literal. An unbounded pattern
+        # lets a small model loop inside one ID. Existence in the memo is always checked by validation.
+        if len(rules.evidence_ids) <= ENUM_LIMIT:
+            item = {"type": "string", "enum": sorted(rules.evidence_ids)}
+        else:
+            prefixes = sorted({i.split("-", 1)[0] for i in rules.evidence_ids})
+            item = {"type": "string", "pattern": f"^({'|'.join(map(re.escape, prefixes))})-[A-Z0-9_]{{1,12}}$"}
+        ids = {"type": "array", "items": item}
         for name in ("Claim", "CritiqueItem"):
             if name in defs:
                 defs[name]["properties"]["evidence_ids"] = ids

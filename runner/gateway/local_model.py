@@ -37,6 +37,11 @@ def home_dir() -> Path:
     return Path(os.environ.get("MADBENCH_MODEL_DIR", "~/.cache/madbench/models")).expanduser()
 
 
+def server_dir() -> Path:
+    """Where the shared server's state, lock and log live (one server per such directory)."""
+    return Path(os.environ.get("MADBENCH_SERVER_DIR") or home_dir()).expanduser()
+
+
 def check_name(name: str) -> dict:
     if name not in LOCAL_MODELS:
         raise InputError(f"local/{name}", "unknown local model", f"use one of: {', '.join('local/' + n for n in LOCAL_MODELS)}")
@@ -92,8 +97,8 @@ class LocalServer:
         self.name = name
         self.threads = threads or min(2, os.cpu_count() or 1)
         self.reuse_prefix = reuse_prefix
-        self.state_file = home_dir() / f"server-{name}.json"
-        self.log_file = home_dir() / f"server-{name}.log"
+        self.state_file = server_dir() / f"server-{name}.json"
+        self.log_file = server_dir() / f"server-{name}.log"
 
     def model_path(self) -> Path:
         return ensure_model_file(self.name)
@@ -115,8 +120,8 @@ class LocalServer:
 
     def ensure(self, timeout_s: float = 180.0) -> ServerState:
         """Return the running server, starting it if needed (one starter per machine, by file lock)."""
-        home_dir().mkdir(parents=True, exist_ok=True)
-        with open(home_dir() / f"server-{self.name}.lock", "w") as lock:
+        server_dir().mkdir(parents=True, exist_ok=True)
+        with open(server_dir() / f"server-{self.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             state = self.read_state()
             if state is None:

@@ -21,6 +21,12 @@ pytestmark = [
 UNIVERSE = ["AAPL", "XOM", "JPM"]
 
 
+@pytest.fixture(autouse=True)
+def own_server(tmp_path, monkeypatch):
+    """A server of this test's own, so that other madbench processes on the machine are not disturbed."""
+    monkeypatch.setenv("MADBENCH_SERVER_DIR", str(tmp_path / "server"))
+
+
 class Allocation(BaseModel):
     allocation: list[Holding] = Field(min_length=3, max_length=3)
 
@@ -67,7 +73,8 @@ def test_server_exits_when_its_owner_is_killed(tmp_path):
 
     from runner.gateway.local_model import _alive
     code = "from runner.gateway.local_model import LocalServer; import time; s = LocalServer().ensure(); print(s.pid, flush=True); time.sleep(600)"
-    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    import os
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env={**os.environ})
     server_pid = int(owner.stdout.readline())
     assert _alive(server_pid)
     owner.kill()  # SIGKILL: no atexit runs
