@@ -201,9 +201,9 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
 #: Length bounds sent to constrained decoders (llama.cpp honours them; validation does not rely on them).
 #: They keep a small model from looping inside an array until its context is full. (String maxLength
 #: is left out on purpose: llama.cpp expands it into a grammar so large that decoding crawls.)
-ARRAY_BOUNDS = {"claims": 6, "evidence_ids": 4, "assumptions": 2, "falsifiers": 2, "impacts_positions": 3,
-                "supporting_claims": 3, "risks_or_falsifiers": 3, "critiques": 6, "critique_responses": 12,
-                "consensus_points": 4, "dissent_points": 4}
+ARRAY_BOUNDS = {"claims": 4, "evidence_ids": 3, "assumptions": 2, "falsifiers": 2, "impacts_positions": 2,
+                "supporting_claims": 2, "risks_or_falsifiers": 2, "critiques": 6, "critique_responses": 12,
+                "consensus_points": 3, "dissent_points": 3}
 
 
 def _bound(schema: dict[str, Any]) -> None:

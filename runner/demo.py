@@ -4,8 +4,8 @@ It runs two ready batches through the Ray runner, exactly as `madbench run` woul
 
 * ``rules-35``: the rule-based analysts (non-LLM) on the 35 committed scenarios — a single agent, the
   3-role mean and the 3-role causal debate — a full-size batch in well under a minute;
-* ``quickstart``: the embedded language model on the four smallest scenarios (about 10 minutes on
-  2 cores; skip with --no-local);
+* ``quickstart``: the embedded language model on the two smallest scenarios (a few minutes on 2 cores;
+  skip with --no-local);
 
 then prints and writes a summary of ``runs.parquet``. Both batches resume: a second demo is a no-op.
 """
