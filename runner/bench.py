@@ -78,7 +78,9 @@ def bench_backtest(pack_dir, n: int = 10_000, tickers: int = 20, windows: int = 
 def run_bench(args) -> int:
     from eval.market.pack import resolve_evidence_dirs, resolve_pack_dir
     pack = resolve_pack_dir(args.pack)
-    if args.what == "gateway":
+    if args.what == "runner":
+        out = bench_runner()
+    elif args.what == "gateway":
         out = bench_gateway(n=min(args.n, 2000))
     elif args.what == "memo":
         out = bench_memo(pack, resolve_evidence_dirs(args.evidence), args.scenarios)
@@ -149,3 +151,68 @@ def bench_gateway(n: int = 200, cache_dir=None) -> dict:
         "cache_hit_ms": {"p50": r(_pct(hits, 0.5)), "p95": r(_pct(hits, 0.95))},
         "targets_ms": {"overhead_uncached_p50": 10.0, "cache_hit_p50": 1.0},
     }
+
+
+def bench_runner(in_flight: int = 200) -> dict:
+    """Runner overhead per run on rules-35 (no LLM latency) and peak memory with many runs in flight.
+
+    Overhead per run = (runner with 1 actor and 1 run in flight − the same runs called directly with
+    run_debate in one process) / runs: Ray scheduling, the result store, Parquet parts and the manifest.
+    Peak memory is the summed RSS of the driver and every Ray process, sampled every 0.2 s.
+    """
+    import asyncio
+    import os
+    import tempfile
+    import threading
+    from pathlib import Path
+
+    import psutil
+
+    from debate.run import run_debate
+    from eval.market.pack import load_pack, resolve_pack_dir
+    from runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
+    from runner.execute import run_batch
+    from runner.gateway import Gateway
+    from runner.store import BatchLayout
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "batches" / "rules-35.yaml"
+    spec, base = load_batch(path)
+    pack_dir = resolve_pack_dir(None)
+    pack = load_pack(pack_dir)
+    runs = expand(spec, resolve_scenarios(spec, base, pack, str(path)), resolve_configs(spec, base, str(path)))
+    out: dict = {"runs": len(runs)}
+    with tempfile.TemporaryDirectory() as tmp:
+        gw = Gateway()
+        t = time.perf_counter()
+        for r in runs:
+            asyncio.run(run_debate(r.scenario, pack, r.config, gw, Path(tmp) / "direct", r.sample_index))
+        direct = time.perf_counter() - t
+        serial = spec.model_copy(update={"workers": 1, "max_in_flight": 1})
+        t = time.perf_counter()
+        run_batch(serial, runs, BatchLayout(Path(tmp) / "serial"), str(pack_dir), [], str(Path(tmp) / "c1"), quiet=True)
+        runner_serial = time.perf_counter() - t
+        wide = spec.model_copy(update={"workers": 2, "max_in_flight": in_flight})
+        peak, stop = [0.0], threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                total = 0
+                for p in psutil.process_iter(["name", "cmdline", "memory_info"]):
+                    cmd = " ".join(p.info["cmdline"] or [])
+                    if p.pid == os.getpid() or "ray" in cmd or "raylet" in cmd or "gcs_server" in cmd:
+                        total += p.info["memory_info"].rss if p.info["memory_info"] else 0
+                peak[0] = max(peak[0], total / 2**20)
+                stop.wait(0.2)
+
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        t = time.perf_counter()
+        run_batch(wide, runs, BatchLayout(Path(tmp) / "wide"), str(pack_dir), [], str(Path(tmp) / "c2"), quiet=True)
+        runner_wide = time.perf_counter() - t
+        stop.set()
+        th.join()
+    out |= {"direct_s": round(direct, 2), "runner_serial_s": round(runner_serial, 2),
+            "overhead_per_run_ms": round((runner_serial - direct) / len(runs) * 1e3, 1),
+            "runner_in_flight": in_flight, "runner_wide_s": round(runner_wide, 2), "peak_rss_mb": round(peak[0], 1),
+            "targets": {"overhead_per_run_ms": 50, "peak_rss_mb": 4096}}
+    return out

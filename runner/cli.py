@@ -167,7 +167,7 @@ def _add_eval_commands(sub) -> None:
 
 def _add_bench_commands(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks: memo building, backtest throughput, gateway overhead")
-    p.add_argument("what", choices=["memo", "backtest", "gateway"])
+    p.add_argument("what", choices=["memo", "backtest", "gateway", "runner"])
     p.add_argument("--scenarios", default=str(Path(__file__).resolve().parents[1] / "configs" / "scenarios" / "market-35.yaml"),
                    help="scenario file for `bench memo` (default configs/scenarios/market-35.yaml)")
     p.add_argument("--n", type=int, default=10_000, help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (at most 2000)")
