@@ -157,7 +157,8 @@ def bench_runner(in_flight: int = 200) -> dict:
     """Runner overhead per run on rules-35 (no LLM latency) and peak memory with many runs in flight.
 
     Overhead per run = (runner with 1 actor and 1 run in flight − the same runs called directly with
-    run_debate in one process) / runs: Ray scheduling, the result store, Parquet parts and the manifest.
+    run_debate in one process) / runs: actor start-up, Ray scheduling, the result store, Parquet parts,
+    the manifest and compaction. Starting Ray itself (once per batch) is reported apart.
     Peak memory is the summed RSS of the driver and every Ray process, sampled every 0.2 s.
     """
     import asyncio
@@ -171,7 +172,7 @@ def bench_runner(in_flight: int = 200) -> dict:
     from debate.run import run_debate
     from eval.market.pack import load_pack, resolve_pack_dir
     from runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
-    from runner.execute import run_batch
+    from runner.execute import init_ray, run_batch
     from runner.gateway import Gateway
     from runner.store import BatchLayout
 
@@ -187,6 +188,9 @@ def bench_runner(in_flight: int = 200) -> dict:
         for r in runs:
             asyncio.run(run_debate(r.scenario, pack, r.config, gw, Path(tmp) / "direct", r.sample_index))
         direct = time.perf_counter() - t
+        t = time.perf_counter()
+        init_ray(None)
+        out["ray_init_s"] = round(time.perf_counter() - t, 2)
         serial = spec.model_copy(update={"workers": 1, "max_in_flight": 1})
         t = time.perf_counter()
         run_batch(serial, runs, BatchLayout(Path(tmp) / "serial"), str(pack_dir), [], str(Path(tmp) / "c1"), quiet=True)
