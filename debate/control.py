@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from itertools import combinations
 
@@ -132,6 +131,3 @@ def pid_step(state: PIDState, rho_bar: float, js: float, cfg: PIDConfig) -> tupl
     new = PIDState(beta=beta, integral=integral, prev_error=e, velocity=velocity, prev_rho=rho_bar, prev_js=js)
     return new, step
 
-
-def is_finite(x: float) -> bool:
-    return math.isfinite(x)

@@ -139,8 +139,9 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
 
 
 def _delta(gateway: Gateway, before) -> dict[str, Any]:
-    now = gateway.totals.model_dump()
-    return {k: (round(v - before.model_dump()[k], 6) if isinstance(v, float) else v - before.model_dump()[k]) for k, v in now.items()}
+    """This run's share of the gateway's running totals."""
+    now, then = gateway.totals.model_dump(), before.model_dump()
+    return {k: (round(v - then[k], 6) if isinstance(v, float) else v - then[k]) for k, v in now.items()}
 
 
 def _backtest(pack: Pack, scenario: Scenario, weights: dict[str, float], with_baselines: bool):

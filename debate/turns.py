@@ -19,7 +19,7 @@ from debate.profiles import Profile, load_profile
 from debate.scenario import Constraints, Scenario
 from debate.task import AgentTask
 from debate.trace import TraceWriter
-from debate.validation import TurnRules, Validated, request_schema, schema_outline, validate_turn
+from debate.validation import TurnRules, Validated, parse_json, request_schema, schema_outline, validate_turn
 from runner.gateway import Gateway, GatewayFailure, LLMRequest, Message
 from runner.gateway.accounting import Completion
 from runner.gateway.errors import OutputInvalid
@@ -135,7 +135,6 @@ class RunContext:
         task = CritTask(agent_id=agent.agent_id, role=agent.role, round=round_, memo_ids=sorted(self.memo_ids),
                         argument=argument, critiques=[{"from_agent": a, "item": i} for a, i in received])
         request = crit_request(task, self.rubric, "unused")
-        from debate.validation import parse_json
 
         def validate(content: str, spec) -> CritAnswer:
             return parse_json(content, CritAnswer)
@@ -163,7 +162,6 @@ class RunContext:
                              after=after.model_dump_json(indent=1),
                              critiques=[{"from_agent": a, "target_claim": i.target_claim, "critique_text": i.critique_text}
                                         for a, i in received])
-        from debate.validation import parse_json
         c = await self._complete(who=agent.agent_id, role=agent.role, phase="rca", round_=round_, system=prompt.system,
                                  user=user, schema=RCAVerdict.model_json_schema(), context=task.model_dump(mode="json"),
                                  temperature=self.config.crit_temperature,

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from debate.run import RunResult
 from runner.batch import BatchSpec, RunSpec
 from runner.store import BatchLayout, compact, write_manifest
 
@@ -204,6 +203,3 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
     stats["status"] = {s: sum(1 for m in manifest_runs.values() if m["status"] == s) for s in ("ok", "failed", "pending")}
     return stats
 
-
-def stored(layout: BatchLayout, run_id: str) -> RunResult | None:
-    return layout.stored_result(run_id)

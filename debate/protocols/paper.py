@@ -21,9 +21,6 @@ from debate.task import ReceivedCritique
 from debate.turns import DebateFailure, RunContext, raise_if
 from debate.validation import Validated, cap_weights
 
-MEAN_TOL = 1e-9
-
-
 @dataclass
 class Outcome:
     weights: dict[str, float]

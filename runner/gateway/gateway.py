@@ -124,10 +124,10 @@ class Gateway:
                              [a.model_dump() for a in attempts])
 
     def _from_cache(self, key, request, spec, validate, attempts, t0) -> Completion | None:
+        seen = len(self.cache.corrupt)
         body = self.cache.get(key, spec.model)
-        for event in self.cache.corrupt:
-            if event.key == key:
-                attempts.append(Attempt(model=spec.model, kind="cache_corrupt", reason=event.reason))
+        for event in self.cache.corrupt[seen:]:
+            attempts.append(Attempt(model=spec.model, kind="cache_corrupt", reason=event.reason))
         if body is None:
             return None
         resp = body["response"]
@@ -166,7 +166,8 @@ class Gateway:
                     attempts: list[Attempt]) -> tuple[RawResponse, float]:
         """One answer from one model, retrying 429s and transient errors; raises _Exhausted when it gives up."""
         limiter = self.limiters.get(spec.limit_key(), spec.limits) if provider.rate_limited else None
-        rate_limited = transient = 0
+        tries = {"rate_limited": 0, "transient": 0}
+        bounds = {"rate_limited": spec.retry.max_rate_limit_retries, "transient": spec.retry.max_transient_retries}
         waited = 0.0
         est = estimate_tokens(request)
         while True:
@@ -176,28 +177,21 @@ class Gateway:
             start = time.perf_counter()
             try:
                 raw = await provider.complete(request, spec)
-            except RateLimited as exc:
-                latency = time.perf_counter() - start
+            except (RateLimited, TransientError) as exc:
+                # 429s honour Retry-After (capped) and tell the limiter; other transient errors back off.
+                kind = exc.kind
+                retry_after = getattr(exc, "retry_after", None)
                 if limiter:
-                    await limiter.release(lease["lease_id"], "rate_limited", None, exc.retry_after)
-                rate_limited += 1
-                pause = min(exc.retry_after if exc.retry_after is not None else self._backoff(spec, rate_limited),
-                            spec.limits.retry_after_cap_s)
-                attempts.append(Attempt(model=spec.model, kind="rate_limited", reason=exc.reason, latency_s=latency,
-                                        wait_s=pause if rate_limited <= spec.retry.max_rate_limit_retries else 0.0))
-                if rate_limited > spec.retry.max_rate_limit_retries:
-                    raise _Exhausted() from None
-                await asyncio.sleep(pause)
-                continue
-            except TransientError as exc:
-                latency = time.perf_counter() - start
-                if limiter:
-                    await limiter.release(lease["lease_id"], "error")
-                transient += 1
-                pause = self._backoff(spec, transient)
-                attempts.append(Attempt(model=spec.model, kind="transient", reason=exc.reason, latency_s=latency,
-                                        wait_s=pause if transient <= spec.retry.max_transient_retries else 0.0))
-                if transient > spec.retry.max_transient_retries:
+                    await limiter.release(lease["lease_id"], "rate_limited" if kind == "rate_limited" else "error",
+                                          None, retry_after)
+                tries[kind] += 1
+                pause = self._backoff(spec, tries[kind]) if retry_after is None else retry_after
+                if kind == "rate_limited":
+                    pause = min(pause, spec.limits.retry_after_cap_s)
+                gives_up = tries[kind] > bounds[kind]
+                attempts.append(Attempt(model=spec.model, kind=kind, reason=exc.reason, latency_s=time.perf_counter() - start,
+                                        wait_s=0.0 if gives_up else pause))
+                if gives_up:
                     raise _Exhausted() from None
                 await asyncio.sleep(pause)
                 continue

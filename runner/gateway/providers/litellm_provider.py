@@ -6,7 +6,9 @@ reaches our limiter and every retry is recorded by the gateway.
 
 from __future__ import annotations
 
+import email.utils
 import os
+import time
 from typing import Any
 
 from ..errors import FatalProviderError, RateLimited, TransientError
@@ -51,16 +53,26 @@ def merged_messages(request: LLMRequest) -> list[dict[str, str]]:
     return out
 
 
+def parse_retry_after(value: str) -> float | None:
+    """Retry-After is seconds or an HTTP date (RFC 9110 §10.2.3); None when it is neither."""
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
 def _retry_after(exc: Exception) -> float | None:
     for headers in (getattr(exc, "litellm_response_headers", None), getattr(getattr(exc, "response", None), "headers", None),
                     getattr(exc, "headers", None)):
         if headers:
             value = headers.get("retry-after") or headers.get("Retry-After")
             if value is not None:
-                try:
-                    return max(0.0, float(value))
-                except ValueError:
-                    return None  # an HTTP-date; the limiter falls back to its own pause
+                return parse_retry_after(str(value))
     return None
 
 

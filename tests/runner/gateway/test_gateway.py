@@ -142,3 +142,14 @@ def test_budget_stops_new_calls_and_unknown_cost_is_none():
             asyncio.run(gw.complete(ask("q2"), spec_for(server), as_json))
         unknown = asyncio.run(Gateway().complete(ask("q3"), spec_for(server), as_json))
     assert unknown.cost_usd is None
+
+
+def test_retry_after_seconds_and_http_date():
+    import email.utils
+    import time
+
+    from runner.gateway.providers.litellm_provider import parse_retry_after
+    assert parse_retry_after("3") == 3.0
+    later = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 25 <= parse_retry_after(later) <= 31
+    assert parse_retry_after("soon") is None
