@@ -116,7 +116,7 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
                    config_hash=config.content_hash(), sample_index=sample_index, prompt_hashes=prompt_hashes(config),
                    python=platform.python_version())
         trace.emit("memo", sha256=memo.sha256, as_of=str(memo.as_of.date()), n_items=len(memo.items),
-                   ids=sorted(memo.evidence_ids))
+                   ids=sorted(memo.evidence_ids), text=memo.text)  # the text lets a trace be read without the pack
         ctx = RunContext(run_id, scenario, memo, constraints, config, gateway, trace, sample_index)
         calls_before = gateway.totals.model_copy()
         try:

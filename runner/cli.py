@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_score_commands(sub)
     from runner.run_cli import add_run_commands
     add_run_commands(sub, _pack_args)
+    from runner import report_cli, stats_cli
+    stats_cli.add_parsers(sub)
+    report_cli.add_parsers(sub)
     return parser
 
 

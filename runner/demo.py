@@ -7,7 +7,7 @@ It runs two ready batches through the Ray runner, exactly as `madbench run` woul
 * ``quickstart``: the embedded language model on the two smallest scenarios (a few minutes on 2 cores;
   skip with --no-local);
 
-then prints and writes a summary of ``runs.parquet``. Both batches resume: a second demo is a no-op.
+then prints and writes a summary of ``runs.parquet`` and a self-contained ``report.html`` per batch. Both batches resume: a second demo is a no-op.
 """
 
 from __future__ import annotations
@@ -44,10 +44,14 @@ def run_demo(args) -> int:
         print(f"\n== batch {name} ({BATCHES / (name + '.yaml')})", flush=True)
         cmd_run(argparse.Namespace(batch=str(BATCHES / f"{name}.yaml"), address=None, results_dir=str(out), dry_run=False,
                                    retry_failed=False, quiet=False, **overrides))
+    from eval.report.page import build_report
     summary = summarise([out / b / "runs.parquet" for b in batches])
     atomic_write_text(out / "summary.md", summary)
+    reports = [build_report(out / b) for b in batches]
     print("\n" + summary)
-    print(f"\nwrote {out / 'summary.md'}; runs, rounds and calls tables in {', '.join(str(out / b) for b in batches)}")
+    print(f"\nwrote {out / 'summary.md'} and the reports {', '.join(map(str, reports))} (open in a browser; offline)")
+    print(f"runs, rounds and calls tables in {', '.join(str(out / b) for b in batches)}; "
+          f"statistics: madbench stats {out / batches[0]}")
     return 0
 
 

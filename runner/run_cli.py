@@ -12,7 +12,7 @@ def add_run_commands(sub, pack_args) -> None:
     p = sub.add_parser("run", help="run a batch of scenario x config x replicate debates on Ray (resumable)")
     p.add_argument("batch", help="batch YAML, e.g. configs/batches/rules-35.yaml")
     p.add_argument("--address", help="join a Ray cluster (else $RAY_ADDRESS, else a local Ray)")
-    p.add_argument("--results-dir", help="parent of the batch's results directory (default: the batch's results_dir)")
+    p.add_argument("--results", "--results-dir", dest="results_dir", help="parent of the batch's results directory (default: the batch's results_dir)")
     p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm)")
     p.add_argument("--dry-run", action="store_true", help="print runs, expected calls, tokens and cost; run nothing")
     p.add_argument("--retry-failed", action="store_true", help="also re-run runs recorded as failed")

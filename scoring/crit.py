@@ -68,6 +68,7 @@ class CritScore(BaseModel):
     diagnostics: CritDiagnostics
     rho: float
     rubric: str = "uniform"
+    explanations: PillarExplanations | None = None  # the scorer's reasons; None only in traces written before they were kept
 
 
 def cap_for(count: int) -> float:

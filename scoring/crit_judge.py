@@ -32,7 +32,7 @@ def finish(task: CritTask, answer: CritAnswer, scorer: str, is_llm: bool, rubric
     capped, clips = apply_caps(answer.scores, answer.diagnostics)
     return CritScore(agent_id=task.agent_id, role=task.role, round=task.round, scorer=scorer, is_llm=is_llm,
                      scores=capped, raw_scores=answer.scores, clips=clips, diagnostics=answer.diagnostics,
-                     rho=rubric.rho(task.role, capped), rubric=rubric.name)
+                     rho=rubric.rho(task.role, capped), rubric=rubric.name, explanations=answer.explanations)
 
 
 def crit_request(task: CritTask, rubric: Rubric, model: str, temperature: float = 0.0, max_tokens: int | None = None):

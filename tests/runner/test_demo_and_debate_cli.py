@@ -25,6 +25,8 @@ def test_demo_runs_the_rules_35_batch_and_writes_a_summary(tmp_path, capsys):
     summary = (tmp_path / "summary.md").read_text()
     assert "| rules-35 | causal-debate-3 | 35 |" in summary and "| baseline | equal | 35 |" in summary
     assert "beats 1/N" in capsys.readouterr().out
+    html = (tmp_path / "rules-35" / "report.html").read_text()
+    assert "madbench report: rules-35" in html and "A: single-causal" in html
 
 
 def test_debate_cli_prints_allocation_and_trace_show_renders(make_pack, tmp_path, capsys):

@@ -1,0 +1,1 @@
+"""`madbench report`: a self-contained HTML report of one results directory."""

@@ -1,0 +1,99 @@
+"""Read a results directory into what the report shows: tables, per-round series and trace digests.
+
+A trace digest keeps what a reader needs to follow one run (memo, each phase's
+output, CRIT scores with reasons, interventions, final allocation against the
+baselines) and drops what only the machinery needs (prompt hashes, call events,
+the argument copies inside CRIT tasks).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from debate.trace import read_trace
+from eval.errors import InputError
+
+
+@dataclass
+class ReportData:
+    root: Path
+    batch: str
+    runs: pd.DataFrame
+    rounds: pd.DataFrame
+    calls: pd.DataFrame
+    divergence: pd.DataFrame  # run_id, config, round, phase, jsd, cash_spread
+    digests: list[dict] = field(default_factory=list)
+    memos: dict[str, str] = field(default_factory=dict)  # memo sha256 → text
+    traces_missing: int = 0
+
+
+def _table(root: Path, name: str) -> pd.DataFrame:
+    path = root / f"{name}.parquet"
+    return pd.read_parquet(path) if path.exists() else pd.DataFrame()
+
+
+def last_attempt(events: list[dict]) -> list[dict]:
+    starts = [i for i, e in enumerate(events) if e["event"] == "run_start"]
+    return events[starts[-1]:] if starts else events
+
+
+def digest(events: list[dict], row: dict) -> tuple[dict, str | None, str | None]:
+    """(digest, memo sha, memo text) for one run's last attempt."""
+    out = {"run_id": row["run_id"], "config": row["config"], "scenario_id": row["scenario_id"], "status": row["status"],
+           "error": row.get("error"), "replicate": row.get("replicate"), "turns": [], "crit": [], "interventions": [],
+           "controller": [], "divergence": [], "final": None, "backtest": None, "memo": None}
+    memo_sha = memo_text = None
+    for e in events:
+        kind = e["event"]
+        if kind == "memo":
+            memo_sha, memo_text = e["sha256"], e.get("text")
+            out["memo"] = {"sha256": e["sha256"], "as_of": e["as_of"], "n_items": e["n_items"]}
+        elif kind == "turn":
+            out["turns"].append({k: e.get(k) for k in ("round", "phase", "label", "agent", "role", "model", "is_llm", "output", "weights", "policy_notes")})
+        elif kind == "crit":
+            s = e["score"]
+            out["crit"].append({"round": e["round"], "agent": e["agent"], "label": e["label"], "rho": s["rho"], "scorer": s["scorer"],
+                                "scores": s["scores"], "explanations": s.get("explanations"), "clips": s["clips"],
+                                "diagnostics": s["diagnostics"], "audit": e.get("audit")})
+        elif kind in ("intervention", "intervention_check", "rca", "early_stop"):
+            out["interventions"].append({k: v for k, v in e.items() if k not in ("prev", "seq", "t")})
+        elif kind == "controller":
+            out["controller"].append({"round": e["round"], **e["step"]})
+        elif kind == "divergence":
+            out["divergence"].append({k: e[k] for k in ("round", "phase", "jsd", "cash_spread")})
+        elif kind == "final":
+            out["final"] = {"weights": e["weights"], "cash": e["cash"], "method": e["method"], "notes": e.get("notes", [])}
+        elif kind == "backtest":
+            out["backtest"] = {"metrics": e["metrics"], "baselines": e["baselines"]}
+        elif kind == "run_end" and e.get("status") == "failed":
+            out["error"] = e.get("error")
+    return out, memo_sha, memo_text
+
+
+def load_report_data(root: str | Path, max_traces: int | None = None) -> ReportData:
+    root = Path(root)
+    if not (root / "runs.parquet").exists():
+        raise InputError(str(root), "holds no runs.parquet", "give a results directory written by `madbench run`")
+    runs = _table(root, "runs")
+    manifest = root / "manifest.json"
+    batch = json.loads(manifest.read_text())["spec"]["name"] if manifest.exists() else root.name
+    data = ReportData(root, batch, runs, _table(root, "rounds"), _table(root, "calls"), pd.DataFrame())
+    series = []
+    for i, row in enumerate(runs.to_dict("records")):
+        path = root / "traces" / f"{row['run_id']}.jsonl"
+        if not path.exists():
+            data.traces_missing += 1
+            continue
+        events = last_attempt(read_trace(path).events)
+        d, sha, text = digest(events, row)
+        series += [{"run_id": row["run_id"], "config": row["config"], **x} for x in d["divergence"]]
+        if max_traces is None or i < max_traces:
+            if sha and text:
+                data.memos.setdefault(sha, text)
+            data.digests.append(d)
+    data.divergence = pd.DataFrame(series, columns=["run_id", "config", "round", "phase", "jsd", "cash_spread"])
+    return data

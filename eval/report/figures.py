@@ -1,0 +1,130 @@
+"""The report's plots (plotly). Each builder takes tidy data and returns a Figure; none reads files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import statsmodels.api as sm
+from plotly.subplots import make_subplots
+
+from eval.stats.paired import PairedComparison
+
+PALETTE = ["#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477", "#66aa00", "#b82e2e", "#316395"]
+PILLARS = ["logical_validity", "evidential_support", "alternative_consideration", "causal_alignment"]
+
+
+def _layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
+    fig.update_layout(title=title, height=height, template="plotly_white", margin=dict(l=60, r=20, t=60, b=50),
+                      legend=dict(orientation="h", y=-0.2))
+    return fig
+
+
+def colours(configs: list[str]) -> dict[str, str]:
+    return {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(configs)}
+
+
+def distributions(ok: pd.DataFrame, configs: list[str], metric: str, baselines: list[str]) -> go.Figure:
+    """Box plot with every run shown, per configuration, and the baselines (one value per scenario)."""
+    fig, col = go.Figure(), colours(configs)
+    for c in configs:
+        fig.add_trace(go.Box(y=ok.loc[ok["config"] == c, metric], name=c, boxpoints="all", jitter=0.4, pointpos=0,
+                             marker_color=col[c], boxmean=True))
+    per_scenario = ok.drop_duplicates("scenario_id")
+    for b in baselines:
+        column = f"{b}_{metric}"
+        if column in per_scenario.columns:
+            fig.add_trace(go.Box(y=per_scenario[column], name=f"baseline: {b}", boxpoints="all", jitter=0.4, pointpos=0,
+                                 marker_color="#888888", boxmean=True))
+    return _layout(fig, f"{metric} per configuration (box: quartiles; dashed: mean)")
+
+
+def paired_differences(pairs: list[PairedComparison], metric: str) -> go.Figure:
+    """Forest plot: mean paired difference a − b with its 95% t interval."""
+    rows = [p for p in pairs if p.metric == metric and p.n >= 2]
+    labels = [f"{p.a} − {p.b} (n={p.n})" for p in rows]
+    diff = np.array([p.diff for p in rows])
+    fig = go.Figure(go.Scatter(
+        x=diff, y=labels, mode="markers", marker=dict(size=10, color="#3366cc"),
+        error_x=dict(type="data", symmetric=False, array=np.array([p.ci_high for p in rows]) - diff,
+                     arrayminus=diff - np.array([p.ci_low for p in rows])),
+        customdata=np.array([[p.p, p.d, p.wilcoxon_p] for p in rows]).reshape(-1, 3),
+        hovertemplate="diff %{x:.3f}<br>p %{customdata[0]:.4f}<br>d_z %{customdata[1]:.3f}<br>Wilcoxon p %{customdata[2]:.4f}<extra></extra>"))
+    fig.add_vline(x=0, line_dash="dash", line_color="#888")
+    return _layout(fig, f"Paired differences in {metric} (95% CI)", height=max(250, 90 + 45 * len(rows)))
+
+
+def quality_scatter(ok: pd.DataFrame, configs: list[str], x: str = "rho_bar", y: str = "sharpe") -> go.Figure:
+    """ρ̄ against performance per configuration, with the pooled OLS line y = a + b·x."""
+    fig, col = go.Figure(), colours(configs)
+    for c in configs:
+        g = ok[ok["config"] == c]
+        fig.add_trace(go.Scatter(x=g[x], y=g[y], mode="markers", name=c, marker=dict(color=col[c], size=8, opacity=0.75),
+                                 text=g["scenario_id"], hovertemplate=f"%{{text}}<br>{x} %{{x:.3f}}<br>{y} %{{y:.3f}}<extra>{c}</extra>"))
+    data = ok[[x, y]].dropna()
+    title = f"{y} against {x}"
+    if len(data) >= 3 and data[x].nunique() > 1:
+        fit = sm.OLS(data[y], sm.add_constant(data[x])).fit()
+        xs = np.linspace(data[x].min(), data[x].max(), 50)
+        fig.add_trace(go.Scatter(x=xs, y=fit.params.iloc[0] + fit.params.iloc[1] * xs, mode="lines", name="OLS fit (pooled)",
+                                 line=dict(color="#222", dash="dash")))
+        title += f" (OLS slope {fit.params.iloc[1]:+.3f}, p = {fit.pvalues.iloc[1]:.3g}, R² = {fit.rsquared:.3f})"
+    fig.update_xaxes(title=x)
+    fig.update_yaxes(title=y)
+    return _layout(fig, title, height=420)
+
+
+def divergence(series: pd.DataFrame, configs: list[str]) -> go.Figure:
+    """Mean JSD and cash spread at each step (propose, then revise per round): convergence made visible."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Jensen–Shannon divergence of the allocations", "Cash spread (max − min)"))
+    col = colours(configs)
+    if len(series):
+        series = series.assign(step=series["round"].astype(int).astype(str) + ":" + series["phase"])
+        order = series.sort_values(["round", "phase"], key=lambda s: s.map({"propose": 0, "revise": 1}) if s.name == "phase" else s)["step"].unique()
+        for c in configs:
+            g = series[series["config"] == c].groupby("step")[["jsd", "cash_spread"]].agg(["mean", "sem"]).reindex(order).dropna(how="all")
+            if g.empty:
+                continue
+            for i, m in enumerate(("jsd", "cash_spread"), start=1):
+                fig.add_trace(go.Scatter(x=list(g.index), y=g[(m, "mean")], error_y=dict(array=g[(m, "sem")].fillna(0)),
+                                         mode="lines+markers", name=c, legendgroup=c, showlegend=i == 1, line=dict(color=col[c])), row=1, col=i)
+    fig.update_xaxes(title="round:phase")
+    return _layout(fig, "Divergence per phase and round (mean ± SEM over runs)", height=400)
+
+
+def pillar_trajectories(rounds: pd.DataFrame, runs: pd.DataFrame, configs: list[str]) -> go.Figure:
+    """Mean CRIT pillar score per round and configuration."""
+    fig = make_subplots(rows=1, cols=4, subplot_titles=[p.replace("_", " ") for p in PILLARS], shared_yaxes=True)
+    col = colours(configs)
+    if len(rounds):
+        merged = rounds.merge(runs[["run_id", "config"]], on="run_id")
+        for c in configs:
+            g = merged[merged["config"] == c].groupby("round")[PILLARS].mean()
+            for i, p in enumerate(PILLARS, start=1):
+                fig.add_trace(go.Scatter(x=g.index, y=g[p], mode="lines+markers", name=c, legendgroup=c, showlegend=i == 1,
+                                         line=dict(color=col[c])), row=1, col=i)
+    fig.update_xaxes(title="round", dtick=1)
+    return _layout(fig, "CRIT pillar scores by round (mean over agents and runs)", height=380)
+
+
+def cost_summary(runs: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
+    cols = [c for c in ("calls", "cached", "failed", "prompt_tokens", "completion_tokens", "cost_usd", "latency_s") if c in runs.columns]
+    table = runs.groupby("config", sort=False)[cols].sum(min_count=1)
+    table.insert(0, "runs", runs.groupby("config", sort=False).size())
+    if "status" in runs.columns:
+        table.insert(1, "failed_runs", runs.groupby("config", sort=False)["status"].apply(lambda s: int((s != "ok").sum())))
+    if {"calls", "cached"} <= set(cols):
+        table["cache_hit_share"] = table["cached"] / table["calls"].where(table["calls"] > 0)
+    if len(calls) and "overhead_ms" in calls.columns:
+        merged = calls.merge(runs[["run_id", "config"]], on="run_id")
+        table["overhead_p50_ms"] = merged.groupby("config")["overhead_ms"].median()
+    return table.reset_index()
+
+
+def tokens_chart(cost: pd.DataFrame) -> go.Figure:
+    fig = go.Figure()
+    for column, colour in (("prompt_tokens", "#3366cc"), ("completion_tokens", "#ff9900")):
+        if column in cost.columns:
+            fig.add_trace(go.Bar(x=cost["config"], y=cost[column], name=column, marker_color=colour))
+    fig.update_layout(barmode="stack")
+    return _layout(fig, "Tokens per configuration", height=340)

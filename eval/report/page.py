@@ -1,0 +1,93 @@
+"""Assemble report.html: one file with plotly.js, the data and the explorer inlined, so it opens offline."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+from plotly.offline import get_plotlyjs
+
+from eval.atomic import atomic_write_text
+from eval.report import figures
+from eval.report.collect import load_report_data
+from eval.stats.analysis import analyse
+from eval.stats.frame import ok_runs
+
+HERE = Path(__file__).parent
+FIGURE_METRICS = ["sharpe", "total_return_pct", "excess_return_pct"]
+BASELINES = ["equal", "spy"]
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE), autoescape=True, undefined=jinja2.StrictUndefined)
+
+
+def _fig_html(fig) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True})
+
+
+def _html_table(df: pd.DataFrame, digits: int = 3) -> str:
+    if df is None or not len(df):
+        return ""
+    return df.to_html(index=False, float_format=lambda v: f"{v:.{digits}f}", na_rep="n/a", border=0, classes="data")
+
+
+def _clean(value):
+    """JSON for the explorer: NaN/inf become null (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _script_json(obj) -> str:
+    # A "<" in a string could close the <script> element or open a comment: escape every one as \u003c.
+    return json.dumps(_clean(obj), separators=(",", ":")).replace("<", "\\u003c")
+
+
+def build_report(root: str | Path, out: str | Path | None = None, compare: list[str] | None = None,
+                 correction: str = "none", max_traces: int = 500) -> Path:
+    data = load_report_data(root, max_traces)
+    runs = data.runs
+    analysis = analyse(runs, str(Path(root) / "runs.parquet"), compare, None, correction, data.rounds if len(data.rounds) else None)
+    configs = analysis.configs
+    runs = runs[runs["config"].isin(configs)]
+    ok = ok_runs(runs)
+    notes = []
+    if data.traces_missing:
+        notes.append(f"{data.traces_missing} run(s) have no trace file; they are in the tables but not in the explorer.")
+    if len(data.digests) < len(runs) - data.traces_missing:
+        notes.append(f"The explorer holds the first {len(data.digests)} runs (--max-traces {max_traces}).")
+    failed = runs[runs["status"] != "ok"] if "status" in runs.columns else runs.iloc[0:0]
+    if len(failed):
+        notes.append(f"{len(failed)} failed run(s) are excluded from every statistic; see the explorer and the status column.")
+    cost = figures.cost_summary(runs, data.calls)
+    metrics = [m for m in FIGURE_METRICS if m in ok.columns]
+    context = {
+        "batch": data.batch, "n_runs": len(runs), "n_ok": len(ok), "n_failed": len(failed), "configs": configs,
+        "n_scenarios": runs["scenario_id"].nunique(), "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "notes": notes, "correction": correction, "plotly_js": get_plotlyjs(),
+        "table_html": analysis.table.html(),
+        "pairs_html": _html_table(pd.DataFrame([p.record() for p in analysis.pairs])),
+        "beats_html": _html_table(pd.DataFrame(analysis.beats)),
+        "distribution_figs": [_fig_html(figures.distributions(ok, configs, m, BASELINES)) for m in metrics],
+        "paired_figs": [_fig_html(figures.paired_differences(analysis.pairs, m)) for m in metrics],
+        "scatter_fig": _fig_html(figures.quality_scatter(ok, configs)) if "rho_bar" in ok.columns else "<p>No ρ̄ column.</p>",
+        "correlations_html": _html_table(pd.DataFrame(analysis.correlations)),
+        "ols_formula": analysis.ols_formula or "", "ols_note": analysis.ols_note or "", "ols_html": _html_table(analysis.ols_table),
+        "divergence_fig": _fig_html(figures.divergence(data.divergence[data.divergence["config"].isin(configs)], configs)),
+        "pillar_fig": _fig_html(figures.pillar_trajectories(data.rounds, runs, configs)),
+        "cost_html": _html_table(cost), "n_pairs": len(analysis.pairs), "n_correlations": len(analysis.correlations),
+        "tokens_fig": _fig_html(figures.tokens_chart(cost)) if cost.get("prompt_tokens", pd.Series([0])).fillna(0).sum() > 0
+        else "<p class='muted'>No tokens spent: these runs made no LLM calls (rule-based analysts).</p>",
+        "explorer_json": _script_json({"runs": [d for d in data.digests if d["config"] in configs], "memos": data.memos}),
+        "explorer_js": (HERE / "explorer.js").read_text(), "explorer_note": f"{len(data.digests)} runs with traces",
+    }
+    html = _ENV.get_template("report.html.j2").render(**context)
+    target = Path(out) if out else Path(root) / "report.html"
+    atomic_write_text(target, html)
+    return target

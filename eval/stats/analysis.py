@@ -1,0 +1,107 @@
+"""One analysis of a runs table: every statistic the `stats` command prints and the report shows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from eval.atomic import atomic_write
+from eval.stats.beats import beats_baseline
+from eval.stats.correlate import agent_rho_correlations, delta_correlations, quality_correlations
+from eval.stats.describe import summarise
+from eval.stats.frame import check_runs, ok_runs, ordered_configs
+from eval.stats.paired import PairedComparison, all_pairs
+from eval.stats.regress import RankDeficient, ols
+from eval.stats.tables import ComparisonTable, comparison_table
+
+DEFAULT_METRICS = ["sharpe", "total_return_pct", "excess_return_pct", "sortino", "volatility", "max_drawdown_pct", "rho_bar"]
+PILLAR_COLUMNS = ["crit_logical_validity", "crit_evidential_support", "crit_alternative_consideration", "crit_causal_alignment"]
+PERFORMANCE = ["sharpe", "total_return_pct"]
+
+
+@dataclass
+class Analysis:
+    configs: list[str]
+    metrics: list[str]
+    summaries: list[dict]
+    pairs: list[PairedComparison]
+    table: ComparisonTable
+    beats: list[dict]
+    correlations: list[dict] = field(default_factory=list)
+    ols_formula: str | None = None
+    ols_table: pd.DataFrame | None = None
+    ols_note: str | None = None
+
+    def markdown(self) -> str:
+        parts = ["## Comparison (paired on scenario and replicate)", "", self.table.markdown(), ""]
+        parts += ["## Paired differences", "", _md(pd.DataFrame([p.record() for p in self.pairs])), ""]
+        if self.beats:
+            parts += ["## Beats 1/N (binomial, one-sided)", "", _md(pd.DataFrame(self.beats)), ""]
+        if self.correlations:
+            parts += ["## Reasoning quality against performance", "", _md(pd.DataFrame(self.correlations)), ""]
+        if self.ols_table is not None:
+            parts += [f"## OLS `{self.ols_formula}`", "", _md(self.ols_table), ""]
+        elif self.ols_note:
+            parts += ["## OLS", "", self.ols_note, ""]
+        return "\n".join(parts)
+
+    def write_csvs(self, out: Path) -> list[Path]:
+        frames = {"summary": pd.DataFrame(self.summaries), "paired": pd.DataFrame([p.record() for p in self.pairs]),
+                  "beats_1n": pd.DataFrame(self.beats), "correlations": pd.DataFrame(self.correlations)}
+        if self.ols_table is not None:
+            frames["ols"] = self.ols_table
+        written = []
+        for name, frame in frames.items():
+            written.append(atomic_write(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
+        return written
+
+
+def _md(df: pd.DataFrame) -> str:
+    from eval.markdown import markdown_table
+    return markdown_table(df) if len(df) else "(none)"
+
+
+def analyse(runs: pd.DataFrame, where: str, compare: list[str] | None = None, metrics: list[str] | None = None,
+            correction: str = "none", rounds: pd.DataFrame | None = None) -> Analysis:
+    metrics = metrics or [m for m in DEFAULT_METRICS if m in runs.columns]
+    check_runs(runs, where, metrics)
+    configs = ordered_configs(runs, compare, where)
+    runs = runs[runs["config"].isin(configs)]
+    ok = ok_runs(runs)
+    pairs = all_pairs(ok, configs, metrics)
+    summaries = summarise(runs, configs, metrics)
+    analysis = Analysis(configs, metrics, summaries, pairs, comparison_table(summaries, pairs, configs, metrics, correction),
+                        beats_baseline(ok, configs))
+    if "rho_bar" in ok.columns and ok["rho_bar"].notna().sum() >= 3:
+        ys = [y for y in PERFORMANCE if y in ok.columns]
+        xs = ["rho_bar", *[p for p in PILLAR_COLUMNS if p in ok.columns]]
+        groupings = {"pooled": None, "within ablation": "batch" if "batch" in ok.columns else None, "within condition": "config"}
+        if "ablation" in ok.columns:
+            groupings["within ablation"] = "ablation"
+        if groupings["within ablation"] is None:
+            del groupings["within ablation"]
+        analysis.correlations = quality_correlations(ok, xs, ys, groupings)
+        if rounds is not None and len(rounds):
+            analysis.correlations += agent_rho_correlations(ok, rounds, ys)
+        scored = [c for c in configs if ok.loc[ok["config"] == c, "rho_bar"].notna().any()]
+        analysis.correlations += delta_correlations(ok, [(a, b) for i, a in enumerate(scored) for b in scored[i + 1:]])
+        try_ols(analysis, ok)
+    return analysis
+
+
+def try_ols(analysis: Analysis, ok: pd.DataFrame) -> None:
+    """Fit the OLS when the data allow it; otherwise say why in the output (never a silent gap)."""
+    if "sharpe" not in ok.columns:
+        analysis.ols_note = "no sharpe column"
+        return
+    ablation = "ablation" if "ablation" in ok.columns else ("batch" if "batch" in ok.columns else None)
+    complete = ok[["sharpe", "rho_bar"]].dropna()
+    if len(complete) < 4:
+        analysis.ols_note = f"skipped: only {len(complete)} run(s) with both sharpe and rho_bar"
+        return
+    try:
+        analysis.ols_formula, _, analysis.ols_table = ols(ok, ablation=ablation, treatment="config")
+    except RankDeficient as exc:  # shown in the output in place of the table
+        analysis.ols_note = f"not fitted: {exc}"

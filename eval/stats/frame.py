@@ -1,0 +1,48 @@
+"""Loading and checking the runs table that every statistic reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from eval.errors import InputError
+
+KEY_COLUMNS = ("config", "scenario_id")
+
+
+def load_runs(path: str | Path) -> pd.DataFrame:
+    """Read a results dir (its runs.parquet) or any Parquet file with the runs columns."""
+    path = Path(path)
+    file = path / "runs.parquet" if path.is_dir() else path
+    if not file.exists():
+        hint = "run the batch first (madbench run BATCH.yaml)" if path.is_dir() else "give a results dir or a Parquet file"
+        raise InputError(str(file), "not found", hint)
+    return check_runs(pd.read_parquet(file), str(file))
+
+
+def check_runs(runs: pd.DataFrame, where: str, metrics: list[str] | None = None) -> pd.DataFrame:
+    missing = [c for c in (*KEY_COLUMNS, *(metrics or [])) if c not in runs.columns]
+    if missing:
+        raise InputError(where, f"missing column(s) {', '.join(missing)}; present: {', '.join(map(str, runs.columns))}",
+                         "the statistics need config, scenario_id and the metric columns (replicate is optional)")
+    return runs
+
+
+def ok_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs that finished; failed runs have no metrics and are counted apart, never averaged in."""
+    return runs[runs["status"] == "ok"] if "status" in runs.columns else runs
+
+
+def pair_keys(runs: pd.DataFrame) -> list[str]:
+    return ["scenario_id", "replicate"] if "replicate" in runs.columns else ["scenario_id"]
+
+
+def ordered_configs(runs: pd.DataFrame, compare: list[str] | None, where: str) -> list[str]:
+    present = list(dict.fromkeys(runs["config"].astype(str)))
+    if not compare:
+        return present
+    unknown = [c for c in compare if c not in present]
+    if unknown:
+        raise InputError(where, f"--compare names unknown config(s) {', '.join(unknown)}", f"choose from {', '.join(present)}")
+    return compare

@@ -1,0 +1,100 @@
+"""The HTML report: built from a real batch's results dir, self-contained, and rendered in headless Chromium."""
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from eval.report.page import _script_json, build_report
+from runner.cli import main
+from tests.browser import ARTIFACTS, open_page, requires_chromium
+from tests.conftest import requires_shared
+from tests.runner.test_batch import ROOT, TICKERS, write_batch
+
+
+@pytest.fixture(scope="module")
+def batch_results(tmp_path_factory, make_pack_module):
+    tmp = tmp_path_factory.mktemp("report")
+    batch = write_batch(tmp, make_pack_module(tickers=tuple(TICKERS)), replicates=1)
+    assert main(["run", str(batch), "--quiet"]) == 0
+    return tmp / "results" / "t"
+
+
+@pytest.fixture(scope="module")
+def make_pack_module(tmp_path_factory):
+    from eval.market.write import write_pack
+    from tests.conftest import synthetic_tables
+    return lambda **kw: write_pack(tmp_path_factory.mktemp("pack"), synthetic_tables(**kw))
+
+
+def explorer_data(html: str) -> dict:
+    m = re.search(r'<script type="application/json" id="explorer-data">(.*?)</script>', html, re.S)
+    return json.loads(m.group(1))
+
+
+@pytest.mark.slow
+def test_report_is_self_contained_and_holds_every_section(batch_results, capsys):
+    assert main(["report", str(batch_results)]) == 0
+    html = (batch_results / "report.html").read_text()
+    assert "wrote" in capsys.readouterr().out
+    for anchor in ("comparison", "distributions", "paired", "quality", "divergence", "pillars", "cost", "explorer-section"):
+        assert f'id="{anchor}"' in html
+    assert "A: single-causal" in html and "B: causal-debate-3" in html
+    assert not re.search(r'<(script|link|img)[^>]+(src|href)="https?://', html)  # nothing fetched when opened
+    data = explorer_data(html)
+    runs = pd.read_parquet(batch_results / "runs.parquet")
+    assert {r["run_id"] for r in data["runs"]} == set(runs.run_id)
+    debate = next(r for r in data["runs"] if r["config"] == "causal-debate-3")
+    assert {t["label"] for t in debate["turns"]} >= {"propose", "critique", "revise", "judge"}
+    assert debate["crit"] and all(c["explanations"] for c in debate["crit"])  # CRIT reasons are kept in the trace
+    assert data["memos"][debate["memo"]["sha256"]].count("[") > 10  # the memo text with its evidence IDs
+    assert debate["backtest"]["baselines"]["equal"]["sharpe"] is not None
+
+
+def test_embedded_json_cannot_close_its_script_element():
+    text = _script_json({"claim": "</script><script>alert(1)</script> <!-- x", "nan": float("nan")})
+    assert "</script" not in text and "<!--" not in text
+    assert json.loads(text) == {"claim": "</script><script>alert(1)</script> <!-- x", "nan": None}
+
+
+@pytest.mark.slow
+@requires_chromium
+def test_report_renders_in_chromium_without_console_errors(batch_results, tmp_path):
+    from playwright.sync_api import sync_playwright
+    path = build_report(batch_results, tmp_path / "report.html")
+    with sync_playwright() as pw:
+        context, page, errors = open_page(pw, tmp_path / "profile")
+        page.goto(path.as_uri())
+        page.wait_for_selector("#explorer .turn")
+        assert page.locator(".js-plotly-plot").count() >= 9
+        assert page.locator("table.cmp tbody tr").count() >= 5
+        first = page.locator("#explorer-run option").count()
+        page.select_option("#explorer-config", "single-causal")
+        assert 0 < page.locator("#explorer-run option").count() < first
+        assert "single-causal" in page.locator("#explorer").inner_text()
+        context.close()
+    assert errors == []
+
+
+@pytest.mark.slow
+@requires_shared
+@requires_chromium
+def test_rules_35_report_screenshot(tmp_path):
+    """The report of the rules-35 batch in Chromium; the screenshots are kept as test artifacts."""
+    from playwright.sync_api import sync_playwright
+    assert main(["run", str(ROOT / "configs/batches/rules-35.yaml"), "--results", str(tmp_path), "--quiet"]) == 0
+    path = build_report(tmp_path / "rules-35")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        context, page, errors = open_page(pw, tmp_path / "profile")
+        page.goto(path.as_uri())
+        page.wait_for_selector("#explorer .turn")
+        assert page.locator(".js-plotly-plot").count() >= 9
+        assert page.locator("table.cmp thead th").count() == 4  # metric + 3 configurations
+        page.screenshot(path=str(ARTIFACTS / "report-rules-35.png"))
+        page.locator("#explorer-section").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / "report-rules-35-explorer.png"))
+        context.close()
+    assert errors == []
+    assert (ARTIFACTS / "report-rules-35.png").stat().st_size > 50_000

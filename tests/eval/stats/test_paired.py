@@ -1,0 +1,77 @@
+"""Paired comparisons: reference values, agreement with scipy, and honest pairing."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from eval.stats.paired import compare, from_t, paired_test
+
+
+def frame_from(values: dict[str, np.ndarray], metric: str = "sharpe") -> pd.DataFrame:
+    return pd.concat([pd.DataFrame({"config": c, "scenario_id": [f"s{i}" for i in range(len(v))], metric: v})
+                      for c, v in values.items()], ignore_index=True)
+
+
+def test_reference_values_from_a_reported_t():
+    # Issue 8: a paired t of 2.300 with n = 35 gives p = 0.0277 and d = 0.389; +0.143 has CI [+0.017, +0.270].
+    r = from_t(2.300, 35, 0.143)
+    assert r["p"] == pytest.approx(0.0277, abs=5e-5)
+    assert r["d"] == pytest.approx(0.389, abs=5e-4)
+    # The reference difference is itself rounded to 3 decimals; its ±0.0005 moves each CI end by up to
+    # 0.0005·(1 + t_crit/t) ≈ 0.00094, so the ends are checked to 1e-3 (0.143 exactly gives [0.0167, 0.2693]).
+    assert r["ci_low"] == pytest.approx(0.017, abs=1e-3) and r["ci_high"] == pytest.approx(0.270, abs=1e-3)
+    assert from_t(2.300, 35, 0.14345)["ci_high"] == pytest.approx(0.270, abs=5e-4)
+
+
+def test_data_built_to_t_2_3_give_the_same_reference_values():
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=35)
+    z = (z - z.mean()) / z.std(ddof=1)
+    sd = 0.143 * np.sqrt(35) / 2.3  # so that t = d̄ / (sd/√n) = 2.3 exactly
+    b = rng.normal(0.5, 0.3, 35)
+    a = b + 0.143 + sd * z
+    c = compare(frame_from({"debate": a, "single": b}), "debate", "single", "sharpe")
+    assert c.n == 35 and c.t == pytest.approx(2.300, abs=1e-9) and c.diff == pytest.approx(0.143)
+    assert c.p == pytest.approx(0.0277, abs=5e-5) and c.d == pytest.approx(0.389, abs=5e-4)
+    assert (c.ci_low, c.ci_high) == pytest.approx((0.017, 0.270), abs=1e-3)
+    assert (c.ci_low, c.ci_high) == pytest.approx(tuple(from_t(2.300, 35, 0.143)[k] for k in ("ci_low", "ci_high")))
+
+
+def test_equals_scipy_ttest_rel_and_wilcoxon_on_random_data():
+    rng = np.random.default_rng(11)
+    a, b = rng.normal(0.2, 1, 40), rng.normal(0, 1, 40)
+    got = paired_test(a, b)
+    ref = stats.ttest_rel(a, b)
+    ci = ref.confidence_interval(0.95)
+    assert got["t"] == pytest.approx(ref.statistic) and got["p"] == pytest.approx(ref.pvalue)
+    assert (got["ci_low"], got["ci_high"]) == pytest.approx((ci.low, ci.high))
+    assert got["wilcoxon_p"] == pytest.approx(stats.wilcoxon(a - b).pvalue)
+    assert got["d"] == pytest.approx(np.mean(a - b) / np.std(a - b, ddof=1))
+
+
+def test_pairs_by_scenario_and_replicate_and_reports_unpaired_rows():
+    rows = []
+    for rep in (0, 1):
+        for i in range(6):
+            rows.append({"config": "A", "scenario_id": f"s{i}", "replicate": rep, "sharpe": 1.0 + i + rep})
+            if not (i == 5 and rep == 1):  # B lacks one (scenario, replicate)
+                rows.append({"config": "B", "scenario_id": f"s{i}", "replicate": rep, "sharpe": np.nan if i == 0 and rep == 0 else 0.5 + i})
+    c = compare(pd.DataFrame(rows), "A", "B", "sharpe")
+    assert c.n == 10 and c.unpaired_a == 2 and c.unpaired_b == 0
+    # replicate matters: pairing on scenario alone would mix replicates and give other differences
+    assert c.diff == pytest.approx(np.mean([0.5 + rep for rep in (0, 1) for i in range(6) if (i, rep) not in {(0, 0), (5, 1)}]))
+
+
+def test_duplicate_rows_for_a_pair_are_an_error():
+    df = frame_from({"A": np.arange(3.0), "B": np.arange(3.0)})
+    df = pd.concat([df, df.iloc[[0]]], ignore_index=True)
+    with pytest.raises(ValueError, match="duplicate row"):
+        compare(df, "A", "B", "sharpe")
+
+
+def test_undefined_statistics_are_nan_not_zero():
+    same = paired_test(np.ones(5), np.ones(5))
+    assert same["n"] == 5 and same["diff"] == 0 and np.isnan(same["t"]) and np.isnan(same["p"]) and np.isnan(same["wilcoxon_p"])
+    one = paired_test(np.array([1.0]), np.array([0.0]))
+    assert one["n"] == 1 and np.isnan(one["ci_low"])

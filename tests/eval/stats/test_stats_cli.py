@@ -1,0 +1,50 @@
+"""`madbench stats` and `madbench power` from the command line."""
+
+import json
+
+import pandas as pd
+
+from runner.cli import main
+from tests.eval.stats.test_tables_and_models import runs_frame
+
+
+def test_stats_json_records_and_csvs(tmp_path, capsys):
+    file = tmp_path / "elsewhere.parquet"
+    runs_frame().to_parquet(file)
+    assert main(["stats", "--from-parquet", str(file), "--compare", "debate,single", "--metric", "sharpe", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (pair,) = out["paired"]
+    assert set(pair) >= {"metric", "a", "b", "n", "diff", "ci_low", "ci_high", "t", "p", "d", "wilcoxon_p"}
+    assert (pair["a"], pair["b"], pair["n"]) == ("debate", "single", 30) and pair["p"] < 0.01
+    assert {(s["config"], s["metric"]) for s in out["summaries"]} == {("debate", "sharpe"), ("single", "sharpe")}
+    summary = pd.read_csv(tmp_path / "elsewhere-stats" / "summary.csv")
+    assert len(summary) == 2 and (summary.n == 30).all()
+
+
+def test_stats_markdown_on_a_results_dir(tmp_path, capsys):
+    root = tmp_path / "results" / "b"
+    root.mkdir(parents=True)
+    runs_frame().to_parquet(root / "runs.parquet")
+    assert main(["stats", str(root), "--correction", "bh"]) == 0
+    out = capsys.readouterr().out
+    assert "| metric | A: debate | B: single | C: mean |" in out and "## OLS `sharpe ~ rho_bar + C(batch) + C(config)`" in out
+    assert (root / "stats" / "paired.csv").exists() and (root / "stats" / "ols.csv").exists()
+
+
+def test_stats_bad_input_is_named(tmp_path, capsys):
+    file = tmp_path / "x.parquet"
+    pd.DataFrame({"config": ["a"], "sharpe": [1.0]}).to_parquet(file)
+    assert main(["stats", "--from-parquet", str(file)]) == 2
+    assert "missing column(s) scenario_id" in capsys.readouterr().err
+    runs_frame().to_parquet(file)
+    assert main(["stats", "--from-parquet", str(file), "--compare", "debate,nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown config(s) nope" in err and "choose from debate, single, mean" in err
+    assert main(["stats"]) == 2
+
+
+def test_power_cli(capsys):
+    assert main(["power", "--metric", "sharpe", "--effect", "0.14", "--sd", "0.37", "--n", "35"]) == 0
+    out = capsys.readouterr().out
+    assert "power 80%:" in out and "power 90%:" in out and "with n = 35: power" in out
+    assert main(["power", "--effect", "0.14", "--sd", "0", "--json"]) == 2
