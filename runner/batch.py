@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from debate.config import DebateConfig, load_debate_config, parse_debate_config
 from debate.scenario import Scenario, load_scenarios, read_yaml
 from eval.errors import InputError, format_validation_error
+from runner.gateway.models import ModelSpec
 
 
 class ScenarioMake(BaseModel):
@@ -57,8 +58,9 @@ class BatchSpec(BaseModel):
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     #: A count (0..n-1) or explicit sample indices.
     replicates: int | list[int] = 1
-    #: Every role and phase on this model (e.g. rules/auto); else each config's routing.
-    model: str | None = None
+    #: Every role and phase on this model: a model string (e.g. rules/auto) or a full spec with api_base,
+    #: api_key_env and rate limits; else each config's own routing.
+    model: str | ModelSpec | None = None
     pack: str | None = None
     evidence: list[str] = Field(default_factory=list)
     results_dir: str = "results"

@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 
+from eval.errors import InputError
+
 
 def bench_memo(pack_dir, evidence, scenarios_path, repeats: int = 3) -> dict:
     from debate.memo import build_memo
@@ -75,10 +77,26 @@ def bench_backtest(pack_dir, n: int = 10_000, tickers: int = 20, windows: int = 
             "single_call_path_for_10000_s": round(per_call_s * 10_000, 2), "setup_s": round(t_setup, 3), "target_s": 5.0}
 
 
+HEADLINE = ["efficiency", "requests_per_min", "limit_rpm", "share_429", "wall_s", "ideal_s", "speedup_vs_serial",
+            "overhead_p50_ms", "overhead_p95_ms", "peak_rss_mb"]
+
+
 def run_bench(args) -> int:
     from eval.market.pack import resolve_evidence_dirs, resolve_pack_dir
     pack = resolve_pack_dir(args.pack)
-    if args.what == "runner":
+    if args.what in ("throughput", "cache"):
+        from runner.bench_throughput import bench_cache, bench_throughput
+        for name in ("runs", "concurrency", "serial_runs"):
+            if getattr(args, name) < 1:
+                raise InputError(f"--{name.replace('_', '-')}", f"must be ≥ 1, got {getattr(args, name)}", "give a positive count")
+        if args.what == "cache":
+            out = bench_cache(args.runs, args.pack, args.scenarios)
+        else:
+            out = bench_throughput(args.runs, args.rpm, args.tpm, args.latency_median, args.concurrency, args.serial_runs,
+                                   args.pack, args.scenarios)
+            if args.json:
+                out = {k: out[k] for k in HEADLINE}
+    elif args.what == "runner":
         out = bench_runner()
     elif args.what == "gateway":
         out = bench_gateway(n=min(args.n, 2000))

@@ -8,6 +8,7 @@ traceback: they are bugs, not user errors.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from eval.errors import InputError
 
 EXIT_INPUT = 2
+EXIT_DISK_FULL = 3
 
 
 def _pack_args(p: argparse.ArgumentParser) -> None:
@@ -169,11 +171,18 @@ def _add_eval_commands(sub) -> None:
 
 
 def _add_bench_commands(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: memo building, backtest throughput, gateway overhead")
-    p.add_argument("what", choices=["memo", "backtest", "gateway", "runner"])
+    p = sub.add_parser("bench", help="benchmarks: memo, backtest, gateway, runner, throughput against a simulated provider, cached replay")
+    p.add_argument("what", choices=["memo", "backtest", "gateway", "runner", "throughput", "cache"])
     p.add_argument("--scenarios", default=str(Path(__file__).resolve().parents[1] / "configs" / "scenarios" / "market-35.yaml"),
-                   help="scenario file for `bench memo` (default configs/scenarios/market-35.yaml)")
+                   help="scenario file for `bench memo`, `throughput` and `cache` (default configs/scenarios/market-35.yaml)")
     p.add_argument("--n", type=int, default=10_000, help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (at most 2000)")
+    p.add_argument("--runs", type=int, default=100, help="runs for `throughput` and `cache` (3-agent, 1-round debates with CRIT; default 100)")
+    p.add_argument("--rpm", type=float, default=600, help="`throughput`: requests/min the simulated provider allows (default 600)")
+    p.add_argument("--tpm", type=float, help="`throughput`: tokens/min the simulated provider allows (default: none)")
+    p.add_argument("--latency-median", type=float, default=2.0, help="`throughput`: median provider latency in s, lognormal (default 2)")
+    p.add_argument("--concurrency", type=int, default=32, help="`throughput`: runs in flight (default 32)")
+    p.add_argument("--serial-runs", type=int, default=3, help="`throughput`: runs measured one at a time for the speed-up (default 3)")
+    p.add_argument("--json", action="store_true", help="`throughput`: print only the headline JSON record")
     _pack_args(p)
     p.set_defaults(func=cmd_bench)
 
@@ -258,6 +267,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     except BrokenPipeError:  # `madbench memo ... | head`
         return 0
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        print(f"madbench: error: {exc.strerror or exc}: {exc.filename or ''}\n"
+              "  Committed results are intact (every file is written whole or not at all). "
+              "Free some space, then run the same command again to resume.", file=sys.stderr)
+        return EXIT_DISK_FULL
 
 
 if __name__ == "__main__":

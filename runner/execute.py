@@ -10,6 +10,7 @@ resumes from its traces with paid calls served from the cache.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.batch import BatchSpec, RunSpec
-from runner.store import BatchLayout, compact, write_manifest
+from runner.store import TABLES, BatchLayout, compact, read_manifest, write_manifest, write_parts
 
 
 class RunnerActor:
@@ -40,7 +41,6 @@ class RunnerActor:
         from debate.run import run_debate
         from debate.scenario import Scenario
         from runner.gateway.errors import BudgetExhausted
-        from runner.store import write_parts
         s, c = Scenario.model_validate(scenario), DebateConfig.model_validate(config)
         t0 = time.perf_counter()
         try:
@@ -102,40 +102,54 @@ def init_ray(address: str | None, num_cpus: int | None = None):
     return ray
 
 
-def _placement(ray, k: int):
+def _pick_node(ray, k: int, avoid: set[str]) -> str:
     """Actor k goes to alive node k mod N, so the runner's actors spread over a cluster even though they
-    reserve no CPU. (A soft affinity let Ray pack them all on the head node.) An actor whose node dies
-    is replaced on a live node by the driver."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
-    return NodeAffinitySchedulingStrategy(node_id=nodes[k % len(nodes)], soft=False)
+    reserve no CPU. (A soft affinity let Ray pack them all on the head node.) Nodes that lost an actor are
+    avoided while another is alive: Ray may still list a dead node as alive for a few seconds."""
+    alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    nodes = [n for n in alive if n not in avoid] or alive
+    return nodes[k % len(nodes)]
 
 
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False) -> dict[str, Any]:
     manifest_runs = {r.run_id: {"run_id": r.run_id, "scenario_id": r.scenario.id, "config": r.config.name,
                                 "replicate": r.sample_index, "status": "pending", "attempts": 0} for r in runs}
+    previous = {m["run_id"]: m for m in read_manifest(layout.root)["runs"]} if (layout.root / "manifest.json").exists() else {}
+    rebuilt = 0
     for r in runs:
         stored = layout.stored_result(r.run_id)
         if stored is not None:
             manifest_runs[r.run_id]["status"] = stored.status
+            if not all(layout.part(t, r.run_id).exists() for t in TABLES):
+                # Committed, but a crash or a full disk struck before its table rows were written: rebuild them
+                # from the trace, so that no committed run is missing from the tables.
+                node = previous.get(r.run_id, {}).get("node_id") or ""
+                write_parts(layout, spec.name, stored, r.config.model_dump(mode="json"), r.scenario.model_dump(mode="json"), node)
+                rebuilt += 1
     todo = [r for r in runs if manifest_runs[r.run_id]["status"] == "pending"
             or (retry_failed and manifest_runs[r.run_id]["status"] == "failed")]
     spec_json = spec.model_dump(mode="json")
     write_manifest(layout, spec_json, list(manifest_runs.values()), "running")
     progress = Progress(len(todo), spec.max_cost_usd, stream=open(os.devnull, "w") if quiet else sys.stderr)
-    stats = {"runs": len(runs), "skipped": len(runs) - len(todo), "submitted": 0, "wall_s": 0.0}
+    stats = {"runs": len(runs), "skipped": len(runs) - len(todo), "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt}
     t0 = time.perf_counter()
     if todo:
         ray = init_ray(address)
         n_workers = min(spec.workers, len(todo))
         actor_cls = ray.remote(num_cpus=0, max_concurrency=max(1, spec.max_in_flight))(RunnerActor)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        node_of: dict[int, str] = {}
+        lost_nodes: set[str] = set()
+
         def new_actor(k: int):
-            return actor_cls.options(scheduling_strategy=_placement(ray, k)).remote(
+            node_of[k] = _pick_node(ray, k, lost_nodes)
+            return actor_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_of[k], soft=False)).remote(
                 pack_dir, evidence, cache_dir, str(layout.root), spec.name, spec.max_cost_usd)
 
         actors = [new_actor(k) for k in range(n_workers)]
         actor_of: dict[Any, int] = {}
+        sent_to: dict[Any, Any] = {}
         replacements = 0
         queue = list(todo)
         in_flight: dict[Any, RunSpec] = {}
@@ -152,27 +166,35 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
                                                            r.sample_index, retry_failed or m["attempts"] > 1)
                     in_flight[ref] = r
                     actor_of[ref] = i % n_workers
+                    sent_to[ref] = actors[i % n_workers]
                     stats["submitted"] += 1
                     i += 1
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
                 for ref in ready:
                     r = in_flight.pop(ref)
                     m = manifest_runs[r.run_id]
-                    k = actor_of.pop(ref)
+                    k, handle = actor_of.pop(ref), sent_to.pop(ref)
                     try:
                         summary = ray.get(ref)
                     except ray.exceptions.RayActorError as exc:
                         # The actor (or its node) died: the run is not at fault. Replace the actor and requeue;
                         # the run resumes from its trace with paid calls served from the cache.
-                        replacements += 1
-                        if replacements > 3 * n_workers:
-                            raise RuntimeError(f"runner actors keep dying ({replacements} replacements); last error: "
-                                               f"{str(exc).splitlines()[0][:500]}") from None
-                        actors[k] = new_actor(k)
+                        if actors[k] is handle:  # the first of that actor's runs to report: replace it once
+                            replacements += 1
+                            lost_nodes.add(node_of[k])
+                            if replacements > 3 * n_workers:
+                                raise RuntimeError(f"runner actors keep dying ({replacements} replacements); last error: "
+                                                   f"{str(exc).splitlines()[0][:500]}") from None
+                            actors[k] = new_actor(k)
                         m["attempts"] -= 1
                         queue.insert(0, r)
                         continue
                     except ray.exceptions.RayError as exc:  # a bug in a run: that run failed, the batch goes on
+                        cause = getattr(exc, "cause", None)
+                        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+                            # Not the run's fault, and every other run would hit it too: stop the batch, loudly.
+                            raise OSError(errno.ENOSPC, f"No space left on device while run {r.run_id} wrote its "
+                                          f"results ({cause.filename or layout.root})") from None
                         summary = {"status": "failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
                     if summary["status"] == "budget":
                         budget_hit = True

@@ -35,7 +35,9 @@ class SimConfig:
 class SimStats:
     requests: int = 0
     rejected_429: int = 0
+    outage_refusals: int = 0
     arrivals: list[float] = field(default_factory=list)
+    admitted: list[float] = field(default_factory=list)  # monotonic times of requests let through
 
 
 class SimProvider(StubServer):
@@ -47,11 +49,15 @@ class SimProvider(StubServer):
         self._rng = random.Random(self.config.seed)
         self._lock = threading.Lock()
         self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of admitted requests
+        self.outage_until = 0.0
         sim = self
 
         class Handler(JSONHandler):
             def do_POST(self):
                 body = self.read_json()
+                if time.monotonic() < sim.outage_until:
+                    sim.stats.outage_refusals += 1
+                    return self.send_json(503, {"error": {"message": "simulated outage", "type": "service_unavailable"}})
                 prompt = json.dumps(body.get("messages"), sort_keys=True)
                 tokens = len(prompt) // 4 + 16
                 retry_after, delay = sim._admit(tokens)
@@ -73,6 +79,10 @@ class SimProvider(StubServer):
 
         super().__init__(Handler)
 
+    def outage(self, seconds: float) -> None:
+        """Answer every request with 503 for the next ``seconds`` (a provider outage)."""
+        self.outage_until = time.monotonic() + seconds
+
     def _admit(self, tokens: int) -> tuple[float | None, float]:
         """(retry_after, latency): a request over the sliding-window limits is refused with a retry hint."""
         c = self.config
@@ -88,5 +98,6 @@ class SimProvider(StubServer):
                 self.stats.rejected_429 += 1
                 return (self._window[0][0] + 60.0 - now if self._window else 1.0), 0.0
             self._window.append((now, tokens))
+            self.stats.admitted.append(now)
             delay = 0.0 if c.latency_median_s <= 0 else self._rng.lognormvariate(math.log(c.latency_median_s), c.latency_sigma)
         return None, delay

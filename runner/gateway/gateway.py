@@ -169,6 +169,7 @@ class Gateway:
         tries = {"rate_limited": 0, "transient": 0}
         bounds = {"rate_limited": spec.retry.max_rate_limit_retries, "transient": spec.retry.max_transient_retries}
         waited = 0.0
+        first_transient: float | None = None
         est = estimate_tokens(request)
         while True:
             lease = await limiter.acquire(est) if limiter else None
@@ -189,6 +190,9 @@ class Gateway:
                 if kind == "rate_limited":
                     pause = min(pause, spec.limits.retry_after_cap_s)
                 gives_up = tries[kind] > bounds[kind]
+                if kind == "transient":
+                    first_transient = first_transient or time.monotonic()
+                    gives_up = gives_up and time.monotonic() - first_transient >= spec.retry.outage_patience_s
                 attempts.append(Attempt(model=spec.model, kind=kind, reason=exc.reason, latency_s=time.perf_counter() - start,
                                         wait_s=0.0 if gives_up else pause))
                 if gives_up:

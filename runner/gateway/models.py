@@ -39,6 +39,9 @@ class RetryPolicy(BaseModel):
     timeout_s: float = Field(120.0, gt=0)
     #: Timeouts, 5xx and connection errors; jittered exponential backoff.
     max_transient_retries: int = Field(5, ge=0)
+    #: A provider outage (every try failing with 5xx or no connection) is waited out for this long, counted from
+    #: the call's first transient failure, even past max_transient_retries: runs pause instead of failing.
+    outage_patience_s: float = Field(300.0, ge=0)
     #: 429s before moving to the next model in the fallback chain.
     max_rate_limit_retries: int = Field(8, ge=0)
     backoff_base_s: float = Field(1.0, gt=0)

@@ -86,10 +86,16 @@ def test_batch_layout_and_second_run_is_a_no_op(make_pack, tmp_path):
     assert manifest["state"] == "finished" and {r["status"] for r in manifest["runs"]} == {"ok"}
     assert "ray" in manifest["versions"]
     mtime = (root / "runs" / f"{runs.run_id.iloc[0]}.json").stat().st_mtime
+    lost = runs.run_id.iloc[1]  # committed, but its table rows never written (a crash or a full disk struck between)
+    for table in ("runs", "rounds", "calls"):
+        (root / "parts" / table / f"{lost}.parquet").unlink()
     t = time.monotonic()
     assert main(["run", str(batch), "--quiet"]) == 0
     assert time.monotonic() - t < 15
     assert (root / "runs" / f"{runs.run_id.iloc[0]}.json").stat().st_mtime == mtime  # nothing re-run
+    again = pd.read_parquet(root / "runs.parquet")
+    assert len(again) == 16 and lost in set(again.run_id)  # its rows were rebuilt from the trace
+    assert len(pd.read_parquet(root / "rounds.parquet")) == len(rounds)
     assert main(["status", str(root)]) == 0
 
 

@@ -1,10 +1,12 @@
-"""cluster.yaml is a valid Ray cluster-launcher config, and a batch spreads over a real 2-node local cluster."""
+"""cluster.yaml is a valid Ray cluster-launcher config; a batch spreads over a real 2-node local cluster and
+survives the loss of its worker node."""
 
 import json
 import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -42,8 +44,9 @@ def _stop_cluster(temp_dir: str) -> None:
     psutil.wait_procs(procs, timeout=30)
 
 
-@pytest.mark.slow
-def test_batch_runs_land_on_both_nodes_of_a_two_node_cluster(make_pack, tmp_path):
+@pytest.fixture
+def two_node_cluster():
+    """A real 2-node local Ray cluster (head + one worker, separate raylets); yields (address, env, temp dir)."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
     port = _free_port()
     import tempfile
@@ -56,13 +59,51 @@ def test_batch_runs_land_on_both_nodes_of_a_two_node_cluster(make_pack, tmp_path
     try:
         subprocess.run(head, env=env, check=True, capture_output=True, timeout=120)
         subprocess.run(worker, env=env, check=True, capture_output=True, timeout=120)
-        batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), workers=2)
-        out = subprocess.run([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet", "--address", f"127.0.0.1:{port}"],
-                             env=env, capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-2000:]
+        yield f"127.0.0.1:{port}", env, short
     finally:
         _stop_cluster(short)
+
+
+def _run(batch, address, env, **kw):
+    return subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet", "--address", address],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.slow
+def test_batch_runs_land_on_both_nodes_of_a_two_node_cluster(make_pack, tmp_path, two_node_cluster):
+    address, env, _ = two_node_cluster
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), workers=2)
+    proc = _run(batch, address, env)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
     runs = pd.read_parquet(tmp_path / "results" / "t" / "runs.parquet")
     assert len(runs) == 16 and runs.node_id.nunique() == 2
     calls = pd.read_parquet(tmp_path / "results" / "t" / "calls.parquet")
     assert calls.node_id.nunique() == 2
+
+
+@pytest.mark.slow
+def test_killing_a_worker_nodes_raylet_mid_batch_still_completes_every_run(make_pack, tmp_path, two_node_cluster):
+    import psutil
+
+    from runner.sim_provider import SimConfig, SimProvider
+    address, env, short = two_node_cluster
+    with SimProvider(SimConfig(latency_median_s=0.3, seed=5)) as sim:  # slow enough for the kill to land mid-batch
+        model = {"model": "openai/madbench-sim", "api_base": sim.url, "send_context": True,
+                 "retry": {"backoff_base_s": 0.2, "backoff_max_s": 2.0}}
+        batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), workers=2, max_in_flight=4, model=model,
+                            configs=[str(ROOT / "configs/debate/causal-debate-3.yaml")], grid={"rounds": [1]})
+        proc = _run(batch, address, env)
+        committed = tmp_path / "results" / "t" / "runs"
+        deadline = time.monotonic() + 300
+        while not (committed.exists() and len(list(committed.glob("*.json"))) >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "batch ended before the kill"
+            time.sleep(0.2)
+        raylets = [p for p in psutil.process_iter(["name", "cmdline"])
+                   if "raylet" in (p.info["name"] or "") and any(f"{short}/w" in a for a in (p.info["cmdline"] or []))]
+        assert len(raylets) == 1
+        raylets[0].kill()
+        _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-2000:]
+    runs = pd.read_parquet(tmp_path / "results" / "t" / "runs.parquet")
+    assert len(runs) == 8 and runs.run_id.is_unique and (runs.status == "ok").all()

@@ -24,7 +24,7 @@ def test_no_secret_in_any_artifact(make_pack, tmp_path):
         configs = []
         for name, spec in (("honest", {"model": "openai/sim", "api_base": sim.url, "send_context": True}),
                            ("leaky", {"model": "openai/leaky", "api_base": leaky.url,
-                                      "retry": {"backoff_base_s": 0.01, "max_transient_retries": 3}})):
+                                      "retry": {"backoff_base_s": 0.01, "max_transient_retries": 3, "outage_patience_s": 0}})):
             cfg = {"name": name, "agents": [{"role": "macro"}, {"role": "value"}], "rounds": 1,
                    "models": {"tiers": {"deep": {**spec, "api_key_env": "OPENAI_API_KEY"},
                                         "quick": {**spec, "api_key_env": "OPENAI_API_KEY"}}}}

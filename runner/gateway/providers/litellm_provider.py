@@ -120,6 +120,10 @@ class LiteLLMProvider:
         key = api_key if api_key is not None else api_key_from_env(spec.api_key_env)
         if key is not None:
             kwargs["api_key"] = key
+        elif spec.api_base:
+            # A self-hosted OpenAI-compatible endpoint (vLLM, llama.cpp, madbench's simulator) takes no key, but the
+            # client refuses to send without one. An endpoint that does want a key answers 401: fatal, never silent.
+            kwargs["api_key"] = "no-key"
         fmt = response_format(request.response_schema, spec.structured_output or "json_schema")
         if fmt is not None:
             kwargs["response_format"] = fmt
@@ -133,8 +137,13 @@ class LiteLLMProvider:
             raise RateLimited(redact(f"429 rate limited: {exc}")[:500], _retry_after(exc)) from None
         except litellm.Timeout:
             raise TransientError(f"timeout after {spec.retry.timeout_s:g} s") from None
-        except (litellm.InternalServerError, litellm.ServiceUnavailableError, litellm.BadGatewayError,
-                litellm.APIConnectionError) as exc:
+        except (litellm.InternalServerError, litellm.APIConnectionError) as exc:
+            if "Missing credentials" in str(exc) or "api_key client option must be set" in str(exc):
+                # litellm reports a missing key as a 500; retrying cannot help.
+                raise FatalProviderError(f"no API key for {spec.model}: set api_key_env in the model spec and export "
+                                         "that variable (keys are read from the environment only)") from None
+            raise TransientError(redact(f"{getattr(exc, 'status_code', '')} {type(exc).__name__}: {exc}").strip()[:500]) from None
+        except (litellm.ServiceUnavailableError, litellm.BadGatewayError) as exc:
             raise TransientError(redact(f"{getattr(exc, 'status_code', '')} {type(exc).__name__}: {exc}").strip()[:500]) from None
         except (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError,
                 litellm.BadRequestError) as exc:

@@ -11,7 +11,7 @@ from runner.gateway import (Budget, BudgetExhausted, Gateway, GatewayFailure, LL
 from runner.gateway.accounting import Attempt
 from tests.fault_server import FaultServer, Faults
 
-FAST_RETRY = RetryPolicy(timeout_s=0.5, max_transient_retries=6, max_rate_limit_retries=10, backoff_base_s=0.05,
+FAST_RETRY = RetryPolicy(timeout_s=0.5, max_transient_retries=6, outage_patience_s=0, max_rate_limit_retries=10, backoff_base_s=0.05,
                          backoff_max_s=0.5, max_validation_retries=2)
 
 
@@ -153,3 +153,26 @@ def test_retry_after_seconds_and_http_date():
     later = email.utils.formatdate(time.time() + 30, usegmt=True)
     assert 25 <= parse_retry_after(later) <= 31
     assert parse_retry_after("soon") is None
+
+
+def test_missing_key_for_a_hosted_provider_is_fatal_at_once_and_names_the_fix(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(GatewayFailure) as err:
+        asyncio.run(Gateway().complete(ask("q"), ModelSpec(model="openai/gpt-4o-mini"), as_json))
+    assert [a["kind"] for a in err.value.attempts] == ["fatal"]  # litellm calls it a 500; it is not retried
+    assert "set api_key_env" in err.value.reason
+
+
+def test_an_outage_is_waited_out_within_the_patience_and_fails_past_it():
+    from runner.sim_provider import SimProvider
+    policy = dict(max_transient_retries=1, backoff_base_s=0.1, backoff_max_s=0.3)
+    with SimProvider() as sim:
+        spec = ModelSpec(model="openai/sim", api_base=sim.url, retry=RetryPolicy(outage_patience_s=5, **policy))
+        asyncio.run(Gateway().complete(ask("warm-up: imports litellm"), spec, as_json))
+        sim.outage(1.5)
+        out = asyncio.run(Gateway().complete(ask("q"), spec, as_json))
+        assert sim.stats.outage_refusals >= 3 and "answer" in out.value  # more tries than max_transient_retries allows
+        sim.outage(1.5)
+        impatient = spec.model_copy(update={"retry": RetryPolicy(outage_patience_s=0, **policy)})
+        with pytest.raises(GatewayFailure):
+            asyncio.run(Gateway().complete(ask("q2"), impatient, as_json))
