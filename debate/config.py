@@ -54,7 +54,10 @@ class DebateConfig(BaseModel):
     name: str
     description: str = ""
     protocol: str = "paper"
-    agents: list[AgentConfig] = Field(min_length=1)
+    #: The debating agents of the `paper` protocol (the staged protocols name their own roles).
+    agents: list[AgentConfig] = Field(default_factory=list)
+    #: Protocol-specific knobs, validated by the protocol's own options model (e.g. desks: enable_research_manager).
+    options: dict[str, Any] = Field(default_factory=dict)
     #: T_max. 0 means no debate: proposals only (the single-agent and multi-agent-mean baselines).
     rounds: int = Field(1, ge=0, le=20)
     aggregation: Literal["judge", "mean"] = "mean"
@@ -77,6 +80,8 @@ class DebateConfig(BaseModel):
 
     @model_validator(mode="after")
     def _unique_agents(self):
+        if self.protocol == "paper" and not self.agents:
+            raise ValueError("agents: the paper protocol needs at least one agent")
         ids = [a.agent_id for a in self.agents]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
@@ -131,6 +136,8 @@ def check_names(cfg: DebateConfig, where: str) -> None:
     from debate.protocols import PROTOCOLS
     if cfg.protocol not in PROTOCOLS:
         raise InputError(where, f"protocol: unknown protocol {cfg.protocol!r}", f"use one of: {', '.join(PROTOCOLS)}")
+    from debate.protocols import protocol_options
+    protocol_options(cfg, where)
     for i, agent in enumerate(cfg.agents):
         load_profile(agent.role, agent.tier, where=f"{where}: agents[{i}]")
     if cfg.aggregation == "judge":

@@ -49,6 +49,7 @@ class RunResult(BaseModel):
     js: dict[str, float] = Field(default_factory=dict)
     interventions: list[dict[str, Any]] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    extras: dict[str, Any] = Field(default_factory=dict)
     metrics: dict[str, Any] | None = None
     baselines: dict[str, dict[str, Any]] = Field(default_factory=dict)
     totals: dict[str, Any] = Field(default_factory=dict)
@@ -63,6 +64,9 @@ def prompt_hashes(config: DebateConfig) -> dict[str, str]:
     from scoring.rubric import load_rubric
     out["rubric"] = load_rubric(config.crit_rubric).digest()
     out["rca"] = load_scorer_prompt("rca", RCA_VARIABLES).digest
+    if config.protocol != "paper":
+        from debate.protocols.stages import prompt_files_hash
+        out[f"protocol/{config.protocol}"] = prompt_files_hash(config.protocol)
     return out
 
 
@@ -117,7 +121,8 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
                    python=platform.python_version())
         trace.emit("memo", sha256=memo.sha256, as_of=str(memo.as_of.date()), n_items=len(memo.items),
                    ids=sorted(memo.evidence_ids), text=memo.text)  # the text lets a trace be read without the pack
-        ctx = RunContext(run_id, scenario, memo, constraints, config, gateway, trace, sample_index)
+        ctx = RunContext(run_id, scenario, memo, constraints, config, gateway, trace, sample_index,
+                         workdir=layout.out_dir, pack=pack)
         calls_before = gateway.totals.model_copy()
         try:
             outcome = await PROTOCOLS[config.protocol](ctx)
@@ -131,7 +136,7 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         trace.emit("backtest", metrics=metrics, baselines=baselines)
         result = RunResult(**base, status="ok", weights=outcome.weights, cash=outcome.cash, method=outcome.method,
                            rounds_run=outcome.rounds_run, rho_bar=outcome.rho_bar, rho_by_round=outcome.rho_by_round,
-                           js=outcome.js, interventions=outcome.interventions, notes=outcome.notes, metrics=metrics,
+                           js=outcome.js, interventions=outcome.interventions, notes=outcome.notes, extras=outcome.extras, metrics=metrics,
                            baselines=baselines, totals=_delta(gateway, calls_before))
         trace.emit("run_end", status="ok", totals=result.totals)
     atomic_write_text(result_path, result.model_dump_json(indent=1))

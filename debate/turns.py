@@ -9,6 +9,8 @@ validated output to the trace. A turn that cannot be completed raises
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +62,10 @@ class RunContext:
     memo_ids: set[str] = field(default_factory=set)
     memo_text: str = ""
     rubric: Rubric | None = None
+    #: Where the run's results live (a protocol's persistent state, such as a decision log, goes here).
+    workdir: Path | None = None
+    #: The data pack, for protocols that look back at realised outcomes (point-in-time: earlier quarters only).
+    pack: Any = None
 
     def __post_init__(self):
         self.rubric = load_rubric(self.config.crit_rubric)

@@ -48,6 +48,13 @@ class RunnerActor:
                                       retry_failed=retry_failed)
         except BudgetExhausted as exc:
             return {"status": "budget", "error": str(exc), "node_id": self.node_id}
+        except OSError:
+            raise  # a full disk stops the batch (the driver checks errno)
+        except Exception as exc:
+            # Many exception types (ours included) do not survive Ray's pickling; a RuntimeError carrying the type,
+            # message and traceback does, so the driver records the real reason with the failed run.
+            import traceback
+            raise RuntimeError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}") from None
         write_parts(self.layout, self.batch, result, config, scenario, self.node_id)
         return {"status": result.status, "error": result.error, "run_id": result.run_id, "totals": result.totals,
                 "node_id": self.node_id, "wall_s": time.perf_counter() - t0}
@@ -195,7 +202,8 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
                             # Not the run's fault, and every other run would hit it too: stop the batch, loudly.
                             raise OSError(errno.ENOSPC, f"No space left on device while run {r.run_id} wrote its "
                                           f"results ({cause.filename or layout.root})") from None
-                        summary = {"status": "failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+                        reason = str(cause) if cause is not None else str(exc)
+                        summary = {"status": "failed", "error": reason.splitlines()[0][:500], "node_id": None}
                     if summary["status"] == "budget":
                         budget_hit = True
                         queue.insert(0, r)

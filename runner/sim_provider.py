@@ -41,11 +41,13 @@ class SimStats:
 
 
 class SimProvider(StubServer):
-    def __init__(self, config: SimConfig | None = None, answer_filter=None):
+    def __init__(self, config: SimConfig | None = None, answer_filter=None, record_bodies: bool = False):
         self.config = config or SimConfig()
         #: Optional fault injection for tests: (context, content) -> content.
         self.answer_filter = answer_filter
         self.stats = SimStats()
+        #: Request bodies as received (only with record_bodies): what a model would actually have been shown.
+        self.bodies: list[dict] | None = [] if record_bodies else None
         self._rng = random.Random(self.config.seed)
         self._lock = threading.Lock()
         self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of admitted requests
@@ -55,6 +57,8 @@ class SimProvider(StubServer):
         class Handler(JSONHandler):
             def do_POST(self):
                 body = self.read_json()
+                if sim.bodies is not None:
+                    sim.bodies.append(body)
                 if time.monotonic() < sim.outage_until:
                     sim.stats.outage_refusals += 1
                     return self.send_json(503, {"error": {"message": "simulated outage", "type": "service_unavailable"}})

@@ -100,6 +100,8 @@ def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dic
     }
     for p in PILLARS:
         row[f"crit_{p}"] = sum(s["scores"][p] for s in final_scores) / len(final_scores) if final_scores else None
+    for k, v in result.extras.items():  # protocol-specific results, one column each (nested values as JSON)
+        row[f"x_{k}"] = v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v, sort_keys=True)
     for k, v in (result.metrics or {}).items():
         if k != "null_reasons":
             row[k] = v

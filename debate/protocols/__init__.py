@@ -1,9 +1,22 @@
-"""Protocol registry: a protocol turns a RunContext into a final allocation. One module, one entry."""
+"""Protocol registry: a protocol turns a RunContext into a final allocation. One module, one entry.
+
+Each module provides ``run(ctx) -> Outcome`` and ``Options`` (a pydantic model of its knobs, given in a
+debate config's ``options``; unknown knobs are rejected).
+"""
 
 from __future__ import annotations
 
-from debate.protocols import paper
+from pydantic import BaseModel, ValidationError
 
-PROTOCOLS = {
-    "paper": paper.run,
-}
+from debate.protocols import adversarial, desks, paper, tradingagents
+from eval.errors import InputError, format_validation_error
+
+_MODULES = {"paper": paper, "adversarial": adversarial, "desks": desks, "tradingagents": tradingagents}
+PROTOCOLS = {name: m.run for name, m in _MODULES.items()}
+
+
+def protocol_options(cfg, where: str = "config") -> BaseModel:
+    try:
+        return _MODULES[cfg.protocol].Options.model_validate(cfg.options)
+    except ValidationError as exc:
+        raise InputError(where, "options: " + format_validation_error(exc), f"see the {cfg.protocol} protocol's options") from None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, ConfigDict
+
 from debate.config import AgentConfig
 from debate.control import PIDState, cash_spread, jsd, pairwise_js, pid_step
 from debate.interventions import INTERVENTIONS, parse_intervention
@@ -20,6 +22,11 @@ from debate.schemas import CritiqueItem
 from debate.task import ReceivedCritique
 from debate.turns import DebateFailure, RunContext, raise_if
 from debate.validation import Validated, cap_weights
+
+class Options(BaseModel):
+    """The paper protocol's knobs are the config's own fields (rounds, pid, interventions …)."""
+    model_config = ConfigDict(extra="forbid")
+
 
 @dataclass
 class Outcome:
@@ -32,6 +39,8 @@ class Outcome:
     js: dict[str, float] = field(default_factory=dict)
     interventions: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Protocol-specific results (debate map, ruling, conviction, risk scorecard): extra columns in runs.parquet.
+    extras: dict = field(default_factory=dict)
 
 
 def _peer_view(ctx: RunContext, outputs: dict[str, Validated], agent: AgentConfig) -> list[dict]:

@@ -25,6 +25,8 @@ class RulesProvider:
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
         name = spec.model.split("/", 1)[1]
+        if request.context is not None and "stage" in request.context:
+            name = "stage"  # a staged protocol's task: one answerer covers every stage, whatever the role
         handlers = _handlers()
         if name not in handlers:
             raise FatalProviderError(f"no rule-based model {spec.model!r}; known: {', '.join('rules/' + n for n in handlers)}")
@@ -36,6 +38,8 @@ class RulesProvider:
 
 def handler_for_context(context: dict) -> str:
     """Which rule-based model answers a structured task (used by the simulated provider)."""
+    if "stage" in context:
+        return "stage"
     if "argument" in context:
         return "crit"
     if "after" in context:
@@ -56,4 +60,6 @@ def _handlers():
     from scoring import rca
     table["crit"] = lambda ctx: rules_scorer.score(rules_scorer.CritTask.model_validate(ctx))
     table["rca"] = lambda ctx: rca.rules_verdict(rca.RCATask.model_validate(ctx))
+    from debate.rules import stages
+    table["stage"] = stages.answer
     return table

@@ -1,0 +1,87 @@
+"""`adversarial`: the adversarial investment committee (PAPER_NOTES §6).
+
+planner fact base → bull thesis → bear attacks the bull's strongest claim → bull rebuts with no new
+evidence → (optional second bear turn: "what I would change") → independent risk auditor → CIO verdict
+with position sizes, a stop-loss and a confidence. Provider fallback is the gateway's: give the model
+spec `fallbacks`, and each turn is tagged with the model that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, ConfigDict
+
+from debate.protocols.desks import stage_task
+from debate.protocols.paper import Outcome
+from debate.protocols.stage_schemas import Attack, CIOVerdict, FactBase, Rebuttal, RiskScorecard, Thesis
+from debate.protocols.stages import ask_stage, known_ids_check
+from debate.turns import RunContext
+
+P = "adversarial"
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    #: The author's "what I would change": a second bear turn on the rebuttal.
+    extra_bear_round: bool = False
+
+
+def strongest_claim(thesis: Thesis) -> str:
+    """The bull's strongest claim: highest stated strength, the earliest on a tie."""
+    return max(thesis.claims, key=lambda c: (c.strength, -thesis.claims.index(c))).claim_id
+
+
+def _alloc(a):
+    return a.allocation, a.cash_weight
+
+
+async def run(ctx: RunContext) -> Outcome:
+    opt = Options.model_validate(ctx.config.options)
+    memo_ids = ctx.memo_ids
+    facts, _, _ = await ask_stage(ctx, stage_task(ctx, P, "planner", "planner"), FactBase, {"memo": ctx.memo_text},
+                                  lambda f: known_ids_check(f, memo_ids, "the memo"))
+    fact_json = facts.model_dump_json(indent=1)
+    thesis, thesis_w, _ = await ask_stage(
+        ctx, stage_task(ctx, P, "bull_thesis", "bull", inputs={"facts": facts.model_dump(mode="json")}), Thesis,
+        {"facts": fact_json}, lambda t: known_ids_check(t, memo_ids, "the memo"), allocation=_alloc)
+    target = strongest_claim(thesis)
+
+    def check_attack(a: Attack) -> list[str]:
+        wrong = [] if a.target_claim == target else [f"target_claim must be the bull's strongest claim, {target} "
+                                                      f"(highest strength), not {a.target_claim!r}"]
+        return wrong + known_ids_check(a, memo_ids, "the memo")
+    attack_inputs = {"facts": facts.model_dump(mode="json"), "thesis": thesis.model_dump(mode="json"), "target": target}
+    attack, _, _ = await ask_stage(ctx, stage_task(ctx, P, "bear_attack", "bear", inputs=attack_inputs), Attack,
+                                   {"facts": fact_json, "thesis": thesis.model_dump_json(indent=1), "target": target}, check_attack)
+    debated_ids = {i for c in thesis.claims for i in c.evidence_ids} | set(attack.evidence_ids)
+
+    def check_rebuttal(r: Rebuttal) -> list[str]:  # the rebuttal may not bring new evidence
+        return known_ids_check(r, debated_ids, "the evidence already cited by the thesis and the attack (no new evidence)")
+    rebuttal, rebuttal_w, _ = await ask_stage(
+        ctx, stage_task(ctx, P, "bull_rebuttal", "bull", inputs={**attack_inputs, "attack": attack.model_dump(mode="json")}),
+        Rebuttal, {"thesis": thesis.model_dump_json(indent=1), "attack": attack.model_dump_json(indent=1)}, check_rebuttal,
+        allocation=_alloc)
+    second = None
+    if opt.extra_bear_round:
+        second, _, _ = await ask_stage(
+            ctx, stage_task(ctx, P, "bear_changes", "bear", inputs={"thesis": thesis.model_dump(mode="json"),
+                                                                    "rebuttal": rebuttal.model_dump(mode="json")}, round_=2),
+            Attack, {"thesis": thesis.model_dump_json(indent=1), "rebuttal": rebuttal.model_dump_json(indent=1), "target": target},
+            check_attack, label="bear_changes")
+    # The auditor is independent of the debate: it sees the memo and the proposed book, not the arguments.
+    proposed = json.dumps(rebuttal_w, indent=1)
+    card, _, _ = await ask_stage(ctx, stage_task(ctx, P, "risk_auditor", "risk_auditor", inputs={"proposed": rebuttal_w}),
+                                 RiskScorecard, {"memo": ctx.memo_text, "proposed": proposed},
+                                 lambda c: known_ids_check(c, memo_ids, "the memo"))
+    debate = {"thesis": thesis.model_dump(mode="json"), "attack": attack.model_dump(mode="json"),
+              "rebuttal": rebuttal.model_dump(mode="json"), "changes": second.model_dump(mode="json") if second else None}
+    verdict, weights, cash = await ask_stage(
+        ctx, stage_task(ctx, P, "cio", "cio", inputs={**debate, "scorecard": card.model_dump(mode="json")}), CIOVerdict,
+        {"debate": json.dumps(debate, indent=1), "scorecard": card.model_dump_json(indent=1)}, allocation=_alloc)
+    scores = {k: getattr(card, k).score for k in ("valuation", "liquidity", "macro_exposure", "regulatory", "execution")}
+    return Outcome(weights=weights, cash=cash, method=f"adversarial:cio:{verdict.decision}", rounds_run=2 if second else 1,
+                   rho_bar=None, extras={"cio_decision": verdict.decision, "stop_loss_pct": verdict.stop_loss_pct,
+                                         "cio_confidence": verdict.confidence, "risk_scorecard": scores,
+                                         "risk_mean": round(sum(scores.values()) / len(scores), 3),
+                                         "attacked_claim": target, "thesis_weights": thesis_w})
