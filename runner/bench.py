@@ -180,16 +180,13 @@ def bench_runner(in_flight: int = 200) -> dict:
     Peak memory is the summed RSS of the driver and every Ray process, sampled every 0.2 s.
     """
     import asyncio
-    import os
     import tempfile
-    import threading
     from pathlib import Path
-
-    import psutil
 
     from debate.run import run_debate
     from eval.market.pack import load_pack, resolve_pack_dir
     from runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
+    from runner.bench_throughput import peak_rss_mb
     from runner.execute import init_ray, run_batch
     from runner.gateway import Gateway
     from runner.store import BatchLayout
@@ -214,25 +211,10 @@ def bench_runner(in_flight: int = 200) -> dict:
         run_batch(serial, runs, BatchLayout(Path(tmp) / "serial"), str(pack_dir), [], str(Path(tmp) / "c1"), quiet=True)
         runner_serial = time.perf_counter() - t
         wide = spec.model_copy(update={"workers": 2, "max_in_flight": in_flight})
-        peak, stop = [0.0], threading.Event()
-
-        def sample():
-            while not stop.is_set():
-                total = 0
-                for p in psutil.process_iter(["name", "cmdline", "memory_info"]):
-                    cmd = " ".join(p.info["cmdline"] or [])
-                    if p.pid == os.getpid() or "ray" in cmd or "raylet" in cmd or "gcs_server" in cmd:
-                        total += p.info["memory_info"].rss if p.info["memory_info"] else 0
-                peak[0] = max(peak[0], total / 2**20)
-                stop.wait(0.2)
-
-        th = threading.Thread(target=sample, daemon=True)
-        th.start()
-        t = time.perf_counter()
-        run_batch(wide, runs, BatchLayout(Path(tmp) / "wide"), str(pack_dir), [], str(Path(tmp) / "c2"), quiet=True)
-        runner_wide = time.perf_counter() - t
-        stop.set()
-        th.join()
+        with peak_rss_mb() as peak:
+            t = time.perf_counter()
+            run_batch(wide, runs, BatchLayout(Path(tmp) / "wide"), str(pack_dir), [], str(Path(tmp) / "c2"), quiet=True)
+            runner_wide = time.perf_counter() - t
     out |= {"direct_s": round(direct, 2), "runner_serial_s": round(runner_serial, 2),
             "overhead_per_run_ms": round((runner_serial - direct) / len(runs) * 1e3, 1),
             "runner_in_flight": in_flight, "runner_wide_s": round(runner_wide, 2), "peak_rss_mb": round(peak[0], 1),

@@ -41,7 +41,11 @@ def cmd_stats(args) -> int:
     runs_file, rounds_file, default_out = _source(args)
     runs = load_runs(runs_file)
     rounds = pd.read_parquet(rounds_file) if rounds_file else None
-    analysis = analyse(runs, str(runs_file), _csv_list(args.compare), _csv_list(args.metric), args.correction, rounds)
+    compare = _csv_list(args.compare)
+    if compare is None and args.results_dir:
+        from eval.stats.frame import batch_order
+        compare = batch_order(args.results_dir, runs)
+    analysis = analyse(runs, str(runs_file), compare, _csv_list(args.metric), args.correction, rounds)
     out = Path(args.out) if args.out else default_out
     written = analysis.write_csvs(out)
     if args.json:

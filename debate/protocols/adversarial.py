@@ -12,6 +12,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict
 
+from debate.config import AgentConfig
 from debate.protocols.desks import stage_task
 from debate.protocols.paper import Outcome
 from debate.protocols.stage_schemas import Attack, CIOVerdict, FactBase, Rebuttal, RiskScorecard, Thesis
@@ -36,6 +37,23 @@ def _alloc(a):
     return a.allocation, a.cash_weight
 
 
+def thesis_as_proposal(thesis: Thesis, universe: list[str]):
+    """The bull's thesis in the paper's claim graph (claims → positions), so the audit and CRIT can grade it.
+
+    B<n> becomes C<n>; a claim moves the tickers its text names; each held ticker is supported by the claims
+    that name it.
+    """
+    from debate.schemas import Claim, PositionRationale, Proposal
+    named = {c.claim_id: [t for t in universe if t in c.text.replace(",", " ").split()] for c in thesis.claims}
+    claims = [Claim(claim_id="C" + c.claim_id[1:], claim_text=c.text, claim_type="thesis", reasoning_type="observational",
+                    evidence_ids=c.evidence_ids, impacts_positions=named[c.claim_id], confidence=c.strength)
+              for c in thesis.claims]
+    held = [h.ticker for h in thesis.allocation if h.weight > 0]
+    rationale = [PositionRationale(ticker=t, supporting_claims=["C" + k[1:] for k, ts in named.items() if t in ts]) for t in held]
+    return Proposal(thesis=thesis.summary, allocation=thesis.allocation, cash_weight=thesis.cash_weight, claims=claims,
+                    position_rationale=rationale)
+
+
 async def run(ctx: RunContext) -> Outcome:
     opt = Options.model_validate(ctx.config.options)
     memo_ids = ctx.memo_ids
@@ -46,6 +64,8 @@ async def run(ctx: RunContext) -> Outcome:
         ctx, stage_task(ctx, P, "bull_thesis", "bull", inputs={"facts": facts.model_dump(mode="json")}), Thesis,
         {"facts": fact_json}, lambda t: known_ids_check(t, memo_ids, "the memo"), allocation=_alloc)
     target = strongest_claim(thesis)
+    # The thesis is the part with a claim graph: the deterministic audit and CRIT grade it (the bull, round 1).
+    crit = await ctx.crit(AgentConfig(role="bull"), 1, thesis_as_proposal(thesis, ctx.universe), [])
 
     def check_attack(a: Attack) -> list[str]:
         wrong = [] if a.target_claim == target else [f"target_claim must be the bull's strongest claim, {target} "
@@ -81,7 +101,7 @@ async def run(ctx: RunContext) -> Outcome:
         {"debate": json.dumps(debate, indent=1), "scorecard": card.model_dump_json(indent=1)}, allocation=_alloc)
     scores = {k: getattr(card, k).score for k in ("valuation", "liquidity", "macro_exposure", "regulatory", "execution")}
     return Outcome(weights=weights, cash=cash, method=f"adversarial:cio:{verdict.decision}", rounds_run=2 if second else 1,
-                   rho_bar=None, extras={"cio_decision": verdict.decision, "stop_loss_pct": verdict.stop_loss_pct,
+                   rho_bar=crit.rho, rho_by_round=[crit.rho], extras={"cio_decision": verdict.decision, "stop_loss_pct": verdict.stop_loss_pct,
                                          "cio_confidence": verdict.confidence, "risk_scorecard": scores,
                                          "risk_mean": round(sum(scores.values()) / len(scores), 3),
                                          "attacked_claim": target, "thesis_weights": thesis_w})

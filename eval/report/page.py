@@ -53,6 +53,9 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
                  correction: str = "none", max_traces: int = 500) -> Path:
     data = load_report_data(root, max_traces)
     runs = data.runs
+    if compare is None:
+        from eval.stats.frame import batch_order
+        compare = batch_order(root, runs)
     analysis = analyse(runs, str(Path(root) / "runs.parquet"), compare, None, correction, data.rounds if len(data.rounds) else None)
     configs = analysis.configs
     runs = runs[runs["config"].isin(configs)]

@@ -46,3 +46,14 @@ def ordered_configs(runs: pd.DataFrame, compare: list[str] | None, where: str) -
     if unknown:
         raise InputError(where, f"--compare names unknown config(s) {', '.join(unknown)}", f"choose from {', '.join(present)}")
     return compare
+
+
+def batch_order(results_dir: str | Path, runs: pd.DataFrame) -> list[str] | None:
+    """The batch file's config order (from manifest.json), for table columns; None without a manifest."""
+    import json
+    manifest = Path(results_dir) / "manifest.json"
+    if not manifest.exists():
+        return None
+    present = set(runs["config"].astype(str))
+    order = list(dict.fromkeys(r["config"] for r in json.loads(manifest.read_text())["runs"]))
+    return [c for c in order if c in present] + sorted(present - set(order))

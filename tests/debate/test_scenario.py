@@ -1,6 +1,5 @@
 """Scenario files: the paper's format loads, bad input is named precisely, draws are seeded."""
 
-import pandas as pd
 import pytest
 
 from debate.scenario import load_scenarios

@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from eval import metrics as M
 from eval.backtest import Window, backtest, backtest_positions, holding_window, simulate
 from eval.baselines import baseline_metrics, ivol_weights, minvar_weights
 from eval.errors import InputError

@@ -17,9 +17,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import psutil
 import pytest
-import yaml
 
 from runner.sim_provider import SimConfig, SimProvider
 from tests.runner.test_batch import ROOT, TICKERS, write_batch

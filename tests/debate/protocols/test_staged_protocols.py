@@ -39,6 +39,10 @@ def test_each_protocol_completes_on_the_rule_based_answers_with_a_readable_trace
     assert stages == expected
     assert all(t["is_llm"] is False for t in turns)  # rule-based answers are labelled as such
     assert result.extras and result.metrics["total_return_pct"] is not None
+    crit = events(tmp_path, result.run_id, "crit")
+    if protocol == "adversarial":  # the thesis has a claim graph: audited and CRIT-scored
+        assert len(crit) == 1 and crit[0]["agent"] == "bull" and result.rho_bar == crit[0]["score"]["rho"]
+        assert crit[0]["audit"]["claims"] >= 1
     final = events(tmp_path, result.run_id, "final")[0]
     assert final["weights"] == result.weights and final["method"].startswith(protocol)
 
