@@ -73,7 +73,8 @@ async def run(ctx: RunContext) -> Outcome:
         return wrong + known_ids_check(a, memo_ids, "the memo")
     attack_inputs = {"facts": facts.model_dump(mode="json"), "thesis": thesis.model_dump(mode="json"), "target": target}
     attack, _, _ = await ask_stage(ctx, stage_task(ctx, P, "bear_attack", "bear", inputs=attack_inputs), Attack,
-                                   {"facts": fact_json, "thesis": thesis.model_dump_json(indent=1), "target": target}, check_attack)
+                                   {"facts": fact_json, "thesis": thesis.model_dump_json(indent=1), "target": target}, check_attack,
+                                   enums={"target_claim": [target]})
     debated_ids = {i for c in thesis.claims for i in c.evidence_ids} | set(attack.evidence_ids)
 
     def check_rebuttal(r: Rebuttal) -> list[str]:  # the rebuttal may not bring new evidence
@@ -81,14 +82,14 @@ async def run(ctx: RunContext) -> Outcome:
     rebuttal, rebuttal_w, _ = await ask_stage(
         ctx, stage_task(ctx, P, "bull_rebuttal", "bull", inputs={**attack_inputs, "attack": attack.model_dump(mode="json")}),
         Rebuttal, {"thesis": thesis.model_dump_json(indent=1), "attack": attack.model_dump_json(indent=1)}, check_rebuttal,
-        allocation=_alloc)
+        allocation=_alloc, visible_ids=debated_ids)
     second = None
     if opt.extra_bear_round:
         second, _, _ = await ask_stage(
             ctx, stage_task(ctx, P, "bear_changes", "bear", inputs={"thesis": thesis.model_dump(mode="json"),
                                                                     "rebuttal": rebuttal.model_dump(mode="json")}, round_=2),
             Attack, {"thesis": thesis.model_dump_json(indent=1), "rebuttal": rebuttal.model_dump_json(indent=1), "target": target},
-            check_attack, label="bear_changes")
+            check_attack, label="bear_changes", enums={"target_claim": [target]})
     # The auditor is independent of the debate: it sees the memo and the proposed book, not the arguments.
     proposed = json.dumps(rebuttal_w, indent=1)
     card, _, _ = await ask_stage(ctx, stage_task(ctx, P, "risk_auditor", "risk_auditor", inputs={"proposed": rebuttal_w}),

@@ -136,7 +136,7 @@ async def run_desks(ctx: RunContext, protocol: str, stage: str = "desk") -> dict
         def check(r: DeskReport) -> list[str]:
             return covers_universe([s.ticker for s in r.signals], ctx.universe, "signals") + \
                 known_ids_check(r, allowed, f"the {desk} slice")
-        report, _, _ = await ask_stage(ctx, task, DeskReport, {"desk": desk}, check)
+        report, _, _ = await ask_stage(ctx, task, DeskReport, {"desk": desk}, check, visible_ids=allowed)
         return report
     reports = await asyncio.gather(*(one(d) for d in SLICES))
     return dict(zip(SLICES, reports))
@@ -159,7 +159,8 @@ async def bull_bear(ctx: RunContext, protocol: str, reports: dict[str, DeskRepor
                 return tickers_check(a.favoured_tickers, ctx.universe, "favoured_tickers") + \
                     known_ids_check(a, allowed, "the desk reports")
             arg, _, _ = await ask_stage(ctx, task, Argument, {"reports": reports_json(reports),
-                                                              "history": json.dumps(history, indent=1)}, check)
+                                                              "history": json.dumps(history, indent=1)}, check,
+                                          visible_ids=allowed)
             history.append({"round": r, "side": side, **arg.model_dump(mode="json")})
     return history
 

@@ -124,6 +124,50 @@ def prompt_files_hash(protocol: str) -> str:
 
 # -- asking a stage ------------------------------------------------------------------------------
 
+#: Array bounds for constrained decoders (validation does not rely on them): they keep a small model
+#: from looping inside a list until its budget is spent.
+STAGE_ARRAY_BOUNDS = {"evidence_ids": 4, "key_points": 3, "points": 3, "favoured_tickers": 3, "facts": 6,
+                      "open_questions": 2, "claims": 4, "would_change": 2, "concessions": 2, "agreements": 3,
+                      "disagreements": 3, "unresolved": 3, "invalidation_conditions": 2, "evidence_gaps": 2,
+                      "disputes": 2, "caps": 4}
+
+
+def constrained_schema(schema_model: type[BaseModel], universe: list[str], evidence_ids: set[str],
+                       enums: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """The stage's JSON schema with the universe's tickers and the visible evidence IDs as enums, and arrays
+    bounded, so a constrained decoder cannot name an outside ticker or an unseen ID. Validation still checks
+    both exactly (not every provider enforces schemas)."""
+    import copy
+    schema = copy.deepcopy(schema_model.model_json_schema())
+    tickers = {"type": "string", "enum": list(universe)}
+    ids = {"type": "array", "items": {"type": "string", "enum": sorted(evidence_ids)}} if 0 < len(evidence_ids) <= 300 else None
+
+    def walk(node):
+        if isinstance(node, dict):
+            props = node.get("properties", {})
+            for name, sub in props.items():
+                if enums and name in enums:
+                    props[name] = {"type": "string", "enum": list(enums[name])}
+                elif name == "ticker":
+                    props[name] = dict(tickers)
+                elif name in ("favoured_tickers",):
+                    props[name] = {"type": "array", "items": dict(tickers)}
+                elif name == "evidence_ids" and ids is not None:
+                    props[name] = {**copy.deepcopy(ids), **({"minItems": sub["minItems"]} if "minItems" in sub else {})}
+                elif name == "metric_id" and ids is not None:
+                    props[name] = dict(ids["items"])
+                elif name in ("signals", "views"):  # one entry per ticker
+                    props[name] = {**sub, "minItems": len(universe), "maxItems": len(universe)}
+                if isinstance(props[name], dict) and props[name].get("type") == "array" and name in STAGE_ARRAY_BOUNDS:
+                    props[name]["maxItems"] = min(props[name].get("maxItems", 99), STAGE_ARRAY_BOUNDS[name])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(schema)
+    return schema
+
 def known_ids_check(answer: BaseModel, allowed: set[str], what: str = "the evidence you were shown") -> list[str]:
     """Every evidence ID anywhere in the answer must be one the stage could see."""
     cited: set[str] = set()
@@ -150,7 +194,8 @@ def tickers_check(tickers: list[str], universe: list[str], field: str) -> list[s
 
 async def ask_stage(ctx: RunContext, task: StageTask, schema: type[BaseModel], variables: dict[str, Any],
                     check: Callable[[BaseModel], list[str]] | None = None, label: str | None = None,
-                    allocation: Callable[[BaseModel], tuple[list[Holding], float]] | None = None):
+                    allocation: Callable[[BaseModel], tuple[list[Holding], float]] | None = None,
+                    visible_ids: set[str] | None = None, enums: dict[str, list[str]] | None = None):
     """Render, call, validate (with feedback retries), trace. Returns (answer, weights or None, cash or None)."""
     prompts, compiled = load_prompts(task.protocol)
     if task.stage not in prompts.stages:
@@ -179,7 +224,8 @@ async def ask_stage(ctx: RunContext, task: StageTask, schema: type[BaseModel], v
         return answer
 
     c = await ctx._complete(who=task.agent_id, role=task.role, phase=ROUTING_PHASE, round_=task.round, system=stage.system,
-                            user=user, schema=schema.model_json_schema(), context=task.model_dump(mode="json"),
+                            user=user, schema=constrained_schema(schema, task.universe, visible_ids or ctx.memo_ids, enums),
+                            context=task.model_dump(mode="json"),
                             temperature=ctx.config.temperature, validate=validate, label=label or task.stage)
     answer = c.value
     ctx.trace.emit("turn", agent=task.agent_id, role=task.role, phase=task.stage, round=task.round, label=label or task.stage,

@@ -96,7 +96,8 @@ async def run(ctx: RunContext) -> Outcome:
     text = {"reports": reports_json(reports), "history": json.dumps(history, indent=1), "reflection": reflection}
     inputs = {"reports": {d: r.model_dump(mode="json") for d, r in reports.items()}, "history": history, "reflection": reflection}
     plan, plan_w, _ = await ask_stage(ctx, stage_task(ctx, P, "trader", "trader", [], inputs), TradePlan, text,
-                                      lambda t: known_ids_check(t, allowed, "the analyst reports"), allocation=_alloc)
+                                      lambda t: known_ids_check(t, allowed, "the analyst reports"), allocation=_alloc,
+                                      visible_ids=allowed)
 
     async def risk(stance: str) -> RiskView:
         def check(v: RiskView) -> list[str]:
@@ -104,7 +105,7 @@ async def run(ctx: RunContext) -> Outcome:
             return wrong + tickers_check([c.ticker for c in v.caps], ctx.universe, "caps")
         view, _, _ = await ask_stage(ctx, stage_task(ctx, P, "risk", f"risk_{stance}", [], {"plan": plan_w, "stance": stance}),
                                      RiskView, {"plan": json.dumps(plan_w, indent=1), "stance": stance,
-                                                "reports": text["reports"]}, check, label=f"risk:{stance}")
+                                                "reports": text["reports"]}, check, label=f"risk:{stance}", enums={"stance": [stance]})
         return view
     views = await asyncio.gather(*(risk(s) for s in STANCES))
     risk_json = json.dumps([v.model_dump(mode="json") for v in views], indent=1)

@@ -188,3 +188,14 @@ def test_protocols_batch_gives_a_paired_comparison_table(tmp_path, capsys):
     assert {"x_ruling", "x_mean_convergence", "x_conviction_zeroed"} <= set(runs.columns)
     assert desks.x_ruling.isin(["bull", "bear", "neither"]).all()
     assert runs[runs.config == "adversarial"].x_cio_decision.isin(["approve", "reduce", "reject"]).all()
+
+
+def test_stage_schemas_sent_to_constrained_decoders_carry_the_universe_and_visible_ids():
+    from debate.protocols.stage_schemas import Attack, DeskReport
+    from debate.protocols.stages import constrained_schema
+    desk = constrained_schema(DeskReport, ["AAA", "BBB"], {"AAA-RET60", "L1-VIX"})
+    assert desk["$defs"]["TickerSignal"]["properties"]["ticker"]["enum"] == ["AAA", "BBB"]
+    assert desk["properties"]["signals"]["minItems"] == desk["properties"]["signals"]["maxItems"] == 2
+    assert desk["properties"]["evidence_ids"]["items"]["enum"] == ["AAA-RET60", "L1-VIX"]
+    attack = constrained_schema(Attack, ["AAA"], {"AAA-RET60"}, enums={"target_claim": ["B2"]})
+    assert attack["properties"]["target_claim"]["enum"] == ["B2"] and attack["properties"]["evidence_ids"]["minItems"] == 1
