@@ -49,8 +49,19 @@
     if (o.critique_responses) parts.push(el("ul", {}, ...o.critique_responses.map(r => el("li", {},
       el("b", {}, r.disposition + " "), "(" + r.from_agent + " on " + r.target_claim + ") " + r.justification))));
     if (o.rationale) parts.push(el("p", {}, o.rationale));
+    if (o.summary) parts.push(el("p", {}, el("i", {}, o.summary)));
+    if (o.signals) parts.push(table(["ticker", "signal", "confidence"], o.signals.map(x => [x.ticker, x.signal, x.confidence])));
+    if (o.views) parts.push(table(["ticker", "signal", "conviction"], o.views.map(x => [x.ticker, x.signal, fmt(x.conviction, 2)])));
+    if (o.points) parts.push(el("ul", {}, ...o.points.map(x => el("li", {}, x.text + " ",
+      el("span", { class: "muted" }, "[" + (x.evidence_ids || []).join(", ") + "]")))));
     if (t.weights) parts.push(el("p", {}, el("b", {}, "Allocation: "), allocation(t.weights)));
     if (t.policy_notes && t.policy_notes.length) parts.push(el("p", { class: "muted" }, "Policy: " + t.policy_notes.join("; ")));
+    // Fields the paper protocol's layout does not cover (the staged protocols' signals, rulings, maps …): shown as data.
+    const shown = new Set(["thesis", "claims", "critiques", "critique_responses", "rationale", "allocation", "cash_weight",
+                           "summary", "signals", "views", "points"]);
+    const rest = Object.fromEntries(Object.entries(o).filter(([k]) => !shown.has(k)));
+    if (Object.keys(rest).length) parts.push(el("details", parts.length <= 2 ? { open: "" } : {}, el("summary", {}, "other fields"),
+      el("pre", { class: "memo" }, JSON.stringify(rest, null, 1))));
     return el("div", { class: "turn" }, ...parts);
   }
 
