@@ -37,8 +37,29 @@ def response_format(schema: dict[str, Any] | None, mode: str) -> dict[str, Any] 
     if schema is None or mode == "prompt_only":
         return None
     if mode == "json_object_schema":  # llama.cpp's form: grammar-constrained JSON
-        return {"type": "json_object", "schema": schema}
+        return {"type": "json_object", "schema": bounded_numbers_as_enums(schema)}
     return {"type": "json_schema", "json_schema": {"name": schema.get("title", "answer"), "schema": schema, "strict": False}}
+
+
+def bounded_numbers_as_enums(schema: dict[str, Any], steps: int = 20) -> dict[str, Any]:
+    """Bounded numbers (minimum and maximum within 2 of each other, e.g. a weight or a confidence) as an enum
+    of evenly spaced values. llama.cpp's grammar ignores numeric bounds, so a small model can write a
+    confidence of 3.5 and fail validation; an enum it cannot leave. Validation is unchanged."""
+    import copy
+
+    def walk(node):
+        if isinstance(node, dict):
+            lo, hi = node.get("minimum", node.get("exclusiveMinimum")), node.get("maximum", node.get("exclusiveMaximum"))
+            if node.get("type") == "number" and lo is not None and hi is not None and 0 < hi - lo <= 2:
+                values = [round(lo + (hi - lo) * k / steps, 6) for k in range(steps + 1)]
+                values = [v for v in values if ("exclusiveMinimum" not in node or v > lo) and ("exclusiveMaximum" not in node or v < hi)]
+                return {k: v for k, v in node.items() if k not in ("type", "minimum", "maximum", "exclusiveMinimum",
+                                                                    "exclusiveMaximum")} | {"enum": values}
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+    return walk(copy.deepcopy(schema))
 
 
 def merged_messages(request: LLMRequest) -> list[dict[str, str]]:

@@ -176,3 +176,16 @@ def test_an_outage_is_waited_out_within_the_patience_and_fails_past_it():
         impatient = spec.model_copy(update={"retry": RetryPolicy(outage_patience_s=0, **policy)})
         with pytest.raises(GatewayFailure):
             asyncio.run(Gateway().complete(ask("q2"), impatient, as_json))
+
+
+def test_llama_cpp_form_turns_bounded_numbers_into_enums_and_leaves_others():
+    from runner.gateway.providers.litellm_provider import response_format
+    schema = {"type": "object", "properties": {
+        "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+        "stop": {"type": "number", "exclusiveMinimum": 0, "maximum": 50},
+        "weight": {"type": "number", "minimum": 0}}}
+    local = response_format(schema, "json_object_schema")["schema"]["properties"]
+    assert local["confidence"]["enum"][:3] == [0, 0.05, 0.1] and local["confidence"]["enum"][-1] == 1
+    assert "type" not in local["confidence"] and local["stop"] == schema["properties"]["stop"] and local["weight"] == schema["properties"]["weight"]
+    hosted = response_format(schema, "json_schema")["json_schema"]["schema"]
+    assert hosted == schema  # real providers get the schema as written
