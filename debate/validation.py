@@ -89,6 +89,14 @@ def check_allocation(holdings: list[Holding], cash: float, rules: TurnRules, pol
         if policy != "normalize":
             raise OutputInvalid(f"weights above max_weight {c.max_weight:g}: "
                                 + ", ".join(f"{t}={w:.3f}" for t, w in over.items()))
+        held_now = [t for t, w in full.items() if w > 0]
+        if len(held_now) * c.max_weight < 1.0 - cash - SUM_TOL:
+            # The held names cannot carry the cap: the excess also goes, in equal parts, to the names held at 0.
+            idle = [t for t in universe if full[t] <= 0]
+            seed = {t: 1e-9 for t in idle}
+            full = {t: w - (1e-9 * len(idle) * w if w > 0 else 0) for t, w in full.items()} | seed  # same total
+            notes.append(f"normalize: {len(held_now)} holding(s) cannot carry max_weight {c.max_weight:g}; "
+                         f"the excess is spread over {', '.join(idle)} too")
         full = cap_weights(full, c.max_weight)
         notes.append(f"normalize: capped {', '.join(sorted(over))} at {c.max_weight:g} and spread the excess")
     held = sum(1 for w in full.values() if w > 0)

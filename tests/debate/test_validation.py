@@ -62,3 +62,16 @@ def test_unknown_evidence_and_bad_json_are_rejected():
 def test_request_schema_enumerates_the_universe():
     schema = request_schema("propose", RULES)
     assert schema["$defs"]["Holding"]["properties"]["ticker"]["enum"] == ["AAA", "BBB", "CCC"]
+
+
+def test_normalize_spreads_the_excess_over_idle_names_when_the_held_ones_cannot_carry_the_cap():
+    from debate.schemas import Holding
+    from debate.scenario import Constraints
+    from debate.validation import OutputInvalid, TurnRules, check_allocation
+    rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), set())
+    book = [Holding(ticker="MS", weight=1.0), Holding(ticker="T", weight=0.0), Holding(ticker="XOM", weight=0.0)]
+    weights, cash, notes = check_allocation(book, 0.0, rules, "normalize")
+    assert weights["MS"] == pytest.approx(0.4) and weights["T"] == pytest.approx(0.3) and weights["XOM"] == pytest.approx(0.3)
+    assert sum(weights.values()) == pytest.approx(1.0, abs=1e-12) and "cannot carry max_weight" in notes[0]
+    with pytest.raises(OutputInvalid, match="above max_weight"):
+        check_allocation(book, 0.0, rules, "strict")  # real providers' policy: never repaired
