@@ -83,12 +83,12 @@ HEADLINE = ["efficiency", "requests_per_min", "limit_rpm", "share_429", "wall_s"
 
 def run_bench(args) -> int:
     from eval.market.pack import resolve_evidence_dirs, resolve_pack_dir
+    for name in ("runs", "concurrency", "serial_runs"):  # before the pack: bad arguments are named first
+        if getattr(args, name) < 1:
+            raise InputError(f"--{name.replace('_', '-')}", f"must be ≥ 1, got {getattr(args, name)}", "give a positive count")
     pack = resolve_pack_dir(args.pack)
     if args.what in ("throughput", "cache"):
         from runner.bench_throughput import bench_cache, bench_throughput
-        for name in ("runs", "concurrency", "serial_runs"):
-            if getattr(args, name) < 1:
-                raise InputError(f"--{name.replace('_', '-')}", f"must be ≥ 1, got {getattr(args, name)}", "give a positive count")
         if args.what == "cache":
             out = bench_cache(args.runs, args.pack, args.scenarios)
         else:
