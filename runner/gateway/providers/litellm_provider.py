@@ -37,7 +37,7 @@ def response_format(schema: dict[str, Any] | None, mode: str) -> dict[str, Any] 
     if schema is None or mode == "prompt_only":
         return None
     if mode == "json_object_schema":  # llama.cpp's form: grammar-constrained JSON
-        return {"type": "json_object", "schema": bounded_numbers_as_enums(schema)}
+        return {"type": "json_object", "schema": ticker_tuples(bounded_numbers_as_enums(schema))}
     return {"type": "json_schema", "json_schema": {"name": schema.get("title", "answer"), "schema": schema, "strict": False}}
 
 
@@ -60,6 +60,36 @@ def bounded_numbers_as_enums(schema: dict[str, Any], steps: int = 20) -> dict[st
             return [walk(v) for v in node]
         return node
     return walk(copy.deepcopy(schema))
+
+
+#: Per-ticker lists: the answer must hold exactly one entry per ticker of the universe.
+PER_TICKER_LISTS = ("allocation", "signals", "views")
+
+
+def ticker_tuples(schema: dict[str, Any]) -> dict[str, Any]:
+    """A per-ticker list whose item type names the universe as a ticker enum becomes a tuple with one entry per
+    ticker, in universe order (``prefixItems`` with ``const`` tickers). llama.cpp then cannot repeat or skip a
+    ticker, which a small model otherwise does; the validated answer is the same shape as before."""
+    import copy
+    schema = copy.deepcopy(schema)
+    defs = schema.get("$defs", {})
+
+    def tuple_for(prop: dict[str, Any]) -> dict[str, Any] | None:
+        ref = (prop.get("items") or {}).get("$ref", "")
+        item = defs.get(ref.rsplit("/", 1)[-1]) if ref.startswith("#/$defs/") else None
+        tickers = (((item or {}).get("properties") or {}).get("ticker") or {}).get("enum")
+        if not tickers:
+            return None
+        entries = [{**item, "properties": {**item["properties"], "ticker": {"const": t}}} for t in tickers]
+        return {"type": "array", "prefixItems": entries, "minItems": len(tickers), "maxItems": len(tickers)}
+
+    for node in [schema, *defs.values()]:
+        for name, prop in (node.get("properties") or {}).items():
+            if name in PER_TICKER_LISTS and isinstance(prop, dict) and prop.get("type") == "array":
+                replaced = tuple_for(prop)
+                if replaced is not None:
+                    node["properties"][name] = replaced
+    return schema
 
 
 def merged_messages(request: LLMRequest) -> list[dict[str, str]]:

@@ -189,3 +189,14 @@ def test_llama_cpp_form_turns_bounded_numbers_into_enums_and_leaves_others():
     assert "type" not in local["confidence"] and local["stop"] == schema["properties"]["stop"] and local["weight"] == schema["properties"]["weight"]
     hosted = response_format(schema, "json_schema")["json_schema"]["schema"]
     assert hosted == schema  # real providers get the schema as written
+
+
+def test_llama_cpp_form_lists_each_ticker_exactly_once_in_per_ticker_lists():
+    from debate.protocols.stage_schemas import DeskReport
+    from debate.protocols.stages import constrained_schema
+    from runner.gateway.providers.litellm_provider import response_format
+    schema = constrained_schema(DeskReport, ["MS", "T", "XOM"], {"MS-RET60"})
+    signals = response_format(schema, "json_object_schema")["schema"]["properties"]["signals"]
+    assert [e["properties"]["ticker"] for e in signals["prefixItems"]] == [{"const": t} for t in ("MS", "T", "XOM")]
+    assert signals["minItems"] == signals["maxItems"] == 3 and "items" not in signals
+    assert response_format(schema, "json_schema")["json_schema"]["schema"] == schema  # hosted providers: as written
