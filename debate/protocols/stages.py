@@ -154,6 +154,8 @@ def constrained_schema(schema_model: type[BaseModel], universe: list[str], evide
                     props[name] = {"type": "array", "items": dict(tickers)}
                 elif name == "evidence_ids" and ids is not None:
                     props[name] = {**copy.deepcopy(ids), **({"minItems": sub["minItems"]} if "minItems" in sub else {})}
+                elif name == "evidence_ids" and not evidence_ids and "minItems" not in sub:
+                    props[name] = {"type": "array", "items": {"type": "string"}, "maxItems": 0}  # nothing citable
                 elif name == "metric_id" and ids is not None:
                     props[name] = dict(ids["items"])
                 elif name in ("signals", "views"):  # one entry per ticker
@@ -224,7 +226,7 @@ async def ask_stage(ctx: RunContext, task: StageTask, schema: type[BaseModel], v
         return answer
 
     c = await ctx._complete(who=task.agent_id, role=task.role, phase=ROUTING_PHASE, round_=task.round, system=stage.system,
-                            user=user, schema=constrained_schema(schema, task.universe, visible_ids or ctx.memo_ids, enums),
+                            user=user, schema=constrained_schema(schema, task.universe, ctx.memo_ids if visible_ids is None else visible_ids, enums),
                             context=task.model_dump(mode="json"),
                             temperature=ctx.config.temperature, validate=validate, label=label or task.stage)
     answer = c.value
