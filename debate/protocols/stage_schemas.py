@@ -52,7 +52,7 @@ class Allocated(_Strict):
 # -- adversarial committee
 
 class Fact(_Strict):
-    fact_id: str = Field(pattern=r"^F\d+$")
+    fact_id: str = Field(pattern=r"^F[0-9]+$")
     text: str
     evidence_ids: list[str] = Field(min_length=1)
 
@@ -63,7 +63,7 @@ class FactBase(_Strict):
 
 
 class ThesisClaim(_Strict):
-    claim_id: str = Field(pattern=r"^B\d+$")
+    claim_id: str = Field(pattern=r"^B[0-9]+$")
     text: str
     evidence_ids: list[str] = Field(min_length=1)
     strength: float = Field(ge=0, le=1)

@@ -67,12 +67,18 @@ def _free_port() -> int:
 
 
 def _alive(pid: int) -> bool:
+    """True while the process runs. A crashed server that is our own child stays a zombie until reaped, and
+    a signal-0 probe still finds it, so the process status is read as well (and the zombie reaped)."""
+    import psutil
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass  # not our child: its own parent reaps it
+            return False
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
     return True
 
 

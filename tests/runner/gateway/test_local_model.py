@@ -83,3 +83,16 @@ def test_server_exits_when_its_owner_is_killed(tmp_path):
     while _alive(server_pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive(server_pid)
+
+
+def test_a_crashed_child_server_is_not_taken_for_alive():
+    import subprocess
+    import sys
+    import time
+
+    from runner.gateway.local_model import _alive
+    proc = subprocess.Popen([sys.executable, "-c", "import os; os._exit(3)"])
+    deadline = time.monotonic() + 10
+    while _alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(proc.pid)  # an unreaped zombie child counts as dead (a signal-0 probe would say alive)
