@@ -43,13 +43,17 @@ def response_format(schema: dict[str, Any] | None, mode: str) -> dict[str, Any] 
 
 def bounded_numbers_as_enums(schema: dict[str, Any], steps: int = 20) -> dict[str, Any]:
     """Bounded numbers (minimum and maximum within 2 of each other, e.g. a weight or a confidence) as an enum
-    of evenly spaced values. llama.cpp's grammar ignores numeric bounds, so a small model can write a
+    of evenly spaced values, and small bounded integer scales as the enum of their values. llama.cpp's grammar ignores numeric bounds, so a small model can write a
     confidence of 3.5 and fail validation; an enum it cannot leave. Validation is unchanged."""
     import copy
 
     def walk(node):
         if isinstance(node, dict):
             lo, hi = node.get("minimum", node.get("exclusiveMinimum")), node.get("maximum", node.get("exclusiveMaximum"))
+            if node.get("type") == "integer" and node.get("minimum") is not None and node.get("maximum") is not None \
+                    and 0 < node["maximum"] - node["minimum"] <= 20:  # a small integer scale, e.g. a 1–5 risk score
+                rest = {k: v for k, v in node.items() if k not in ("type", "minimum", "maximum")}
+                return rest | {"enum": list(range(int(node["minimum"]), int(node["maximum"]) + 1))}
             if node.get("type") == "number" and lo is not None and hi is not None and 0 < hi - lo <= 2:
                 values = [round(lo + (hi - lo) * k / steps, 6) for k in range(steps + 1)]
                 values = [v for v in values if ("exclusiveMinimum" not in node or v > lo) and ("exclusiveMaximum" not in node or v < hi)]

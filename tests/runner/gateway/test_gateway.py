@@ -183,9 +183,10 @@ def test_llama_cpp_form_turns_bounded_numbers_into_enums_and_leaves_others():
     schema = {"type": "object", "properties": {
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
         "stop": {"type": "number", "exclusiveMinimum": 0, "maximum": 50},
-        "weight": {"type": "number", "minimum": 0}}}
+        "weight": {"type": "number", "minimum": 0}, "score": {"type": "integer", "minimum": 1, "maximum": 5}}}
     local = response_format(schema, "json_object_schema")["schema"]["properties"]
     assert local["confidence"]["enum"][:3] == [0, 0.05, 0.1] and local["confidence"]["enum"][-1] == 1
+    assert local["score"] == {"enum": [1, 2, 3, 4, 5]}
     assert "type" not in local["confidence"] and local["stop"] == schema["properties"]["stop"] and local["weight"] == schema["properties"]["weight"]
     hosted = response_format(schema, "json_schema")["json_schema"]["schema"]
     assert hosted == schema  # real providers get the schema as written
