@@ -37,6 +37,8 @@ class RunnerActor:
         self.node_id = ray.get_runtime_context().get_node_id()
 
     async def run(self, scenario: dict, config: dict, sample_index: int, retry_failed: bool) -> dict[str, Any]:
+        import ray
+
         from debate.config import DebateConfig
         from debate.run import run_debate
         from debate.scenario import Scenario
@@ -50,6 +52,8 @@ class RunnerActor:
             return {"status": "budget", "error": str(exc), "node_id": self.node_id}
         except OSError:
             raise  # a full disk stops the batch (the driver checks errno)
+        except ray.exceptions.RayActorError:
+            raise  # an actor this run depends on (a limiter) was lost with its node: the driver requeues the run
         except Exception as exc:
             # Many exception types (ours included) do not survive Ray's pickling; a RuntimeError carrying the type,
             # message and traceback does, so the driver records the real reason with the failed run.

@@ -92,13 +92,15 @@ def ray_limiter(limit_key: str, limits: RateLimits) -> RayLimiterClient:
     The actor is detached: a limiter created by one worker must outlive that
     worker, since every other worker queues on it. One actor per endpoint
     also means concurrent batches on one cluster share the provider's limits,
-    as they must. It holds no CPU and dies with the cluster.
+    as they must. It holds no CPU, lives on the head node and dies with the cluster.
     """
     import ray
 
     actor_cls = ray.remote(num_cpus=0, max_concurrency=10_000)(AsyncLimiter)
+    # On the head node: a worker node can be lost mid-batch, and every run queues on this actor. A tiny claim
+    # on the head's built-in resource places it there wherever the first caller runs.
     actor = actor_cls.options(name=actor_name(limit_key), namespace=RAY_NAMESPACE, get_if_exists=True,
-                              lifetime="detached").remote(limits.model_dump())
+                              lifetime="detached", resources={"node:__internal_head__": 0.001}).remote(limits.model_dump())
     ray.get(actor.configure.remote(limits.model_dump()))  # the latest configuration applies
     return RayLimiterClient(actor)
 
