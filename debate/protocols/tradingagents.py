@@ -70,8 +70,10 @@ def reflection_for(ctx: RunContext, log: list[dict]) -> tuple[str, str | None]:
     prev = str(ctx.scenario.quarter.previous())
     same = [e for e in log if e["universe"] == universe_key(ctx.universe) and e["invest_quarter"] == prev
             and e["config"] == ctx.config.name and e["replicate"] == ctx.sample_index]
-    if not same or ctx.pack is None:
+    if not same:
         return "No earlier decision on this universe is in the log.", None
+    if ctx.pack is None:  # run_debate always supplies it; without prices the outcome cannot be told
+        raise RuntimeError("tradingagents reflection needs the data pack on the run context")
     entry = same[-1]
     from eval.backtest import backtest, holding_window
     window = holding_window(ctx.pack, ctx.scenario.quarter.previous(), ctx.universe, where=f"decision log entry {entry['run_id']}")
