@@ -37,6 +37,12 @@ class TraceReadout:
     good_bytes: int = 0
 
 
+def last_attempt(events: list[dict]) -> list[dict]:
+    """The events of a trace's last attempt (from its last run_start); a resumed run appends a new attempt."""
+    starts = [i for i, e in enumerate(events) if e["event"] == "run_start"]
+    return events[starts[-1]:] if starts else events
+
+
 def read_trace(path: str | Path, repair: bool = False) -> TraceReadout:
     """All whole, chained events; a torn or corrupt tail is reported (and cut off with ``repair``)."""
     path = Path(path)

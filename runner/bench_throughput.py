@@ -54,7 +54,8 @@ def peak_rss_mb():
 def _runs(n: int, model, in_flight: int, pack_dir: str, scenarios: Path):
     from eval.market.pack import load_pack
     from runner.batch import BatchSpec, expand, resolve_configs, resolve_scenarios
-    per = len(__import__("debate.scenario", fromlist=["load_scenarios"]).load_scenarios(scenarios))
+    from debate.scenario import load_scenarios
+    per = len(load_scenarios(scenarios))
     spec = BatchSpec(name="bench", scenarios={"file": str(scenarios)}, configs=[str(DEBATE)], grid={"rounds": [1]},
                      model=model, replicates=max(1, math.ceil(n / per)), max_in_flight=in_flight, workers=2, retries=0)
     pack = load_pack(pack_dir)

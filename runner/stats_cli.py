@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pandas as pd
@@ -29,12 +28,6 @@ def _source(args) -> tuple[Path, Path | None, Path]:
     return root / "runs.parquet", rounds if rounds.exists() else None, root / "stats"
 
 
-def _jsonable(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def cmd_stats(args) -> int:
     from eval.stats.analysis import analyse
     from eval.stats.frame import load_runs
@@ -49,8 +42,8 @@ def cmd_stats(args) -> int:
     out = Path(args.out) if args.out else default_out
     written = analysis.write_csvs(out)
     if args.json:
-        records = {"paired": [{k: _jsonable(v) for k, v in p.record().items()} for p in analysis.pairs],
-                   "summaries": [{k: _jsonable(v) for k, v in s.items()} for s in analysis.summaries]}
+        from eval.stats.frame import json_safe
+        records = json_safe({"paired": [p.record() for p in analysis.pairs], "summaries": analysis.summaries})
         print(json.dumps(records, indent=1))
     else:
         print(analysis.markdown())

@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from debate.run import RunLayout, RunResult
-from debate.trace import read_trace
+from debate.trace import last_attempt, read_trace
 from eval.atomic import atomic_write, atomic_write_text
 
 TABLES = ("runs", "rounds", "calls")
@@ -66,11 +66,6 @@ def write_manifest(layout: BatchLayout, spec: dict[str, Any], runs: list[dict[st
 
 def read_manifest(root: str | Path) -> dict[str, Any]:
     return json.loads((Path(root) / "manifest.json").read_text())
-
-
-def _last_attempt(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    starts = [i for i, e in enumerate(events) if e["event"] == "run_start"]
-    return events[starts[-1]:] if starts else []
 
 
 def _model_name(m) -> str:
@@ -138,7 +133,7 @@ def call_rows(result: RunResult, events: list[dict], node_id: str) -> list[dict]
 
 
 def write_parts(layout: BatchLayout, batch: str, result: RunResult, config: dict, scenario: dict, node_id: str) -> None:
-    events = _last_attempt(read_trace(layout.trace_path(result.run_id)).events)
+    events = last_attempt(read_trace(layout.trace_path(result.run_id)).events)
     tables = {"runs": [run_row(batch, result, config, scenario, events, node_id)],
               "rounds": round_rows(result, events), "calls": call_rows(result, events, node_id)}
     for name, rows in tables.items():

@@ -21,6 +21,7 @@ from debate.protocols.stage_schemas import (Argument, DebateMap, DeskReport, Rul
 from debate.protocols.stages import (SLICES, StageTask, ask_stage, known_ids_check, memo_slice, record_local,
                                      tickers_check)
 from debate.turns import RunContext
+from debate.rules.base import fix_rounding
 from debate.validation import cap_weights
 
 # -- the deterministic ceiling (pure functions) -------------------------------------------------
@@ -69,7 +70,7 @@ def conviction_allocation(convictions: dict[str, float], consensus: dict[str, fl
         if no_conviction == "cash" and constraints.allow_cash:
             return {t: 0.0 for t in universe}, 1.0, ["no positive calibrated conviction: all cash (options.no_conviction)"]
         notes.append("no positive calibrated conviction: equal weight (options.no_conviction)")
-        return _exact({t: 1 / len(universe) for t in universe}), 0.0, notes
+        return _rounded({t: 1 / len(universe) for t in universe}), 0.0, notes
     need = max(constraints.min_holdings, math.ceil(1 / constraints.max_weight - 1e-9))  # so the weight cap can hold
     raw = {t: convictions[t] for t in held}
     if len(held) < need:
@@ -79,15 +80,12 @@ def conviction_allocation(convictions: dict[str, float], consensus: dict[str, fl
         notes.append(f"filled to {need} holdings (min_holdings / max_weight) with {', '.join(extra)} at half the smallest conviction")
     total = sum(raw.values())
     weights = cap_weights({t: raw[t] / total for t in raw}, constraints.max_weight)
-    return _exact({t: weights.get(t, 0.0) for t in universe}), 0.0, notes
+    return _rounded({t: weights.get(t, 0.0) for t in universe}), 0.0, notes
 
 
-def _exact(weights: dict[str, float]) -> dict[str, float]:
-    """Round to 6 decimals and put the rounding residue on the largest weight, so the book sums to exactly 1."""
-    out = {t: round(w, 6) for t, w in weights.items()}
-    top = max(out, key=lambda t: (out[t], t))
-    out[top] = round(out[top] + 1.0 - sum(out.values()), 6)
-    return out
+
+def _rounded(weights: dict[str, float]) -> dict[str, float]:
+    return fix_rounding({t: round(w, 6) for t, w in weights.items()})  # sums to exactly 1
 
 
 # -- the protocol --------------------------------------------------------------------------------

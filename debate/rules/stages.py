@@ -16,7 +16,7 @@ from debate.protocols.stage_schemas import (Argument, Attack, CIOVerdict, Debate
                                             RiskView, Ruling, Synthesis, Thesis, ThesisClaim, TickerSignal, TickerView,
                                             TradePlan, WeightCap)
 from debate.protocols.stages import StageTask
-from debate.rules.base import EvidenceView, Factor, allocate, fix_rounding, score_tickers
+from debate.rules.base import EvidenceView, allocate, fix_rounding, score_tickers
 from debate.rules.macro import regime
 from debate.rules.sentiment import SentimentAnalyst
 from debate.rules.technical import TechnicalAnalyst
@@ -51,9 +51,10 @@ def desk(task: StageTask) -> DeskReport:
                           evidence_ids=ids, summary="Rule-based macro desk (non-LLM): one regime call for the whole universe.")
     analyst = {"fundamentals": ValueAnalyst, "technicals": TechnicalAnalyst, "sentiment": SentimentAnalyst}[name]()
     factors = [f for f in analyst.factors(view) if view.has(f.field)]
-    if not factors:  # the slice has fields, but none this desk scores: use every numeric field it has, unsigned
-        fields = sorted({f for (_, f) in view.values})
-        factors = [Factor(f, 0.0) for f in fields[:1]]
+    if not factors:  # the slice has evidence, but no field this desk scores: say so, neutral and low
+        return DeskReport(signals=[TickerSignal(ticker=t, signal="neutral", confidence="low") for t in task.universe],
+                          key_points=[], evidence_ids=[],
+                          summary=f"Rule-based {name} desk (non-LLM): none of this slice's fields is one it scores.")
     scores, used = score_tickers(view, factors)
     n = max(1, len(factors))
     signals = [TickerSignal(ticker=t, signal=_signal(scores[t] / math.sqrt(n))[0], confidence=_signal(scores[t] / math.sqrt(n))[1])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from debate.trace import read_trace
+from debate.trace import last_attempt, read_trace
 from eval.errors import InputError
 
 
@@ -34,11 +34,6 @@ class ReportData:
 def _table(root: Path, name: str) -> pd.DataFrame:
     path = root / f"{name}.parquet"
     return pd.read_parquet(path) if path.exists() else pd.DataFrame()
-
-
-def last_attempt(events: list[dict]) -> list[dict]:
-    starts = [i for i, e in enumerate(events) if e["event"] == "run_start"]
-    return events[starts[-1]:] if starts else events
 
 
 def digest(events: list[dict], row: dict) -> tuple[dict, str | None, str | None]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 from pathlib import Path
 
 import jinja2
@@ -15,7 +14,7 @@ from eval.atomic import atomic_write_text
 from eval.report import figures
 from eval.report.collect import load_report_data
 from eval.stats.analysis import analyse
-from eval.stats.frame import ok_runs
+from eval.stats.frame import json_safe, ok_runs
 
 HERE = Path(__file__).parent
 FIGURE_METRICS = ["sharpe", "total_return_pct", "excess_return_pct"]
@@ -33,20 +32,9 @@ def _html_table(df: pd.DataFrame, digits: int = 3) -> str:
     return df.to_html(index=False, float_format=lambda v: f"{v:.{digits}f}", na_rep="n/a", border=0, classes="data")
 
 
-def _clean(value):
-    """JSON for the explorer: NaN/inf become null (JSON has no NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
-
-
 def _script_json(obj) -> str:
     # A "<" in a string could close the <script> element or open a comment: escape every one as \u003c.
-    return json.dumps(_clean(obj), separators=(",", ":")).replace("<", "\\u003c")
+    return json.dumps(json_safe(obj), separators=(",", ":")).replace("<", "\\u003c")
 
 
 def build_report(root: str | Path, out: str | Path | None = None, compare: list[str] | None = None,

@@ -48,6 +48,18 @@ def ordered_configs(runs: pd.DataFrame, compare: list[str] | None, where: str) -
     return compare
 
 
+def json_safe(value):
+    """JSON has no NaN or infinity: they become null (an undefined statistic, not a zero)."""
+    import math
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def batch_order(results_dir: str | Path, runs: pd.DataFrame) -> list[str] | None:
     """The batch file's config order (from manifest.json), for table columns; None without a manifest."""
     import json
