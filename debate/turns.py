@@ -80,9 +80,10 @@ class RunContext:
     def universe(self) -> list[str]:
         return list(self.scenario.tickers)
 
-    def turn_rules(self, peer_claims: dict[str, set[str]] | None = None) -> TurnRules:
+    def turn_rules(self, peer_claims: dict[str, set[str]] | None = None,
+                   owed_responses: list[tuple[str, str]] | None = None) -> TurnRules:
         return TurnRules(self.universe, self.constraints, self.memo_ids, peer_claims or {},
-                         self.config.require_known_evidence)
+                         self.config.require_known_evidence, owed_responses)
 
     def base_task(self, agent_id: str, role: str, phase: str, round_: int, beta: float, **kw) -> AgentTask:
         return AgentTask(agent_id=agent_id, role=role, phase=phase, universe=self.universe, constraints=self.constraints,
@@ -116,7 +117,8 @@ class RunContext:
         """Ask an agent (or the judge, when ``agent`` is None) for one validated turn."""
         profile = self.profiles[agent.agent_id] if agent else self.judge_profile
         who, role = (agent.agent_id, agent.role) if agent else ("judge", "judge")
-        rules = self.turn_rules(peer_claims)
+        owed = [(rc.from_agent, rc.item.target_claim) for rc in task.critiques_received] if phase == "revise" else None
+        rules = self.turn_rules(peer_claims, owed)
         schema = request_schema(phase, rules)
         user = profile.render(phase, memo=self.memo_text, universe=self.universe,
                               constraints=constraints_text(self.constraints), agent_id=who, role=role, round=round_,

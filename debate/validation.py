@@ -34,6 +34,9 @@ class TurnRules:
     #: agent_id → that agent's claim ids, for critique targets.
     peer_claims: dict[str, set[str]] = field(default_factory=dict)
     require_known_evidence: bool = True
+    #: (from_agent, target_claim) of every critique received, for the revise schema; None outside revise.
+    #: Not enforced: an ignored critique is a reasoning failure that CRIT (P3) and the RCA judge measure.
+    owed_responses: list[tuple[str, str]] | None = None
 
 
 @dataclass
@@ -187,7 +190,6 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
         defs["Claim"]["properties"]["impacts_positions"] = {"type": "array", "items": tickers}
     if "CritiqueItem" in defs and rules.peer_claims:
         defs["CritiqueItem"]["properties"]["target_agent"] = {"type": "string", "enum": sorted(rules.peer_claims)}
-    _bound(schema)
     if rules.require_known_evidence and rules.evidence_ids:
         # An enum of the memo's IDs up to a size; beyond it a bounded pattern (prefix alternatives plus a
         # short field), since grammar-constrained decoding slows with every literal. An unbounded pattern
@@ -203,7 +205,40 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
                 defs[name]["properties"]["evidence_ids"] = ids
         if "evidence_ids" in schema.get("properties", {}):
             schema["properties"]["evidence_ids"] = ids
+    _bound(schema)  # after the evidence lists are replaced, so that they are bounded too
+    _one_of_each(schema, rules)
     return schema
+
+
+def _one_of_each(schema: dict[str, Any], rules: TurnRules) -> None:
+    """Critique items as one alternative per peer (with that peer's claim ids), and revision responses as one
+    alternative per critique received, so that a constrained decoder can only target what exists. Whether every
+    critique is answered stays the agent's choice (CRIT and RCA judge it), so no minimum count is set."""
+    defs, props = schema.get("$defs", {}), schema.get("properties", {})
+
+    def variant(base: dict[str, Any], fixed: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        return {**copy.deepcopy(base), "properties": {**copy.deepcopy(base["properties"]), **fixed}}
+
+    if "critiques" in props and rules.peer_claims:
+        item = defs.pop("CritiqueItem")
+        props["critiques"]["items"] = {"anyOf": [
+            variant(item, {"target_agent": {"type": "string", "const": peer},
+                           "target_claim": {"type": "string", "enum": sorted(claims, key=_claim_order)}})
+            for peer, claims in sorted(rules.peer_claims.items())]}
+    if "critique_responses" in props and rules.owed_responses is not None:
+        owed = list(dict.fromkeys(rules.owed_responses))
+        if not owed:
+            props["critique_responses"] = {**props["critique_responses"], "maxItems": 0}
+        else:
+            item = defs.pop("CritiqueResponse")
+            props["critique_responses"] = {**props["critique_responses"], "items": {"anyOf": [
+                variant(item, {"from_agent": {"type": "string", "const": a}, "target_claim": {"type": "string", "const": c}})
+                for a, c in owed]}}
+
+
+def _claim_order(claim_id: str) -> tuple[int, str]:
+    digits = claim_id[1:]
+    return (int(digits) if digits.isdigit() else 0, claim_id)
 
 
 #: Length bounds sent to constrained decoders (llama.cpp honours them; validation does not rely on them).
@@ -233,6 +268,8 @@ def schema_outline(schema: dict[str, Any]) -> str:
     def walk(node: dict[str, Any]) -> str:
         if "$ref" in node:
             return walk(defs[node["$ref"].split("/")[-1]])
+        if "const" in node:
+            return str(node["const"])
         if "enum" in node:
             if len(node["enum"]) > 12:
                 return f"one of the {len(node['enum'])} evidence IDs in the memo"

@@ -22,6 +22,8 @@ class Attempt(BaseModel):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cost_usd: float | None = None
+    #: The rejected answer itself, for an ``invalid`` attempt (what the model wrote, for diagnosis).
+    response: str | None = None
 
 
 class Completion(BaseModel):

@@ -155,7 +155,8 @@ class Gateway:
             try:
                 return raw, validate(raw.content, spec), round_, waited
             except OutputInvalid as exc:
-                attempts[-1] = attempts[-1].model_copy(update={"kind": "invalid", "reason": str(exc)[:1000]})
+                attempts[-1] = attempts[-1].model_copy(update={"kind": "invalid", "reason": str(exc)[:1000],
+                                                                "response": raw.content})
                 if round_ == spec.retry.max_validation_retries:
                     raise OutputInvalid(f"{spec.model}: answer still invalid after {round_} feedback retries: {exc}") from None
                 messages = [*messages, Message(role="assistant", content=raw.content),

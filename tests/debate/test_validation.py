@@ -75,3 +75,24 @@ def test_normalize_spreads_the_excess_over_idle_names_when_the_held_ones_cannot_
     assert sum(weights.values()) == pytest.approx(1.0, abs=1e-12) and "cannot carry max_weight" in notes[0]
     with pytest.raises(OutputInvalid, match="above max_weight"):
         check_allocation(book, 0.0, rules, "strict")  # real providers' policy: never repaired
+
+
+def test_request_schema_names_the_valid_critique_targets_and_the_owed_responses():
+    import dataclasses
+    critique = request_schema("critique", dataclasses.replace(RULES, peer_claims={"value": {"C2", "C10"}, "risk": {"C1"}}))
+    alternatives = critique["properties"]["critiques"]["items"]["anyOf"]
+    assert [(a["properties"]["target_agent"]["const"], a["properties"]["target_claim"]["enum"]) for a in alternatives] == [
+        ("risk", ["C1"]), ("value", ["C2", "C10"])]
+    assert alternatives[0]["properties"]["evidence_ids"]["maxItems"] == 3  # the bounds reach every alternative
+    revise = request_schema("revise", dataclasses.replace(RULES, owed_responses=[("risk", "C1"), ("value", "C2"), ("risk", "C1")]))
+    owed = revise["properties"]["critique_responses"]
+    assert "minItems" not in owed and [(a["properties"]["from_agent"]["const"], a["properties"]["target_claim"]["const"])
+                                      for a in owed["items"]["anyOf"]] == [("risk", "C1"), ("value", "C2")]
+    none_owed = request_schema("revise", dataclasses.replace(RULES, owed_responses=[]))["properties"]["critique_responses"]
+    assert none_owed["maxItems"] == 0
+    # an ignored critique is not a schema error: CRIT's P3 and the RCA judge measure it
+    from debate.schemas import Revision
+    validate_turn("revise", Revision(thesis="t", allocation=holdings(AAA=0.5, BBB=0.5, CCC=0.0), claims=[{
+        "claim_id": "C1", "claim_text": "x", "claim_type": "thesis", "reasoning_type": "causal", "evidence_ids": [],
+        "impacts_positions": ["AAA"], "confidence": 0.5}], position_rationale=[], critique_responses=[],
+        revision_notes="n").model_dump_json(), dataclasses.replace(RULES, owed_responses=[("risk", "C1")]), "strict")

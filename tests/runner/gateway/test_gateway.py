@@ -102,6 +102,8 @@ def test_invalid_answers_get_feedback_then_fail_loudly_and_are_not_cached(tmp_pa
         assert last[-2] == {"role": "assistant", "content": "Sure! {not json"}
         assert "could not be accepted" in last[-1]["content"] and "not JSON" in last[-1]["content"]
         assert len(cache) == 0
+        invalid = [a for a in err.value.attempts if a["kind"] == "invalid"]  # each rejected answer is kept for the trace
+        assert len(invalid) == 3 and all(a["response"] == "Sure! {not json" for a in invalid)
 
 
 def test_fallback_chain_moves_on_and_records_the_answering_model():
@@ -201,3 +203,49 @@ def test_llama_cpp_form_lists_each_ticker_exactly_once_in_per_ticker_lists():
     assert [e["properties"]["ticker"] for e in signals["prefixItems"]] == [{"const": t} for t in ("MS", "T", "XOM")]
     assert signals["minItems"] == signals["maxItems"] == 3 and "items" not in signals
     assert response_format(schema, "json_schema")["json_schema"]["schema"] == schema  # hosted providers: as written
+
+
+def test_llama_cpp_form_fixes_claim_ids_and_answers_each_critique_once():
+    import dataclasses
+    import json
+    from debate.scenario import Constraints
+    from debate.validation import TurnRules, request_schema
+    from runner.gateway.providers.litellm_provider import LOCAL_CLAIMS, response_format
+    rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), {"MS-RET60", "L1-VIX"},
+                      peer_claims={"value": {"C1", "C2"}, "risk": {"C7"}}, owed_responses=[("value", "C1"), ("risk", "C2")])
+    revise = response_format(request_schema("revise", rules), "json_object_schema")["schema"]
+    claims = revise["properties"]["claims"]
+    assert [c["properties"]["claim_id"] for c in claims["prefixItems"]] == [{"const": f"C{i}"} for i in range(1, LOCAL_CLAIMS + 1)]
+    rationale = revise["properties"]["position_rationale"]["prefixItems"]
+    assert [r["properties"]["ticker"]["const"] for r in rationale] == ["MS", "T", "XOM"]
+    assert rationale[0]["properties"]["supporting_claims"]["items"]["enum"] == ["C1", "C2"]
+    responses = revise["properties"]["critique_responses"]
+    assert [(r["properties"]["from_agent"]["const"], r["properties"]["target_claim"]["const"]) for r in responses["prefixItems"]] == [
+        ("value", "C1"), ("risk", "C2")] and responses["minItems"] == responses["maxItems"] == 2
+    critique = response_format(request_schema("critique", rules), "json_object_schema")["schema"]
+    assert [c["properties"]["target_agent"]["const"] for c in critique["properties"]["critiques"]["prefixItems"]] == ["risk", "value"]
+    hosted = response_format(request_schema("revise", rules), "json_schema")["json_schema"]["schema"]
+    assert hosted == request_schema("revise", rules) and "minItems" not in hosted["properties"]["critique_responses"] and "anyOf" in hosted["properties"]["critique_responses"]["items"]
+    grammar = pytest.importorskip("llama_cpp.llama_grammar", reason="llama-cpp-python (the [local] extra) is not installed")
+    for schema in (revise, critique):  # llama-cpp-python's own converter takes both
+        grammar.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+
+
+def test_llama_cpp_form_allocations_hold_something_on_a_weight_grid():
+    import itertools
+    import json
+    from debate.scenario import Constraints
+    from debate.validation import TurnRules, request_schema
+    from runner.gateway.providers.litellm_provider import WEIGHT_GRID, response_format
+    rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), {"MS-RET60"})
+    book = response_format(request_schema("judge", rules), "json_object_schema")["schema"]["properties"]["allocation"]
+
+    def allowed(weights):  # does some alternative admit this book?
+        return any(all(e["properties"]["weight"].get("const", None) == w if "const" in e["properties"]["weight"]
+                       else w in e["properties"]["weight"]["enum"] for e, w in zip(alt["prefixItems"], weights))
+                   for alt in book["anyOf"])
+    books = list(itertools.product(WEIGHT_GRID, repeat=3))
+    assert not allowed((0, 0, 0)) and all(allowed(b) for b in books if any(b))  # exactly the non-empty books
+    assert all([e["properties"]["ticker"]["const"] for e in alt["prefixItems"]] == ["MS", "T", "XOM"] for alt in book["anyOf"])
+    grammar = pytest.importorskip("llama_cpp.llama_grammar", reason="llama-cpp-python (the [local] extra) is not installed")
+    grammar.LlamaGrammar.from_json_schema(json.dumps({"type": "object", "properties": {"allocation": book}}), verbose=False)
