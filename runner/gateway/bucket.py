@@ -64,10 +64,11 @@ class LimiterCore:
 
     def __post_init__(self) -> None:
         lim = self.limits
+        pace = (1.0 - lim.headroom) / 60.0  # per second, with the headroom kept unused
         if lim.rpm:
-            self.requests = TokenBucket(lim.rpm / 60.0, lim.burst, lim.burst, self.now)
+            self.requests = TokenBucket(lim.rpm * pace, lim.burst, lim.burst, self.now)
         if lim.tpm:
-            self.tokens = TokenBucket(lim.tpm / 60.0, lim.tpm, lim.tpm, self.now)
+            self.tokens = TokenBucket(lim.tpm * pace, lim.tpm, lim.tpm, self.now)
         self.concurrency = float(lim.max_concurrency)
 
     @property

@@ -26,6 +26,9 @@ class RateLimits(BaseModel):
     max_concurrency: PositiveInt = 8
     #: Requests that may start back-to-back before pacing at rpm/60 per second.
     burst: float = Field(1.0, ge=1.0)
+    #: Share of rpm and tpm left unused. Providers count arrivals over a sliding minute; requests paced exactly
+    #: at the limit arrive a few ms early or late, and at saturation that is a 429 for every other late one.
+    headroom: float = Field(0.02, ge=0.0, lt=0.5)
     #: Upper bound on an honoured Retry-After header.
     retry_after_cap_s: float = Field(60.0, gt=0)
     #: Successful calls in a row before the adaptive concurrency grows by one.

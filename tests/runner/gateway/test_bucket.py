@@ -25,8 +25,9 @@ def test_oversized_cost_waits_for_full_bucket_then_goes_into_debt():
     assert b.wait_for(10, 0.0) == pytest.approx(16.0)  # debt repaid at the rate before the next one
 
 
-def test_rpm_spacing_matches_limit():
-    core = LimiterCore(RateLimits(rpm=120, max_concurrency=100), now=0.0)
+@pytest.mark.parametrize("headroom", [0.0, 0.02, 0.2])
+def test_rpm_spacing_matches_limit_less_headroom(headroom):
+    core = LimiterCore(RateLimits(rpm=120, max_concurrency=100, headroom=headroom), now=0.0)
     t, starts = 0.0, []
     for _ in range(20):
         w = core.wait_for(0, t)
@@ -34,7 +35,7 @@ def test_rpm_spacing_matches_limit():
         starts.append(t)
         core.grant(0, t)
     gaps = [b - a for a, b in zip(starts, starts[1:])]
-    assert all(g == pytest.approx(0.5) for g in gaps)  # 120/min = one every 0.5 s
+    assert all(g == pytest.approx(0.5 / (1 - headroom)) for g in gaps)  # 120/min = one every 0.5 s, less headroom
 
 
 def test_concurrency_slots_block_until_release():
@@ -47,7 +48,7 @@ def test_concurrency_slots_block_until_release():
 
 
 def test_tpm_settles_estimate_against_actual_usage():
-    core = LimiterCore(RateLimits(tpm=600, max_concurrency=10), now=0.0)  # 10 tokens/s, 600 banked
+    core = LimiterCore(RateLimits(tpm=600, max_concurrency=10, headroom=0), now=0.0)  # 10 tokens/s, 600 banked
     lease = core.grant(500, 0.0)
     core.release(lease.lease_id, "ok", 0.0, tokens_used=100)  # we over-estimated by 400
     assert core.tokens.level == pytest.approx(500)
