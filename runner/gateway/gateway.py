@@ -167,6 +167,7 @@ class Gateway:
                     attempts: list[Attempt]) -> tuple[RawResponse, float]:
         """One answer from one model, retrying 429s and transient errors; raises _Exhausted when it gives up."""
         limiter = self.limiters.get(spec.limit_key(), spec.limits) if provider.rate_limited else None
+        provider.warm()  # before the lease: see Provider.warm
         tries = {"rate_limited": 0, "transient": 0}
         bounds = {"rate_limited": spec.retry.max_rate_limit_retries, "transient": spec.retry.max_transient_retries}
         waited = 0.0

@@ -29,6 +29,11 @@ class Provider(Protocol):
     def prepare(self, spec: ModelSpec) -> ModelSpec:
         """Fill provider defaults (endpoint, structured-output mode, weight policy)."""
 
+    def warm(self) -> None:
+        """Do the slow first-call work (imports, clients) before a rate-limit lease is taken: a lease held through
+        seconds of imports sends its request late, bunched with later ones, and a provider that counts arrivals
+        over a sliding minute answers the bunch with 429s a minute later."""
+
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         """What stands for the endpoint in the cache key (a stable name, not an ephemeral port)."""
 

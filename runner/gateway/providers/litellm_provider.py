@@ -214,6 +214,9 @@ class LiteLLMProvider:
             "merge_system": bool(spec.merge_system),
         })
 
+    def warm(self) -> None:
+        import_litellm()
+
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return spec.api_base
 

@@ -45,6 +45,9 @@ class LocalModelProvider:
             "merge_system": True if spec.merge_system is None else spec.merge_system,
         })
 
+    def warm(self) -> None:
+        self._inner.warm()
+
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return spec.api_base or f"local://{Path(ensure_model_file(spec.model.split('/', 1)[1])).name}"
 

@@ -17,6 +17,9 @@ class RulesProvider:
         return spec.model_copy(update={"weight_policy": spec.weight_policy or "strict",
                                        "structured_output": "prompt_only", "merge_system": False})
 
+    def warm(self) -> None:
+        pass  # nothing slow, and no limiter
+
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return None
 

@@ -249,3 +249,36 @@ def test_llama_cpp_form_allocations_hold_something_on_a_weight_grid():
     assert all([e["properties"]["ticker"]["const"] for e in alt["prefixItems"]] == ["MS", "T", "XOM"] for alt in book["anyOf"])
     grammar = pytest.importorskip("llama_cpp.llama_grammar", reason="llama-cpp-python (the [local] extra) is not installed")
     grammar.LlamaGrammar.from_json_schema(json.dumps({"type": "object", "properties": {"allocation": book}}), verbose=False)
+
+
+def test_the_provider_is_warmed_before_a_rate_limit_lease_is_taken(tmp_path):
+    """litellm's first import takes seconds; a lease held through it sends late and bunches the first requests,
+    which a sliding-window provider answers with 429s a minute later. Checked in a fresh interpreter."""
+    import subprocess
+    import sys
+    script = tmp_path / "probe.py"
+    script.write_text('''
+import asyncio, json, sys
+from runner.gateway import Gateway, LLMRequest, Message, ModelSpec, RateLimits
+from runner.gateway.limiter import AsyncLimiter
+from tests.fault_server import FaultServer, Faults
+seen = []
+acquire = AsyncLimiter.acquire
+async def probe(self, est=0.0):
+    seen.append("litellm" in sys.modules)
+    return await acquire(self, est)
+AsyncLimiter.acquire = probe
+assert "litellm" not in sys.modules
+with FaultServer(Faults()) as server:
+    spec = ModelSpec(model="openai/fake", api_base=server.url, limits=RateLimits(rpm=600))
+    request = LLMRequest(model="openai/fake", messages=[Message(role="user", content="q")])
+    asyncio.run(Gateway().complete(request, spec, lambda c, s: c))
+print(json.dumps(seen))
+''')
+    import os
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parents[3])
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=root, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [True]
