@@ -210,7 +210,8 @@ def test_llama_cpp_form_fixes_claim_ids_and_answers_each_critique_once():
     import json
     from debate.scenario import Constraints
     from debate.validation import TurnRules, request_schema
-    from runner.gateway.providers.litellm_provider import LOCAL_CLAIMS, response_format
+    from runner.gateway.providers.litellm_provider import response_format
+    from runner.gateway.providers.llama_schema import LOCAL_CLAIMS
     rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), {"MS-RET60", "L1-VIX"},
                       peer_claims={"value": {"C1", "C2"}, "risk": {"C7"}}, owed_responses=[("value", "C1"), ("risk", "C2")])
     revise = response_format(request_schema("revise", rules), "json_object_schema")["schema"]
@@ -236,7 +237,8 @@ def test_llama_cpp_form_allocations_hold_something_on_a_weight_grid():
     import json
     from debate.scenario import Constraints
     from debate.validation import TurnRules, request_schema
-    from runner.gateway.providers.litellm_provider import WEIGHT_GRID, response_format
+    from runner.gateway.providers.litellm_provider import response_format
+    from runner.gateway.providers.llama_schema import WEIGHT_GRID
     rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), {"MS-RET60"})
     book = response_format(request_schema("judge", rules), "json_object_schema")["schema"]["properties"]["allocation"]
 
