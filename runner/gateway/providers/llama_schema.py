@@ -11,6 +11,7 @@ the decoder may write is narrower.
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 
@@ -104,12 +105,12 @@ LOCAL_CLAIMS = 2
 
 
 def claim_tuples(schema: dict[str, Any], k: int = LOCAL_CLAIMS) -> dict[str, Any]:
-    """A list of claims becomes a tuple of ``k`` claims with the ids C1..Ck, and every list of claim ids an enum
-    of those. A small model otherwise repeats an id (C23 twice) or writes claims until its budget runs out; any
-    valid answer under this grammar is valid under the original schema, and validation is unchanged."""
+    """A list of claims becomes a tuple of ``k`` claims with fixed ids (C1..Ck, or the prefix the id pattern
+    names, such as B1..Bk for a bull thesis), and every list of claim ids an enum of those. A small model
+    otherwise repeats an id (C23 twice) or writes claims until its budget runs out."""
     schema = copy.deepcopy(schema)
     defs = schema.get("$defs", {})
-    ids = [f"C{i}" for i in range(1, k + 1)]
+    ids: list[str] | None = None
     for node in [schema, *defs.values()]:
         props = node.get("properties") or {}
         claims = props.get("claims")
@@ -117,11 +118,20 @@ def claim_tuples(schema: dict[str, Any], k: int = LOCAL_CLAIMS) -> dict[str, Any
             ref = (claims.get("items") or {}).get("$ref", "")
             item = defs.get(ref.rsplit("/", 1)[-1]) if ref.startswith("#/$defs/") else None
             if item is not None and "claim_id" in item.get("properties", {}):
+                ids = [f"{_id_prefix(item['properties']['claim_id'])}{i}" for i in range(1, k + 1)]
                 props["claims"] = {"type": "array", "minItems": k, "maxItems": k, "prefixItems": [
                     {**item, "properties": {**item["properties"], "claim_id": {"const": c}}} for c in ids]}
+    for node in [schema, *defs.values()] if ids else []:
+        props = node.get("properties") or {}
         if isinstance(props.get("supporting_claims"), dict):
             props["supporting_claims"] = {**props["supporting_claims"], "items": {"type": "string", "enum": ids}}
     return schema
+
+
+def _id_prefix(claim_id: dict[str, Any]) -> str:
+    """The letters an id pattern such as ``^B[0-9]+$`` fixes; C (the paper's claim ids) otherwise."""
+    found = re.fullmatch(r"\^([A-Za-z]+)\[0-9\]\+\$", claim_id.get("pattern", ""))
+    return found.group(1) if found else "C"
 
 
 #: Lists whose items are alternatives (a critique per peer, a response per critique received; see

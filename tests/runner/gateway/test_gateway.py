@@ -284,3 +284,11 @@ print(json.dumps(seen))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=root, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [True]
+
+
+def test_llama_cpp_form_keeps_the_claim_id_prefix_a_stage_schema_names():
+    from debate.protocols.stage_schemas import Thesis
+    from debate.protocols.stages import constrained_schema
+    from runner.gateway.providers.litellm_provider import response_format
+    thesis = response_format(constrained_schema(Thesis, ["MS", "T", "XOM"], {"MS-RET60"}), "json_object_schema")["schema"]
+    assert [c["properties"]["claim_id"] for c in thesis["properties"]["claims"]["prefixItems"]] == [{"const": "B1"}, {"const": "B2"}]
