@@ -22,9 +22,10 @@ def llama_cpp_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def bounded_numbers_as_enums(schema: dict[str, Any], steps: int = 20) -> dict[str, Any]:
-    """Bounded numbers (minimum and maximum within 2 of each other, e.g. a weight or a confidence) as an enum
-    of evenly spaced values, and small bounded integer scales as the enum of their values. llama.cpp's grammar ignores numeric bounds, so a small model can write a
-    confidence of 3.5 and fail validation; an enum it cannot leave. Validation is unchanged."""
+    """Numbers bounded on both sides (a confidence, a stop-loss of 0–50%) as an enum on a grid of ``steps``
+    intervals (exclusive bounds left out), and small bounded integer scales as the enum of their values.
+    llama.cpp's grammar ignores numeric bounds, so a small model writes a confidence of 3.5 or a stop-loss of
+    80% and fails validation; an enum it cannot leave."""
 
     def walk(node):
         if isinstance(node, dict):
@@ -33,7 +34,7 @@ def bounded_numbers_as_enums(schema: dict[str, Any], steps: int = 20) -> dict[st
                     and 0 < node["maximum"] - node["minimum"] <= 20:  # a small integer scale, e.g. a 1–5 risk score
                 rest = {k: v for k, v in node.items() if k not in ("type", "minimum", "maximum")}
                 return rest | {"enum": list(range(int(node["minimum"]), int(node["maximum"]) + 1))}
-            if node.get("type") == "number" and lo is not None and hi is not None and 0 < hi - lo <= 2:
+            if node.get("type") == "number" and lo is not None and hi is not None and hi > lo:
                 values = [round(lo + (hi - lo) * k / steps, 6) for k in range(steps + 1)]
                 values = [v for v in values if ("exclusiveMinimum" not in node or v > lo) and ("exclusiveMaximum" not in node or v < hi)]
                 return {k: v for k, v in node.items() if k not in ("type", "minimum", "maximum", "exclusiveMinimum",

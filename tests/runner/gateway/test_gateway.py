@@ -189,7 +189,8 @@ def test_llama_cpp_form_turns_bounded_numbers_into_enums_and_leaves_others():
     local = response_format(schema, "json_object_schema")["schema"]["properties"]
     assert local["confidence"]["enum"][:3] == [0, 0.05, 0.1] and local["confidence"]["enum"][-1] == 1
     assert local["score"] == {"enum": [1, 2, 3, 4, 5]}
-    assert "type" not in local["confidence"] and local["stop"] == schema["properties"]["stop"] and local["weight"] == schema["properties"]["weight"]
+    assert local["stop"] == {"enum": [2.5 * k for k in range(1, 21)]}  # a wide range too; the exclusive 0 left out
+    assert "type" not in local["confidence"] and local["weight"] == schema["properties"]["weight"]  # one-sided: as is
     hosted = response_format(schema, "json_schema")["json_schema"]["schema"]
     assert hosted == schema  # real providers get the schema as written
 
