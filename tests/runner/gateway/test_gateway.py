@@ -293,3 +293,18 @@ def test_llama_cpp_form_keeps_the_claim_id_prefix_a_stage_schema_names():
     from runner.gateway.providers.litellm_provider import response_format
     thesis = response_format(constrained_schema(Thesis, ["MS", "T", "XOM"], {"MS-RET60"}), "json_object_schema")["schema"]
     assert [c["properties"]["claim_id"] for c in thesis["properties"]["claims"]["prefixItems"]] == [{"const": "B1"}, {"const": "B2"}]
+
+
+def test_llama_cpp_form_leaves_the_request_schema_untouched():
+    """The request schema is part of the cache key: the adaptation works on its own copy."""
+    import copy
+    from debate.scenario import Constraints
+    from debate.validation import TurnRules, request_schema
+    from runner.gateway.providers.litellm_provider import response_format
+    rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), {"MS-RET60"},
+                      peer_claims={"value": {"C1"}}, owed_responses=[("value", "C1")])
+    for phase in ("propose", "critique", "revise", "judge"):
+        schema = request_schema(phase, rules)
+        before = copy.deepcopy(schema)
+        assert response_format(schema, "json_object_schema")["schema"] != before
+        assert schema == before, phase
