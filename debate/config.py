@@ -1,23 +1,21 @@
 """Debate configurations (``configs/debate/*.yaml``): every knob of the paper's ablations is a field.
 
-Unknown keys are rejected everywhere. ``load_debate_config`` also resolves
-every role profile, protocol and intervention, so a bad name or a template
-typo fails here, before any model is called.
+Unknown keys are rejected everywhere. Reading a file (``debate.config_file``) also resolves every
+role profile, protocol and intervention, so a bad name or a template typo fails before any model is called.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from debate.control import PIDConfig
-from debate.scenario import Constraints, read_yaml
-from eval.errors import InputError, format_validation_error
-from runner.gateway.models import ModelRouting
+from madbench_data.errors import InputError, format_validation_error
+from madbench_data.scenario import Constraints
+from madbench_gateway.models import ModelRouting
 
 Tier = Literal["basic", "causal", "enriched"]
 
@@ -111,43 +109,3 @@ class DebateConfig(BaseModel):
 
     def content_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
-
-
-def parse_debate_config(data: Any, where: str) -> DebateConfig:
-    try:
-        cfg = DebateConfig.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(where, format_validation_error(exc), "fix the listed fields (unknown keys are rejected)") from None
-    check_names(cfg, where)
-    return cfg
-
-
-def load_debate_config(path: str | Path) -> DebateConfig:
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(p, "debate config not found", "give a YAML file such as configs/debate/causal-debate-3.yaml")
-    return parse_debate_config(read_yaml(p), str(p))
-
-
-def check_names(cfg: DebateConfig, where: str) -> None:
-    """Resolve every profile, protocol and intervention now, so errors surface before any LLM call."""
-    from debate.interventions import INTERVENTIONS, parse_intervention
-    from debate.profiles import load_profile
-    from debate.protocols import PROTOCOLS
-    if cfg.protocol not in PROTOCOLS:
-        raise InputError(where, f"protocol: unknown protocol {cfg.protocol!r}", f"use one of: {', '.join(PROTOCOLS)}")
-    from debate.protocols import protocol_options
-    protocol_options(cfg, where)
-    for i, agent in enumerate(cfg.agents):
-        load_profile(agent.role, agent.tier, where=f"{where}: agents[{i}]")
-    if cfg.aggregation == "judge":
-        load_profile("judge", cfg.judge_tier, where=f"{where}: judge_tier")
-    for i, iv in enumerate(cfg.interventions):
-        if iv.name not in INTERVENTIONS:
-            raise InputError(where, f"interventions[{i}].name: unknown intervention {iv.name!r}",
-                             f"use one of: {', '.join(INTERVENTIONS)}")
-        parse_intervention(iv, f"{where}: interventions[{i}]")
-    from scoring.crit_judge import load_crit_prompt
-    from scoring.rubric import load_rubric
-    load_crit_prompt()
-    load_rubric(cfg.crit_rubric)

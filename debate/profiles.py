@@ -21,10 +21,11 @@ from jinja2 import meta
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from debate.scenario import read_yaml
-from eval.errors import InputError, format_validation_error
+from madbench_data.errors import InputError, format_validation_error
+from madbench_data.paths import CONFIGS_DIR
+from madbench_data.scenario import read_yaml
 
-ROLES_DIR = Path(__file__).resolve().parents[1] / "configs" / "roles"
+ROLES_DIR = CONFIGS_DIR / "roles"
 TIERS = ("basic", "causal", "enriched")
 
 #: What the engine supplies to each phase's template; a template may use any subset it declares.

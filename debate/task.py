@@ -6,13 +6,13 @@ read it directly. Both therefore answer the same question from the same facts.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.memo import EvidenceItem
-from debate.scenario import Constraints
 from debate.schemas import Proposal, ReceivedCritique, Revision
+from madbench_data.memo import EvidenceItem
+from madbench_data.scenario import Constraints
 
 TaskPhase = Literal["propose", "critique", "revise", "judge"]
 
@@ -37,3 +37,19 @@ class AgentTask(BaseModel):
     nudges: list[str] = Field(default_factory=list)
     #: Limits a re-revision must respect (JS-collapse retries): max changed tickers and points per ticker.
     revision_limits: dict[str, float | None] | None = None
+
+
+class StageTask(BaseModel):
+    """The structured context of one stage: what an LLM is shown in prose, a rule-based answerer gets as data."""
+
+    model_config = ConfigDict(extra="forbid")
+    protocol: str
+    stage: str
+    role: str
+    agent_id: str
+    round: int = 0
+    universe: list[str]
+    constraints: Constraints
+    evidence: list[EvidenceItem]
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)

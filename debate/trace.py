@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from debate.events import AnyEvent, Event, parse_event
+
 GENESIS = "0" * 64
 
 
@@ -32,15 +34,14 @@ def _default(obj):
 
 @dataclass
 class TraceReadout:
+    #: The raw records of every whole, chained line (what the hash chain covers).
     events: list[dict[str, Any]]
     problems: list[str] = field(default_factory=list)
     good_bytes: int = 0
 
-
-def last_attempt(events: list[dict]) -> list[dict]:
-    """The events of a trace's last attempt (from its last run_start); a resumed run appends a new attempt."""
-    starts = [i for i, e in enumerate(events) if e["event"] == "run_start"]
-    return events[starts[-1]:] if starts else events
+    def typed(self) -> list[AnyEvent]:
+        """The events as their pydantic models (``debate.events``); a line that matches no model raises."""
+        return [parse_event(e) for e in self.events]
 
 
 def read_trace(path: str | Path, repair: bool = False) -> TraceReadout:
@@ -83,16 +84,17 @@ class TraceWriter:
         self._fh = open(self.path, "ab")
         self._fsync = fsync
 
-    def emit(self, event: str, **data: Any) -> dict[str, Any]:
-        record = {"seq": self.seq, "prev": self.prev, "event": event, "t": round(time.time(), 6), **data}
-        line = _line(record)
+    def write(self, event: Event) -> Event:
+        """Append ``event`` (its seq, prev and t are set here), fsynced, chained to the previous line."""
+        event = event.model_copy(update={"seq": self.seq, "prev": self.prev, "t": round(time.time(), 6)})
+        line = _line(event.model_dump(mode="json"))
         self._fh.write(line)
         self._fh.flush()
         if self._fsync:
             os.fsync(self._fh.fileno())
         self.seq += 1
         self.prev = hashlib.sha256(line).hexdigest()
-        return record
+        return event
 
     def close(self) -> None:
         self._fh.close()

@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from debate.scenario import Constraints
 from debate.schemas import Critique, Holding, JudgeDecision, Proposal, Revision, weights_of
-from eval.errors import format_validation_error
-from runner.gateway.errors import OutputInvalid
+from madbench_data.errors import format_validation_error
+from madbench_data.scenario import Constraints
+from madbench_gateway.errors import OutputInvalid
 
 SUM_TOL = 1e-3
 #: Evidence IDs are enumerated in the request schema up to this many (see request_schema).

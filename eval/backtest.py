@@ -22,9 +22,9 @@ import pandas as pd
 from pydantic import BaseModel
 
 from eval import metrics as M
-from eval.errors import InputError
-from eval.market.calendar import Quarter
-from eval.market.pack import BENCHMARK, Pack
+from madbench_data.errors import InputError
+from madbench_data.market.calendar import Quarter
+from madbench_data.market.pack import BENCHMARK, Pack
 
 DEFAULT_CAPITAL = 100_000.0
 WEIGHT_TOL = 1e-6

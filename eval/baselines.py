@@ -13,12 +13,11 @@ reference portfolios, not constrained competitors.
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import minimize
 
 from eval.backtest import DEFAULT_CAPITAL, Metrics, Window, evaluate, holding_window, metrics_row, simulate
-from eval.errors import InputError
-from eval.market.calendar import Quarter
-from eval.market.pack import BENCHMARK, Pack
+from madbench_data.errors import InputError
+from madbench_data.market.calendar import Quarter
+from madbench_data.market.pack import BENCHMARK, Pack
 
 IVOL_DAYS = 60
 MINVAR_DAYS = 252
@@ -52,6 +51,7 @@ def ivol_weights(pack: Pack, quarter: Quarter, tickers: list[str]) -> np.ndarray
 
 def minvar_weights(pack: Pack, quarter: Quarter, tickers: list[str]) -> np.ndarray:
     """Long-only minimum variance on the preceding year of daily returns."""
+    from scipy.optimize import minimize
     cov = np.cov(_history_returns(pack, quarter, tickers, MINVAR_DAYS, "minvar baseline"), rowvar=False, ddof=1)
     n = len(tickers)
     if n == 1:

@@ -19,9 +19,9 @@ import numpy as np
 from pydantic import BaseModel
 
 from eval.backtest import DEFAULT_CAPITAL, Metrics, holding_window, metric_arrays, metrics_row, simulate, weight_vector
-from eval.errors import InputError
-from eval.market.calendar import Quarter
-from eval.market.pack import Pack
+from madbench_data.errors import InputError
+from madbench_data.market.calendar import Quarter
+from madbench_data.market.pack import Pack
 
 
 class QuarterAllocation(BaseModel):

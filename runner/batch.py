@@ -17,10 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from debate.config import DebateConfig, load_debate_config, parse_debate_config
-from debate.scenario import Scenario, load_scenarios, read_yaml
-from eval.errors import InputError, format_validation_error
-from runner.gateway.models import ModelSpec
+from debate.config import DebateConfig
+from debate.config_file import load_debate_config, parse_debate_config
+from madbench_data.errors import InputError, format_validation_error
+from madbench_data.scenario import Scenario, load_scenarios, read_yaml
+from madbench_gateway.models import ModelSpec
+from scoring.debate_scorer import scorer_for
 
 
 class ScenarioMake(BaseModel):
@@ -111,14 +113,14 @@ def resolve_scenarios(spec: BatchSpec, base: Path, pack, where: str) -> list[Sce
                 raise InputError(where, f"scenarios.ids: not in {path}: {', '.join(missing)}", "fix the ids")
             scenarios = [known[i] for i in spec.scenarios.ids]
         return scenarios
-    from debate.scenario_gen import draw_scenarios
-    from eval.market.calendar import quarter_range
+    from madbench_data.market.calendar import quarter_range
+    from madbench_data.scenario_gen import draw_scenarios
     m = spec.scenarios.make
     return draw_scenarios(pack, quarter_range(m.quarters), m.count, m.min_tickers, m.max_tickers, m.seed)
 
 
 def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfig]:
-    from runner.gateway import ModelRouting
+    from madbench_gateway import ModelRouting
     configs = []
     for i, name in enumerate(spec.configs):
         cfg = load_debate_config(_rel(base, name))
@@ -131,6 +133,7 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
             c = parse_debate_config(data, f"{where}: configs[{i}] with grid {override}" if override else f"{where}: configs[{i}]")
             if spec.model:
                 c = c.model_copy(update={"models": ModelRouting.single(spec.model)})
+            scorer_for(c)  # its rubric and CRIT prompt exist
             configs.append(c)
     names = [c.name for c in configs]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -140,7 +143,7 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
 
 
 def expand(spec: BatchSpec, scenarios: list[Scenario], configs: list[DebateConfig]) -> list[RunSpec]:
-    from debate.run import run_id_for
+    from runner.pipeline import run_id_for
     runs = []
     for config in configs:
         for scenario in scenarios:

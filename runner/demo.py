@@ -14,21 +14,25 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from eval.atomic import atomic_write_text
-from eval.markdown import markdown_table
+from eval.report.page import build_report
+from madbench_data.atomic import atomic_write_text
+from madbench_data.markdown import markdown_table
+from madbench_data.paths import PROJECT_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = PROJECT_ROOT
 BATCHES = ROOT / "configs" / "batches"
 METRICS = ["total_return_pct", "excess_return_pct", "sharpe", "max_drawdown_pct", "rho_bar"]
 
 
-def run_demo(args) -> int:
-    from runner.run_cli import cmd_run
+def run_demo(args: argparse.Namespace, run_batch: Callable[[argparse.Namespace], int]) -> int:
+    """Run the demo batches with ``run_batch`` (the `madbench run` command, handed in by the CLI so that this
+    module does not import the CLI that imports it), then summarise them and write their reports."""
     out = Path(args.out)
     batches = ["rules-35"]
     if args.no_local:
@@ -42,9 +46,8 @@ def run_demo(args) -> int:
         print("demo: --scenarios is not used by the batch demo; use `madbench run` with your own batch file")
     for name in batches:
         print(f"\n== batch {name} ({BATCHES / (name + '.yaml')})", flush=True)
-        cmd_run(argparse.Namespace(batch=str(BATCHES / f"{name}.yaml"), address=None, results_dir=str(out), dry_run=False,
-                                   retry_failed=False, quiet=False, **overrides))
-    from eval.report.page import build_report
+        run_batch(argparse.Namespace(batch=str(BATCHES / f"{name}.yaml"), address=None, results_dir=str(out), dry_run=False,
+                                     retry_failed=False, quiet=False, **overrides))
     summary = summarise([out / b / "runs.parquet" for b in batches])
     atomic_write_text(out / "summary.md", summary)
     reports = [build_report(out / b) for b in batches]

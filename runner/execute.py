@@ -14,9 +14,9 @@ import errno
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from madbench_data.paths import PROJECT_ROOT
 from runner.batch import BatchSpec, RunSpec
 from runner.store import TABLES, BatchLayout, compact, read_manifest, write_manifest, write_parts
 
@@ -27,8 +27,8 @@ class RunnerActor:
     def __init__(self, pack_dir: str, evidence: list[str], cache_dir: str, root: str, batch: str, max_cost_usd: float | None):
         import ray
 
-        from eval.market.pack import load_pack
-        from runner.gateway import Budget, Gateway, ResponseCache
+        from madbench_data.market.pack import load_pack
+        from madbench_gateway import Budget, Gateway, ResponseCache
         self.pack = load_pack(pack_dir, evidence)
         self.cache = ResponseCache(cache_dir)
         self.gateway = Gateway(cache=self.cache, budget=Budget(max_cost_usd))
@@ -40,9 +40,9 @@ class RunnerActor:
         import ray
 
         from debate.config import DebateConfig
-        from debate.run import run_debate
-        from debate.scenario import Scenario
-        from runner.gateway.errors import BudgetExhausted
+        from madbench_data.scenario import Scenario
+        from madbench_gateway.errors import BudgetExhausted
+        from runner.pipeline import run_debate
         s, c = Scenario.model_validate(scenario), DebateConfig.model_validate(config)
         t0 = time.perf_counter()
         try:
@@ -104,7 +104,7 @@ def init_ray(address: str | None, num_cpus: int | None = None):
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     address = address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(PROJECT_ROOT)
         env = {"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}}
         if address:
             ray.init(address=address, runtime_env=env, log_to_driver=False)

@@ -21,12 +21,13 @@ from typing import Any
 
 import pandas as pd
 
-from debate.run import RunLayout, RunResult
-from debate.trace import last_attempt, read_trace
-from eval.atomic import atomic_write, atomic_write_text
+from debate.events import AnyEvent, Crit, Divergence, LLMCall, last_attempt
+from debate.grading import PILLARS
+from debate.trace import read_trace
+from madbench_data.atomic import atomic_write, atomic_write_text
+from runner.pipeline import RunLayout, RunResult
 
 TABLES = ("runs", "rounds", "calls")
-PILLARS = ("logical_validity", "evidential_support", "alternative_consideration", "causal_alignment")
 
 
 class BatchLayout(RunLayout):
@@ -72,11 +73,12 @@ def _model_name(m) -> str:
     return m["model"] if isinstance(m, dict) else str(m)
 
 
-def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dict[str, Any], events: list[dict], node_id: str) -> dict:
-    crits = [e for e in events if e["event"] == "crit" and e["label"] == "crit"]
-    last_round = max((e["round"] for e in crits), default=None)
-    final_scores = [e["score"] for e in crits if e["round"] == last_round]
-    div = [e for e in events if e["event"] == "divergence"]
+def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dict[str, Any], events: list[AnyEvent],
+            node_id: str) -> dict:
+    crits = [e for e in events if isinstance(e, Crit) and e.label == "crit"]
+    last_round = max((e.round for e in crits), default=None)
+    final_scores = [e.score for e in crits if e.round == last_round]
+    div = [e for e in events if isinstance(e, Divergence)]
     models = config["models"]
     row = {
         "batch": batch, "run_id": result.run_id, "status": result.status, "error": result.error,
@@ -89,12 +91,12 @@ def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dic
         "model_default": _model_name(models["tiers"].get(models["default"], models["default"])),
         "method": result.method, "rounds_run": result.rounds_run, "rho_bar": result.rho_bar,
         "weights": json.dumps(result.weights, sort_keys=True), "cash": result.cash,
-        "jsd_propose": next((d["jsd"] for d in div if d["phase"] == "propose"), None),
-        "jsd_final": div[-1]["jsd"] if div else None,
+        "jsd_propose": next((d.jsd for d in div if d.phase == "propose"), None),
+        "jsd_final": div[-1].jsd if div else None,
         "interventions_fired": len(result.interventions), "node_id": node_id,
     }
     for p in PILLARS:
-        row[f"crit_{p}"] = sum(s["scores"][p] for s in final_scores) / len(final_scores) if final_scores else None
+        row[f"crit_{p}"] = sum(getattr(s.scores, p) for s in final_scores) / len(final_scores) if final_scores else None
     for k, v in result.extras.items():  # protocol-specific results, one column each (nested values as JSON)
         row[f"x_{k}"] = v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v, sort_keys=True)
     for k, v in (result.metrics or {}).items():
@@ -108,32 +110,33 @@ def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dic
     return row
 
 
-def round_rows(result: RunResult, events: list[dict]) -> list[dict]:
-    js = {d["round"]: d["jsd"] for d in events if d["event"] == "divergence" and d["phase"] == "revise"}
+def round_rows(result: RunResult, events: list[AnyEvent]) -> list[dict]:
+    js = {d.round: d.jsd for d in events if isinstance(d, Divergence) and d.phase == "revise"}
     rows = []
     for e in events:
-        if e["event"] != "crit" or e["label"] != "crit":
+        if not isinstance(e, Crit) or e.label != "crit":
             continue
-        s = e["score"]
-        rows.append({"run_id": result.run_id, "round": e["round"], "agent_id": e["agent"], "role": e["role"],
-                     "rho": s["rho"], "scorer": s["scorer"], "scorer_is_llm": s["is_llm"], "jsd_round": js.get(e["round"]),
-                     **{p: s["scores"][p] for p in PILLARS}, **{f"diag_{k}": int(v) for k, v in s["diagnostics"].items()},
-                     **{f"audit_{k}": v for k, v in e.get("audit", {}).items()}, "clips": "; ".join(s["clips"])})
+        s = e.score
+        rows.append({"run_id": result.run_id, "round": e.round, "agent_id": e.agent, "role": e.role,
+                     "rho": s.rho, "scorer": s.scorer, "scorer_is_llm": s.is_llm, "jsd_round": js.get(e.round),
+                     **{p: getattr(s.scores, p) for p in PILLARS},
+                     **{f"diag_{k}": int(v) for k, v in s.diagnostics.model_dump().items()},
+                     **{f"audit_{k}": v for k, v in e.audit.items()}, "clips": "; ".join(s.clips)})
     return rows
 
 
-def call_rows(result: RunResult, events: list[dict], node_id: str) -> list[dict]:
-    return [{"run_id": result.run_id, "seq": e["seq"], "agent": e["agent"], "phase": e["phase"], "round": e["round"],
-             "label": e["label"], "model_requested": e["model_requested"], "model_used": e["model_used"], "is_llm": e["is_llm"],
-             "cached": e["cached"], "prompt_tokens": e["prompt_tokens"], "completion_tokens": e["completion_tokens"],
-             "cost_usd": e["cost_usd"], "latency_s": e["latency_s"], "overhead_ms": e["overhead_ms"],
-             "retries": sum(1 for a in e["attempts"] if a["kind"] != "ok"), "validation_retries": e["validation_retries"],
+def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[dict]:
+    return [{"run_id": result.run_id, "seq": e.seq, "agent": e.agent, "phase": e.phase, "round": e.round,
+             "label": e.label, "model_requested": e.model_requested, "model_used": e.model_used, "is_llm": e.is_llm,
+             "cached": e.cached, "prompt_tokens": e.prompt_tokens, "completion_tokens": e.completion_tokens,
+             "cost_usd": e.cost_usd, "latency_s": e.latency_s, "overhead_ms": e.overhead_ms,
+             "retries": sum(1 for a in e.attempts if a["kind"] != "ok"), "validation_retries": e.validation_retries,
              "node_id": node_id}
-            for e in events if e["event"] == "llm_call"]
+            for e in events if isinstance(e, LLMCall)]
 
 
 def write_parts(layout: BatchLayout, batch: str, result: RunResult, config: dict, scenario: dict, node_id: str) -> None:
-    events = last_attempt(read_trace(layout.trace_path(result.run_id)).events)
+    events = last_attempt(read_trace(layout.trace_path(result.run_id)).typed())
     tables = {"runs": [run_row(batch, result, config, scenario, events, node_id)],
               "rounds": round_rows(result, events), "calls": call_rows(result, events, node_id)}
     for name, rows in tables.items():

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 
 def icc2_1(ratings: np.ndarray) -> float:
@@ -32,6 +31,7 @@ def icc2_1(ratings: np.ndarray) -> float:
 
 def pillar_agreement(a: pd.DataFrame, b: pd.DataFrame, columns: list[str], keys=("run_id", "round", "agent_id")) -> pd.DataFrame:
     """Per column: n, Pearson r, Spearman ρ and ICC(2,1) between two scorers on the same turns."""
+    from scipy import stats
     merged = a.merge(b, on=list(keys), suffixes=("_a", "_b"))
     rows = []
     for col in columns:

@@ -13,36 +13,9 @@ A parsed score above its cap is clipped, and the clip is recorded.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-PILLARS = ("logical_validity", "evidential_support", "alternative_consideration", "causal_alignment")
-
-
-class CritDiagnostics(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    contradictions: int = Field(ge=0)
-    unsupported_claims: int = Field(ge=0)
-    ignored_critiques: int = Field(ge=0)
-    causal_overreach: int = Field(ge=0)
-    orphaned_positions: int = Field(ge=0)
-    premature_certainty: bool
-    conclusion_drift: bool
-
-
-class PillarScores(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    logical_validity: float = Field(ge=0, le=1)
-    evidential_support: float = Field(ge=0, le=1)
-    alternative_consideration: float = Field(ge=0, le=1)
-    causal_alignment: float = Field(ge=0, le=1)
-
-
-class PillarExplanations(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    logical_validity: str
-    evidential_support: str
-    alternative_consideration: str
-    causal_alignment: str
+from debate.grading import PILLARS, CritDiagnostics, PillarExplanations, PillarScores
 
 
 class CritAnswer(BaseModel):
@@ -52,23 +25,6 @@ class CritAnswer(BaseModel):
     diagnostics: CritDiagnostics
     scores: PillarScores
     explanations: PillarExplanations
-
-
-class CritScore(BaseModel):
-    """A scored agent turn after caps: what the trace and tables store."""
-
-    agent_id: str
-    role: str
-    round: int
-    scorer: str
-    is_llm: bool
-    scores: PillarScores
-    raw_scores: PillarScores
-    clips: list[str]
-    diagnostics: CritDiagnostics
-    rho: float
-    rubric: str = "uniform"
-    explanations: PillarExplanations | None = None  # the scorer's reasons; None only in traces written before they were kept
 
 
 def cap_for(count: int) -> float:

@@ -12,10 +12,11 @@ import jinja2
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from debate.profiles import _compile
-from debate.scenario import read_yaml
-from eval.errors import InputError, format_validation_error
+from madbench_data.errors import InputError, format_validation_error
+from madbench_data.paths import CONFIGS_DIR
+from madbench_data.scenario import read_yaml
 
-SCORING_DIR = Path(__file__).resolve().parents[1] / "configs" / "scoring"
+SCORING_DIR = CONFIGS_DIR / "scoring"
 
 
 class PromptFile(BaseModel):

@@ -7,25 +7,13 @@ that every critique was answered, and that no held position is orphaned.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
+from debate.grading import RCAVerdict
 from debate.schemas import Proposal, ReceivedCritique, Revision, weights_of
 from scoring.audit import audit_turn
 
 RCA_VARIABLES = frozenset({"phase", "agent_id", "before", "after", "critiques"})
-
-
-class RCAVerdict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    verdict: Literal["consistent", "inconsistent", "sycophantic", "stubborn"]
-    reason: str = Field(min_length=1)
-    feedback: str
-
-    @property
-    def ok(self) -> bool:
-        return self.verdict == "consistent"
 
 
 class RCATask(BaseModel):

@@ -18,11 +18,15 @@ from typing import Any
 
 import pandas as pd
 
+from debate.events import Crit, MemoShown, RunEnd, last_attempt
+from debate.grading import PILLARS, CritScore
 from debate.trace import read_trace
-from eval.atomic import atomic_write
-from eval.errors import InputError
+from debate.validation import parse_json
+from madbench_data.atomic import atomic_write
+from madbench_data.errors import InputError
+from madbench_gateway import ModelRouting
 from scoring.audit import audit_turn
-from scoring.crit import PILLARS, CritAnswer, CritScore
+from scoring.crit import CritAnswer
 from scoring.crit_judge import crit_request, finish
 from scoring.rubric import Rubric
 from scoring.rules_scorer import CritTask
@@ -37,7 +41,7 @@ class StoredRun:
     config_name: str
     trace: Path
     memo_ids: list[str]
-    crit_events: list[dict[str, Any]]
+    crit_events: list[Crit]
 
 
 def find_runs(results_dir: str | Path) -> tuple[list[StoredRun], list[str]]:
@@ -46,27 +50,25 @@ def find_runs(results_dir: str | Path) -> tuple[list[StoredRun], list[str]]:
         raise InputError(results_dir, "not a directory", "give a batch results directory or a `madbench debate --out` directory")
     runs, skipped = [], []
     for path in sorted(root.rglob("trace.jsonl")):
-        readout = read_trace(path)
-        starts = [i for i, e in enumerate(readout.events) if e["event"] == "run_start"]
-        if not starts:
+        events = last_attempt(read_trace(path).typed())
+        if not events or events[0].event != "run_start":
             skipped.append(f"{path}: no run_start")
             continue
-        events = readout.events[starts[-1]:]
-        end = next((e for e in events if e["event"] == "run_end"), None)
-        if end is None or end["status"] != "ok":
-            skipped.append(f"{path}: run not finished ok ({'no run_end' if end is None else end['status']})")
+        end = next((e for e in events if isinstance(e, RunEnd)), None)
+        if end is None or end.status != "ok":
+            skipped.append(f"{path}: run not finished ok ({'no run_end' if end is None else end.status})")
             continue
-        start, memo = events[0], next(e for e in events if e["event"] == "memo")
-        crits = [e for e in events if e["event"] == "crit" and e["label"] == "crit" and "task" in e]
-        runs.append(StoredRun(start["run_id"], start["scenario"]["id"], start["config"]["name"], path, memo["ids"], crits))
+        start, memo = events[0], next(e for e in events if isinstance(e, MemoShown))
+        crits = [e for e in events if isinstance(e, Crit) and e.label == "crit" and e.task is not None]
+        runs.append(StoredRun(start.run_id, start.scenario["id"], start.config["name"], path, memo.ids, crits))
     if not runs:
         raise InputError(results_dir, f"no finished runs with traces found ({len(skipped)} skipped)", "run a batch or a debate first")
     return runs, skipped
 
 
-def task_of(run: StoredRun, event: dict[str, Any]) -> CritTask:
-    return CritTask(agent_id=event["agent"], role=event["role"], round=event["round"], memo_ids=run.memo_ids,
-                    argument=event["task"]["argument"], critiques=event["task"]["critiques"])
+def task_of(run: StoredRun, event: Crit) -> CritTask:
+    return CritTask(agent_id=event.agent, role=event.role, round=event.round, memo_ids=run.memo_ids,
+                    argument=event.task["argument"], critiques=event.task["critiques"])
 
 
 def score_row(run: StoredRun, score: CritScore, task: CritTask, label: str) -> dict[str, Any]:
@@ -92,7 +94,7 @@ def extract_original(runs: list[StoredRun], scores_dir: Path) -> int:
         part = scores_dir / ORIGINAL / f"{run.run_id}.parquet"
         if part.exists() or not run.crit_events:
             continue
-        rows = [score_row(run, CritScore.model_validate(e["score"]), task_of(run, e), ORIGINAL) for e in run.crit_events]
+        rows = [score_row(run, e.score, task_of(run, e), ORIGINAL) for e in run.crit_events]
         write_part(part, rows)
         written += 1
     return written
@@ -101,13 +103,11 @@ def extract_original(runs: list[StoredRun], scores_dir: Path) -> int:
 async def rescore_runs(runs: list[StoredRun], scores_dir: Path, label: str, scorer, rubric: Rubric, gateway,
                        concurrency: int = 8) -> dict[str, int]:
     """``scorer`` is a model string or a ModelSpec (rules/auto and rules resolve to rules/crit)."""
-    from debate.validation import parse_json
-    from runner.gateway import ModelRouting
     spec = ModelRouting.single(scorer).resolve("scorer", "crit")
     sem = asyncio.Semaphore(concurrency)
     counts = {"runs_scored": 0, "runs_skipped_existing": 0, "turns": 0}
 
-    async def one(run: StoredRun, event: dict[str, Any]) -> dict[str, Any]:
+    async def one(run: StoredRun, event: Crit) -> dict[str, Any]:
         task = task_of(run, event)
         request = crit_request(task, rubric, spec.model)
         async with sem:

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from debate.scenario import read_yaml
-from eval.errors import InputError, format_validation_error
-from scoring.crit import PILLARS, PillarScores
+from debate.grading import PILLARS, PillarScores
+from madbench_data.errors import InputError, format_validation_error
+from madbench_data.paths import CONFIGS_DIR
+from madbench_data.scenario import read_yaml
 
-RUBRICS_DIR = Path(__file__).resolve().parents[1] / "configs" / "rubrics"
+RUBRICS_DIR = CONFIGS_DIR / "rubrics"
 
 
 class PillarDef(BaseModel):

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from debate.grading import CritDiagnostics, PillarExplanations, PillarScores
 from debate.schemas import Proposal, ReceivedCritique, Revision
 from scoring.audit import audit_turn
-from scoring.crit import CritAnswer, CritDiagnostics, PillarExplanations, PillarScores, cap_for, pillar_counts
+from scoring.crit import CritAnswer, cap_for, pillar_counts
 
 BASE = 0.90
 PRICE_FIELDS = {"PX", "RET20", "RET60", "RET120", "RET252", "VOL20", "VOL60", "DVOL60", "DD60", "MDD1Y", "SHARPE",

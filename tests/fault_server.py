@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from runner.http_stub import JSONHandler, StubServer, chat_completion
+from runner.sim.http_stub import JSONHandler, StubServer, chat_completion
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ValidationError
 
 from debate.interventions import crit_causal, js_collapse, rca
-from eval.errors import InputError, format_validation_error
+from madbench_data.errors import InputError, format_validation_error
 
 INTERVENTIONS = {
     "js_collapse": js_collapse,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ValidationError
 
 from debate.protocols import adversarial, desks, paper, tradingagents
-from eval.errors import InputError, format_validation_error
+from madbench_data.errors import InputError, format_validation_error
 
 _MODULES = {"paper": paper, "adversarial": adversarial, "desks": desks, "tradingagents": tradingagents}
 PROTOCOLS = {name: m.run for name, m in _MODULES.items()}

@@ -13,11 +13,11 @@ import json
 from pydantic import BaseModel, ConfigDict
 
 from debate.config import AgentConfig
+from debate.context import RunContext
+from debate.outcome import Outcome
 from debate.protocols.desks import stage_task
-from debate.protocols.paper import Outcome
-from debate.protocols.stage_schemas import Attack, CIOVerdict, FactBase, Rebuttal, RiskScorecard, Thesis
-from debate.protocols.stages import ask_stage, known_ids_check
-from debate.turns import RunContext
+from debate.protocols.staged import ask_stage, known_ids_check
+from debate.stage_schemas import Attack, CIOVerdict, FactBase, Rebuttal, RiskScorecard, Thesis
 
 P = "adversarial"
 

@@ -15,13 +15,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.protocols.paper import Outcome
-from debate.protocols.stage_schemas import (Argument, DebateMap, DeskReport, Ruling, Synthesis, TickerSignal,
-                                            TickerView)
-from debate.protocols.stages import (SLICES, StageTask, ask_stage, known_ids_check, memo_slice, record_local,
-                                     tickers_check)
-from debate.turns import RunContext
+from debate.context import RunContext
+from debate.events import Conviction
+from debate.outcome import Outcome
+from debate.protocols.staged import SLICES, ask_stage, known_ids_check, memo_slice, record_local, tickers_check
 from debate.rules.base import fix_rounding
+from debate.stage_schemas import Argument, DebateMap, DeskReport, Ruling, Synthesis, TickerSignal, TickerView
+from debate.task import StageTask
 from debate.validation import cap_weights
 
 # -- the deterministic ceiling (pure functions) -------------------------------------------------
@@ -192,8 +192,8 @@ async def run(ctx: RunContext) -> Outcome:
     views: dict[str, TickerView] = {v.ticker: v for v in synth.views}
     calibrated = {t: calibrate_conviction(views[t].signal, views[t].conviction, consensus[t]) for t in ctx.universe}
     weights, cash, notes = conviction_allocation(calibrated, consensus, ctx.universe, ctx.constraints, opt.no_conviction)
-    ctx.trace.emit("conviction", convergence=convergence, consensus=consensus,
-                   model={t: views[t].conviction for t in ctx.universe}, calibrated=calibrated, weights=weights, notes=notes)
+    ctx.trace.write(Conviction(convergence=convergence, consensus=consensus,
+                   model={t: views[t].conviction for t in ctx.universe}, calibrated=calibrated, weights=weights, notes=notes))
     zeroed = sorted(t for t in ctx.universe if views[t].conviction != 0 and calibrated[t] == 0)
     return Outcome(weights=weights, cash=cash, method="desks:conviction", rounds_run=opt.debate_rounds, rho_bar=None,
                    notes=notes, extras={

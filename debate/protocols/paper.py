@@ -8,39 +8,26 @@ order once the phase completes, so a replay writes the same trace.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict
 
 from debate.config import AgentConfig
+from debate.context import RunContext, raise_if
 from debate.control import PIDState, cash_spread, jsd, pairwise_js, pid_step
-from debate.interventions import INTERVENTIONS, parse_intervention
+from debate.events import ControllerStep, Divergence, EarlyStop, Intervention, InterventionCheck
 from debate.interventions import crit_causal as crit_causal_mod
 from debate.interventions import js_collapse as js_mod
+from debate.interventions import parse_intervention
 from debate.interventions import rca as rca_mod
+from debate.outcome import Outcome
 from debate.schemas import CritiqueItem
 from debate.task import ReceivedCritique
-from debate.turns import DebateFailure, RunContext, raise_if
 from debate.validation import Validated, cap_weights
+
 
 class Options(BaseModel):
     """The paper protocol's knobs are the config's own fields (rounds, pid, interventions …)."""
     model_config = ConfigDict(extra="forbid")
-
-
-@dataclass
-class Outcome:
-    weights: dict[str, float]
-    cash: float
-    method: str
-    rounds_run: int
-    rho_bar: float | None
-    rho_by_round: list[float] = field(default_factory=list)
-    js: dict[str, float] = field(default_factory=dict)
-    interventions: list[dict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    #: Protocol-specific results (debate map, ruling, conviction, risk scorecard): extra columns in runs.parquet.
-    extras: dict = field(default_factory=dict)
 
 
 def _peer_view(ctx: RunContext, outputs: dict[str, Validated], agent: AgentConfig) -> list[dict]:
@@ -54,8 +41,8 @@ def _divergence(ctx: RunContext, phase: str, round_: int, outputs: dict[str, Val
     weights = [outputs[a].weights for a in ids]
     cash = [outputs[a].value.cash_weight for a in ids]
     value = jsd(weights, cash)
-    ctx.trace.emit("divergence", phase=phase, round=round_, jsd=value,
-                   pairwise=pairwise_js({a: outputs[a].weights for a in ids}), cash_spread=cash_spread(cash))
+    ctx.trace.write(Divergence(phase=phase, round=round_, jsd=value,
+                   pairwise=pairwise_js({a: outputs[a].weights for a in ids}), cash_spread=cash_spread(cash)))
     return value
 
 
@@ -142,7 +129,7 @@ async def run(ctx: RunContext) -> Outcome:
                     fb = rca_mod.feedback(level, state.beta, verdict.feedback or verdict.reason, p)
                     record = {"name": "rca", "round": t, "agent": a.agent_id, "level": level,
                               "verdict": verdict.verdict, "reason": verdict.reason}
-                    ctx.trace.emit("intervention", **record, action="retry revise with feedback", feedback=fb)
+                    ctx.trace.write(Intervention(**record, action="retry revise with feedback", feedback=fb))
                     outcome_iv.append(record)
                     task = task.model_copy(update={"nudges": [*nudges, fb]})
                     out = await ctx.ask(a, "revise", t, task, {**variables, "nudges": [*nudges, fb]},
@@ -150,8 +137,8 @@ async def run(ctx: RunContext) -> Outcome:
                 else:
                     final = await ctx.rca(a, "revise", t, current[a.agent_id].value, out.value, mine)
                     if not final.ok:
-                        ctx.trace.emit("intervention", name="rca", round=t, agent=a.agent_id, level=p.max_retries + 1,
-                                       verdict=final.verdict, reason=final.reason, action="kept last revision (retries exhausted)")
+                        ctx.trace.write(Intervention(name="rca", round=t, agent=a.agent_id, level=p.max_retries + 1,
+                                       verdict=final.verdict, reason=final.reason, action="kept last revision (retries exhausted)"))
             return out
 
         revs = dict(zip([a.agent_id for a in agents], await asyncio.gather(*[revise(a, [], "revise") for a in agents])))
@@ -161,11 +148,11 @@ async def run(ctx: RunContext) -> Outcome:
         if "js_collapse" in params and len(agents) > 1:
             p: js_mod.Params = params["js_collapse"]
             fired, reason = js_mod.triggered(js_in, js_rev, p)
-            ctx.trace.emit("intervention_check", name="js_collapse", round=t, fired=fired, reason=reason,
-                           js_prop=js_in, js_rev=js_rev)
+            ctx.trace.write(InterventionCheck(name="js_collapse", round=t, fired=fired, reason=reason,
+                           js_prop=js_in, js_rev=js_rev))
             if fired:
                 record = {"name": "js_collapse", "round": t, "reason": reason}
-                ctx.trace.emit("intervention", **record, action="nudge every agent and re-run revise under revision limits")
+                ctx.trace.write(Intervention(**record, action="nudge every agent and re-run revise under revision limits"))
                 outcome_iv.append(record)
 
                 def limits(a):
@@ -191,7 +178,7 @@ async def run(ctx: RunContext) -> Outcome:
                     a = next(x for x in agents if x.agent_id == agent_id)
                     record = {"name": "crit_causal", "round": t, "agent": agent_id,
                               "reason": f"P4 {scores[agent_id].scores.causal_alignment:.2f} < {p.p4_threshold:g}"}
-                    ctx.trace.emit("intervention", **record, action="nudge, re-run revise and CRIT")
+                    ctx.trace.write(Intervention(**record, action="nudge, re-run revise and CRIT"))
                     outcome_iv.append(record)
                     for attempt in range(1, p.max_retries + 1):
                         revs[agent_id] = await revise(a, [p.nudge], f"revise:crit_causal{attempt}")
@@ -202,11 +189,11 @@ async def run(ctx: RunContext) -> Outcome:
             rho_bar = sum(s.rho for s in scores.values()) / len(scores)
             rho_by_round.append(rho_bar)
             state, step = pid_step(state, rho_bar, js_rev, cfg.pid)
-            ctx.trace.emit("controller", round=t, step=step.model_dump(), state=state.model_dump())
+            ctx.trace.write(ControllerStep(round=t, step=step.model_dump(), state=state.model_dump()))
         js_log[f"revise_{t}"] = js_rev
         current = revs
         if scores and step.early_stop:
-            ctx.trace.emit("early_stop", round=t, reason=f"JS {js_rev:.4f} < ε and |Δρ̄| < Δρ")
+            ctx.trace.write(EarlyStop(round=t, reason=f"JS {js_rev:.4f} < ε and |Δρ̄| < Δρ"))
             break
 
     # -- aggregation
@@ -224,4 +211,4 @@ async def run(ctx: RunContext) -> Outcome:
                    interventions=outcome_iv, notes=notes)
 
 
-__all__ = ["Outcome", "run", "DebateFailure", "INTERVENTIONS"]
+__all__ = ["run"]

@@ -16,11 +16,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from debate.context import RunContext
+from debate.events import Reflection
+from debate.outcome import Outcome
 from debate.protocols.desks import bull_bear, reports_json, run_desks, stage_task
-from debate.protocols.paper import Outcome
-from debate.protocols.stage_schemas import PMDecision, RiskView, TradePlan
-from debate.protocols.stages import ask_stage, known_ids_check, tickers_check
-from debate.turns import RunContext
+from debate.protocols.staged import ask_stage, known_ids_check, tickers_check
+from debate.stage_schemas import PMDecision, RiskView, TradePlan
 
 P = "tradingagents"
 LOG_NAME = "decision_log.jsonl"
@@ -72,12 +73,10 @@ def reflection_for(ctx: RunContext, log: list[dict]) -> tuple[str, str | None]:
             and e["config"] == ctx.config.name and e["replicate"] == ctx.sample_index]
     if not same:
         return "No earlier decision on this universe is in the log.", None
-    if ctx.pack is None:  # run_debate always supplies it; without prices the outcome cannot be told
-        raise RuntimeError("tradingagents reflection needs the data pack on the run context")
+    if ctx.past_performance is None:  # the runner always supplies it; without prices the outcome cannot be told
+        raise RuntimeError("tradingagents reflection needs past_performance on the run context")
     entry = same[-1]
-    from eval.backtest import backtest, holding_window
-    window = holding_window(ctx.pack, ctx.scenario.quarter.previous(), ctx.universe, where=f"decision log entry {entry['run_id']}")
-    m = backtest(window, entry["weights"], allow_cash=True, where=f"decision log entry {entry['run_id']}").metrics
+    m = ctx.past_performance(ctx.scenario.quarter.previous(), entry["weights"], f"decision log entry {entry['run_id']}")
     held = ", ".join(f"{t} {w:.0%}" for t, w in sorted(entry["weights"].items(), key=lambda x: -x[1]) if w > 0)
     verdict = "beat" if m.excess_return_pct > 0 else "lagged"
     return (f"Last quarter ({prev}) the desk held {held}. It returned {m.total_return_pct:+.2f}% against SPY's "
@@ -91,7 +90,7 @@ async def run(ctx: RunContext) -> Outcome:
     reflection, source = ("Reflection is off for this configuration.", None)
     if opt.reflection:
         reflection, source = reflection_for(ctx, read_log(log_path))
-    ctx.trace.emit("reflection", text=reflection, source_run=source, log=str(log_path))
+    ctx.trace.write(Reflection(text=reflection, source_run=source, log=str(log_path)))
     reports = await run_desks(ctx, P, stage="analyst")
     history = await bull_bear(ctx, P, reports, opt.debate_rounds)
     allowed = {i for r in reports.values() for i in r.evidence_ids}

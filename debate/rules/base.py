@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from debate.schemas import (Claim, Critique, CritiqueItem, CritiqueResponse, Holding, PositionRationale,
-                            Proposal, Revision)
+from debate.schemas import Claim, Critique, CritiqueItem, CritiqueResponse, Holding, PositionRationale, Proposal, Revision
 from debate.task import AgentTask
 from debate.validation import cap_weights
 

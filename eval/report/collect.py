@@ -14,8 +14,24 @@ from pathlib import Path
 
 import pandas as pd
 
-from debate.trace import last_attempt, read_trace
-from eval.errors import InputError
+from debate.events import (
+    RCA,
+    AnyEvent,
+    Backtest,
+    ControllerStep,
+    Crit,
+    Divergence,
+    EarlyStop,
+    Final,
+    Intervention,
+    InterventionCheck,
+    MemoShown,
+    RunEnd,
+    Turn,
+    last_attempt,
+)
+from debate.trace import read_trace
+from madbench_data.errors import InputError
 
 
 @dataclass
@@ -36,36 +52,36 @@ def _table(root: Path, name: str) -> pd.DataFrame:
     return pd.read_parquet(path) if path.exists() else pd.DataFrame()
 
 
-def digest(events: list[dict], row: dict) -> tuple[dict, str | None, str | None]:
+def digest(events: list[AnyEvent], row: dict) -> tuple[dict, str | None, str | None]:
     """(digest, memo sha, memo text) for one run's last attempt."""
     out = {"run_id": row["run_id"], "config": row["config"], "scenario_id": row["scenario_id"], "status": row["status"],
            "error": row.get("error"), "replicate": row.get("replicate"), "turns": [], "crit": [], "interventions": [],
            "controller": [], "divergence": [], "final": None, "backtest": None, "memo": None}
     memo_sha = memo_text = None
     for e in events:
-        kind = e["event"]
-        if kind == "memo":
-            memo_sha, memo_text = e["sha256"], e.get("text")
-            out["memo"] = {"sha256": e["sha256"], "as_of": e["as_of"], "n_items": e["n_items"]}
-        elif kind == "turn":
-            out["turns"].append({k: e.get(k) for k in ("round", "phase", "label", "agent", "role", "model", "is_llm", "output", "weights", "policy_notes")})
-        elif kind == "crit":
-            s = e["score"]
-            out["crit"].append({"round": e["round"], "agent": e["agent"], "label": e["label"], "rho": s["rho"], "scorer": s["scorer"],
-                                "scores": s["scores"], "explanations": s.get("explanations"), "clips": s["clips"],
-                                "diagnostics": s["diagnostics"], "audit": e.get("audit")})
-        elif kind in ("intervention", "intervention_check", "rca", "early_stop"):
-            out["interventions"].append({k: v for k, v in e.items() if k not in ("prev", "seq", "t")})
-        elif kind == "controller":
-            out["controller"].append({"round": e["round"], **e["step"]})
-        elif kind == "divergence":
-            out["divergence"].append({k: e[k] for k in ("round", "phase", "jsd", "cash_spread")})
-        elif kind == "final":
-            out["final"] = {"weights": e["weights"], "cash": e["cash"], "method": e["method"], "notes": e.get("notes", [])}
-        elif kind == "backtest":
-            out["backtest"] = {"metrics": e["metrics"], "baselines": e["baselines"]}
-        elif kind == "run_end" and e.get("status") == "failed":
-            out["error"] = e.get("error")
+        if isinstance(e, MemoShown):
+            memo_sha, memo_text = e.sha256, e.text
+            out["memo"] = {"sha256": e.sha256, "as_of": e.as_of, "n_items": e.n_items}
+        elif isinstance(e, Turn):
+            out["turns"].append(e.model_dump(mode="json", include={"round", "phase", "label", "agent", "role", "model", "is_llm",
+                                                                    "output", "weights", "policy_notes"}))
+        elif isinstance(e, Crit):
+            s = e.score.model_dump(mode="json")
+            out["crit"].append({"round": e.round, "agent": e.agent, "label": e.label, "rho": s["rho"], "scorer": s["scorer"],
+                                "scores": s["scores"], "explanations": s["explanations"], "clips": s["clips"],
+                                "diagnostics": s["diagnostics"], "audit": e.audit})
+        elif isinstance(e, (Intervention, InterventionCheck, RCA, EarlyStop)):
+            out["interventions"].append(e.model_dump(mode="json", exclude={"prev", "seq", "t"}, exclude_none=True))
+        elif isinstance(e, ControllerStep):
+            out["controller"].append({"round": e.round, **e.step})
+        elif isinstance(e, Divergence):
+            out["divergence"].append(e.model_dump(mode="json", include={"round", "phase", "jsd", "cash_spread"}))
+        elif isinstance(e, Final):
+            out["final"] = e.model_dump(mode="json", include={"weights", "cash", "method", "notes"})
+        elif isinstance(e, Backtest):
+            out["backtest"] = e.model_dump(mode="json", include={"metrics", "baselines"})
+        elif isinstance(e, RunEnd) and e.status == "failed":
+            out["error"] = e.error
     return out, memo_sha, memo_text
 
 
@@ -83,7 +99,7 @@ def load_report_data(root: str | Path, max_traces: int | None = None) -> ReportD
         if not path.exists():
             data.traces_missing += 1
             continue
-        events = last_attempt(read_trace(path).events)
+        events = last_attempt(read_trace(path).typed())
         d, sha, text = digest(events, row)
         series += [{"run_id": row["run_id"], "config": row["config"], **x} for x in d["divergence"]]
         if max_traces is None or i < max_traces:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-import statsmodels.api as sm
-from plotly.subplots import make_subplots
 
+from debate.grading import PILLARS
 from eval.stats.paired import PairedComparison
 
+if TYPE_CHECKING:  # plotly loads in ~0.4 s: imported where a figure is built, not at `madbench --help`
+    import plotly.graph_objects as go
+
 PALETTE = ["#3366cc", "#dc3912", "#ff9900", "#109618", "#990099", "#0099c6", "#dd4477", "#66aa00", "#b82e2e", "#316395"]
-PILLARS = ["logical_validity", "evidential_support", "alternative_consideration", "causal_alignment"]
 
 
 def _layout(fig: go.Figure, title: str, height: int = 380) -> go.Figure:
@@ -26,6 +28,7 @@ def colours(configs: list[str]) -> dict[str, str]:
 
 def distributions(ok: pd.DataFrame, configs: list[str], metric: str, baselines: list[str]) -> go.Figure:
     """Box plot with every run shown, per configuration, and the baselines (one value per scenario)."""
+    import plotly.graph_objects as go
     fig, col = go.Figure(), colours(configs)
     for c in configs:
         fig.add_trace(go.Box(y=ok.loc[ok["config"] == c, metric], name=c, boxpoints="all", jitter=0.4, pointpos=0,
@@ -41,6 +44,7 @@ def distributions(ok: pd.DataFrame, configs: list[str], metric: str, baselines: 
 
 def paired_differences(pairs: list[PairedComparison], metric: str) -> go.Figure:
     """Forest plot: mean paired difference a − b with its 95% t interval."""
+    import plotly.graph_objects as go
     rows = [p for p in pairs if p.metric == metric and p.n >= 2]
     labels = [f"{p.a} − {p.b} (n={p.n})" for p in rows]
     diff = np.array([p.diff for p in rows])
@@ -56,6 +60,8 @@ def paired_differences(pairs: list[PairedComparison], metric: str) -> go.Figure:
 
 def quality_scatter(ok: pd.DataFrame, configs: list[str], x: str = "rho_bar", y: str = "sharpe") -> go.Figure:
     """ρ̄ against performance per configuration, with the pooled OLS line y = a + b·x."""
+    import plotly.graph_objects as go
+    import statsmodels.api as sm
     fig, col = go.Figure(), colours(configs)
     for c in configs:
         g = ok[ok["config"] == c]
@@ -76,6 +82,8 @@ def quality_scatter(ok: pd.DataFrame, configs: list[str], x: str = "rho_bar", y:
 
 def divergence(series: pd.DataFrame, configs: list[str]) -> go.Figure:
     """Mean JSD and cash spread at each step (propose, then revise per round): convergence made visible."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Jensen–Shannon divergence of the allocations", "Cash spread (max − min)"))
     col = colours(configs)
     if len(series):
@@ -94,12 +102,14 @@ def divergence(series: pd.DataFrame, configs: list[str]) -> go.Figure:
 
 def pillar_trajectories(rounds: pd.DataFrame, runs: pd.DataFrame, configs: list[str]) -> go.Figure:
     """Mean CRIT pillar score per round and configuration."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
     fig = make_subplots(rows=1, cols=4, subplot_titles=[p.replace("_", " ") for p in PILLARS], shared_yaxes=True)
     col = colours(configs)
     if len(rounds):
         merged = rounds.merge(runs[["run_id", "config"]], on="run_id")
         for c in configs:
-            g = merged[merged["config"] == c].groupby("round")[PILLARS].mean()
+            g = merged[merged["config"] == c].groupby("round")[list(PILLARS)].mean()
             for i, p in enumerate(PILLARS, start=1):
                 fig.add_trace(go.Scatter(x=g.index, y=g[p], mode="lines+markers", name=c, legendgroup=c, showlegend=i == 1,
                                          line=dict(color=col[c])), row=1, col=i)
@@ -122,6 +132,7 @@ def cost_summary(runs: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
 
 
 def tokens_chart(cost: pd.DataFrame) -> go.Figure:
+    import plotly.graph_objects as go
     fig = go.Figure()
     for column, colour in (("prompt_tokens", "#3366cc"), ("completion_tokens", "#ff9900")):
         if column in cost.columns:

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import jinja2
 import pandas as pd
-from plotly.offline import get_plotlyjs
 
-from eval.atomic import atomic_write_text
 from eval.report import figures
 from eval.report.collect import load_report_data
 from eval.stats.analysis import analyse
 from eval.stats.frame import json_safe, ok_runs
+from madbench_data.atomic import atomic_write_text
 
 HERE = Path(__file__).parent
 FIGURE_METRICS = ["sharpe", "total_return_pct", "excess_return_pct"]
@@ -39,6 +38,7 @@ def _script_json(obj) -> str:
 
 def build_report(root: str | Path, out: str | Path | None = None, compare: list[str] | None = None,
                  correction: str = "none", max_traces: int = 500) -> Path:
+    from plotly.offline import get_plotlyjs
     data = load_report_data(root, max_traces)
     runs = data.runs
     if compare is None:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from eval.atomic import atomic_write
 from eval.stats.beats import beats_baseline
 from eval.stats.correlate import agent_rho_correlations, delta_correlations, quality_correlations
 from eval.stats.describe import summarise
@@ -15,6 +14,7 @@ from eval.stats.frame import check_runs, ok_runs, ordered_configs
 from eval.stats.paired import PairedComparison, all_pairs
 from eval.stats.regress import RankDeficient, ols
 from eval.stats.tables import ComparisonTable, comparison_table
+from madbench_data.atomic import atomic_write
 
 DEFAULT_METRICS = ["sharpe", "total_return_pct", "excess_return_pct", "sortino", "volatility", "max_drawdown_pct", "rho_bar"]
 PILLAR_COLUMNS = ["crit_logical_validity", "crit_evidential_support", "crit_alternative_consideration", "crit_causal_alignment"]
@@ -59,7 +59,7 @@ class Analysis:
 
 
 def _md(df: pd.DataFrame) -> str:
-    from eval.markdown import markdown_table
+    from madbench_data.markdown import markdown_table
     return markdown_table(df) if len(df) else "(none)"
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 
 def beats_baseline(runs: pd.DataFrame, configs: list[str], metric: str = "sharpe", baseline: str = "equal") -> list[dict]:
+    from scipy import stats
     column = f"{baseline}_{metric}"
     if column not in runs.columns:
         return []

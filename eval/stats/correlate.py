@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from eval.stats.paired import paired_arrays
 
 
 def correlate(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """Pearson r and Spearman ρ with their two-sided p; NaN when n < 3 or either side is constant."""
+    from scipy import stats
     x, y = np.asarray(x, float), np.asarray(y, float)
     keep = np.isfinite(x) & np.isfinite(y)
     x, y = x[keep], y[keep]

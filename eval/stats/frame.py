@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from eval.errors import InputError
+from madbench_data.errors import InputError
 
 KEY_COLUMNS = ("config", "scenario_id")
 

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from eval.stats.frame import pair_keys
 
@@ -59,6 +58,7 @@ def paired_arrays(runs: pd.DataFrame, a: str, b: str, metric: str) -> tuple[np.n
 
 def paired_test(x_a: np.ndarray, x_b: np.ndarray, confidence: float = 0.95) -> dict[str, float]:
     """t, p, CI, d_z and Wilcoxon p for paired samples; NaN where the statistic is undefined (n < 2, zero spread)."""
+    from scipy import stats
     d = np.asarray(x_a, float) - np.asarray(x_b, float)
     n = len(d)
     nan = float("nan")
@@ -89,6 +89,7 @@ def from_t(t: float, n: int, diff: float, confidence: float = 0.95) -> dict[str,
 
     p = 2·(1 − F_t(|t|; n−1)); d_z = t/√n; SE = d̄/t; CI = d̄ ± t_{1−α/2,n−1}·SE.
     """
+    from scipy import stats
     df = n - 1
     se = diff / t
     crit = stats.t.ppf(0.5 + confidence / 2, df)

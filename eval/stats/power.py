@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import math
 
-from statsmodels.stats.power import TTestPower
-
 
 def scenarios_needed(effect: float, sd: float, power: float, alpha: float = 0.05, alternative: str = "two-sided") -> int:
+    from statsmodels.stats.power import TTestPower
     if sd <= 0 or effect == 0:
         raise ValueError("power analysis needs sd > 0 and a non-zero effect")
     n = TTestPower().solve_power(effect_size=abs(effect) / sd, alpha=alpha, power=power, alternative=alternative)
@@ -20,6 +19,7 @@ def scenarios_needed(effect: float, sd: float, power: float, alpha: float = 0.05
 
 
 def achieved_power(effect: float, sd: float, n: int, alpha: float = 0.05, alternative: str = "two-sided") -> float:
+    from statsmodels.stats.power import TTestPower
     return float(TTestPower().power(effect_size=abs(effect) / sd, nobs=n, alpha=alpha, alternative=alternative))
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import statsmodels.formula.api as smf
 
 
 class RankDeficient(ValueError):
@@ -25,6 +24,7 @@ def build_formula(runs: pd.DataFrame, y: str, x: str, ablation: str | None, trea
 
 def ols(runs: pd.DataFrame, y: str = "sharpe", x: str = "rho_bar", ablation: str | None = "batch", treatment: str | None = None):
     """Return (formula, fitted results, coefficient table) on the rows where every term is finite."""
+    import statsmodels.formula.api as smf
     formula = build_formula(runs, y, x, ablation, treatment)
     used = [c for c in (y, x, ablation, treatment) if c and c in formula]
     data = runs[used].dropna()

@@ -14,7 +14,6 @@ import string
 from dataclasses import dataclass, field
 
 import numpy as np
-from statsmodels.stats.multitest import multipletests
 
 from eval.stats.paired import PairedComparison
 
@@ -84,6 +83,7 @@ def _fmt(cell: Cell, digits: int) -> str:
 
 def adjust(pvalues: list[float], correction: str) -> list[float]:
     """Adjusted p-values; NaN tests (undefined) stay NaN and do not count towards the family size."""
+    from statsmodels.stats.multitest import multipletests
     method = CORRECTIONS[correction]
     if method is None:
         return list(pvalues)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from debate.config import load_debate_config
-from eval.errors import InputError
+from debate.config_file import load_debate_config
+from madbench_data.errors import InputError
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "debate"
 BASE = {"name": "t", "agents": [{"role": "macro", "tier": "causal"}, {"role": "value", "tier": "causal"}], "rounds": 1}
@@ -60,10 +60,10 @@ def test_bad_config_stops_the_cli_before_any_model_call(tmp_path):
 def test_infeasible_constraint_override_is_rejected(make_pack, tmp_path):
     import asyncio
 
-    from debate.run import run_debate
-    from debate.scenario import Scenario
-    from eval.market.pack import load_pack
-    from runner.gateway import Gateway
+    from madbench_data.market.pack import load_pack
+    from madbench_data.scenario import Scenario
+    from madbench_gateway import Gateway
+    from runner.pipeline import run_debate
     cfg = load_debate_config(CONFIGS / "single-basic.yaml").model_copy(update={"constraints": {"max_weight": 0.2}})
     scenario = Scenario(id="s", invest_quarter="2021Q3", tickers=["AAA", "BBB", "CCC"])
     with pytest.raises(InputError, match=r"config.constraints: fully invested needs max_weight x holdings >= 1"):

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from debate.config import load_debate_config
-from debate.run import run_debate
-from debate.scenario import Scenario
+from debate.config_file import load_debate_config
 from debate.trace import read_trace
-from eval.market.pack import load_pack
-from runner.gateway import Gateway, ModelRouting, ModelSpec, RateLimits, ResponseCache
-from runner.sim_provider import SimProvider
-from tests.fault_server import FaultServer, Faults
+from madbench_data.market.pack import load_pack
+from madbench_data.scenario import Scenario
+from madbench_gateway import Gateway, ModelRouting, ModelSpec, RateLimits, ResponseCache
+from runner.pipeline import run_debate
+from runner.sim.provider import SimProvider
+from tests.fault_server import Faults, FaultServer
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "debate"
 TICKERS = ["AAA", "BBB", "CCC", "DDD"]

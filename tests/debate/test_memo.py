@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from debate.memo import build_memo
-from debate.scenario import Scenario
-from eval.errors import InputError
-from eval.market.pack import load_pack
+from madbench_data.errors import InputError
+from madbench_data.market.pack import load_pack
+from madbench_data.memo import build_memo
+from madbench_data.scenario import Scenario
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
 
 MACRO_IDS = ["L1-FF", "L1-2Y", "L1-10Y", "L1-30Y", "L1-CURVE", "L1-REAL", "L1-CPI", "L1-CORE", "L1-INDPRO",
@@ -131,7 +131,7 @@ def test_must_show_memo_on_market_pack():
 
 @requires_shared
 def test_future_rows_change_nothing_on_market_pack(tmp_path):
-    from eval.market.write import write_pack
+    from madbench_data.market.write import write_pack
     full = load_pack(SHARED_MARKET)
     s = Scenario(id="m", invest_quarter="2022Q2", tickers=["AAPL", "XOM", "JPM"])
     tables = {n: pd.read_parquet(SHARED_MARKET / f"{n}.parquet") for n in ("prices", "macro", "universe")}

@@ -6,7 +6,7 @@ import jinja2
 import pytest
 
 from debate.profiles import ROLES_DIR, TIERS, available_roles, load_profile
-from eval.errors import InputError
+from madbench_data.errors import InputError
 
 ROLES = ["macro", "value", "risk", "technical", "sentiment", "devils_advocate"]
 

@@ -2,12 +2,12 @@
 
 import pytest
 
-from debate.memo import EvidenceItem, build_memo
 from debate.rules import ANALYSTS, respond
-from debate.scenario import Constraints, Scenario
 from debate.task import AgentTask, ReceivedCritique
 from debate.validation import TurnRules, validate_turn
-from eval.market.pack import load_pack
+from madbench_data.market.pack import load_pack
+from madbench_data.memo import EvidenceItem, build_memo
+from madbench_data.scenario import Constraints, Scenario
 
 
 def ev(values: dict[str, float], macro: dict[str, float] | None = None) -> list[EvidenceItem]:

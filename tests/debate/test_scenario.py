@@ -2,11 +2,11 @@
 
 import pytest
 
-from debate.scenario import load_scenarios
-from debate.scenario_gen import draw_scenarios, draw_stats, mean_pairwise_jaccard
-from eval.errors import InputError
-from eval.market.calendar import quarter_range
-from eval.market.pack import load_pack
+from madbench_data.errors import InputError
+from madbench_data.market.calendar import quarter_range
+from madbench_data.market.pack import load_pack
+from madbench_data.scenario import load_scenarios
+from madbench_data.scenario_gen import draw_scenarios, draw_stats, mean_pairwise_jaccard
 from tests.conftest import SHARED_PAPER, requires_shared
 
 

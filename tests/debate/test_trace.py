@@ -1,16 +1,22 @@
-"""The append-only trace: hash chain, torn tails, edits."""
+"""The append-only trace: hash chain, torn tails, edits, and its typed events."""
 
+import gzip
 import json
+from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from debate.events import Crit, EarlyStop, LLMCall, RunStart, last_attempt, parse_event
 from debate.trace import TraceWriter, read_trace
+
+OLD_TRACES = sorted((Path(__file__).parent / "data").glob("trace-v0.1-*.jsonl.gz"))
 
 
 def write(path, n=3):
     with TraceWriter(path) as t:
         for i in range(n):
-            t.emit("step", i=i)
+            t.write(EarlyStop(round=i, reason=f"step {i}"))
 
 
 def test_events_chain_and_append_across_writers(tmp_path):
@@ -19,6 +25,8 @@ def test_events_chain_and_append_across_writers(tmp_path):
     write(path, 2)  # a second writer continues the chain
     r = read_trace(path)
     assert r.problems == [] and [e["seq"] for e in r.events] == [0, 1, 2, 3]
+    typed = r.typed()
+    assert [type(e) for e in typed] == [EarlyStop] * 4 and [e.round for e in typed] == [0, 1, 0, 1]
 
 
 def test_torn_tail_is_reported_and_repaired(tmp_path):
@@ -50,8 +58,37 @@ def test_an_edited_middle_event_breaks_the_chain(tmp_path):
     write(path, 3)
     lines = path.read_bytes().splitlines(keepends=True)
     event = json.loads(lines[1])
-    event["i"] = 99
+    event["round"] = 99
     lines[1] = (json.dumps(event, sort_keys=True, separators=(",", ":")) + "\n").encode()
     path.write_bytes(b"".join(lines))
     r = read_trace(path)
     assert len(r.events) == 2 and "hash chain" in r.problems[0]
+
+
+def test_an_event_that_matches_no_model_is_an_error():
+    with pytest.raises(ValidationError):
+        parse_event({"event": "early_stop", "round": 1})  # no reason
+    with pytest.raises(ValidationError):
+        parse_event({"event": "early_stop", "round": 1, "reason": "x", "surprise": 1})  # unknown field
+    with pytest.raises(ValidationError):
+        parse_event({"event": "no_such_event"})
+
+
+@pytest.mark.parametrize("old", OLD_TRACES, ids=lambda p: p.name)
+def test_a_trace_written_by_version_0_1_still_reads_as_typed_events(tmp_path, old):
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(gzip.decompress(old.read_bytes()))
+    r = read_trace(path)
+    assert r.problems == []
+    events = last_attempt(r.typed())
+    assert isinstance(events[0], RunStart) and events[-1].event == "run_end"
+    assert any(isinstance(e, LLMCall) for e in events)
+    # every field of the old lines survives the typed round trip
+    for raw, typed in zip(r.events, r.typed()):
+        assert typed.model_dump(mode="json", exclude_unset=True) == raw
+    crits = [e for e in events if isinstance(e, Crit)]
+    assert all(0 <= c.score.rho <= 1 for c in crits)
+
+
+def test_old_traces_cover_the_events_of_every_protocol():
+    assert len(OLD_TRACES) == 4  # paper debate with RCA and JS collapse, desks, tradingagents

@@ -2,10 +2,10 @@
 
 import pytest
 
-from debate.scenario import Constraints
 from debate.schemas import Holding, Proposal
 from debate.validation import TurnRules, cap_weights, check_allocation, parse_json, request_schema, validate_turn
-from runner.gateway.errors import OutputInvalid
+from madbench_data.scenario import Constraints
+from madbench_gateway.errors import OutputInvalid
 
 RULES = TurnRules(["AAA", "BBB", "CCC"], Constraints(max_weight=0.5, min_holdings=2), {"AAA-RET60", "L1-VIX"})
 
@@ -66,8 +66,8 @@ def test_request_schema_enumerates_the_universe():
 
 def test_normalize_spreads_the_excess_over_idle_names_when_the_held_ones_cannot_carry_the_cap():
     from debate.schemas import Holding
-    from debate.scenario import Constraints
     from debate.validation import OutputInvalid, TurnRules, check_allocation
+    from madbench_data.scenario import Constraints
     rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), set())
     book = [Holding(ticker="MS", weight=1.0), Holding(ticker="T", weight=0.0), Holding(ticker="XOM", weight=0.0)]
     weights, cash, notes = check_allocation(book, 0.0, rules, "normalize")

@@ -8,10 +8,10 @@ import pytest
 
 from eval.backtest import Window, backtest, backtest_positions, holding_window, simulate
 from eval.baselines import baseline_metrics, ivol_weights, minvar_weights
-from eval.errors import InputError
-from eval.market.calendar import Quarter
-from eval.market.pack import load_pack
 from eval.multiquarter import QuarterAllocation, backtest_sequence
+from madbench_data.errors import InputError
+from madbench_data.market.calendar import Quarter
+from madbench_data.market.pack import load_pack
 from tests.conftest import SHARED_MARKET, requires_shared
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from eval.market import features as F
+from madbench_data.market import features as F
 
 rng = np.random.default_rng(42)
 N = 400

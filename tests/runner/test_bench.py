@@ -5,9 +5,10 @@ import re
 
 import pytest
 
-from runner.bench_throughput import sustained_rpm
+from runner.bench.throughput import sustained_rpm
 from runner.cli import main
 from tests.conftest import requires_shared
+
 
 def last_json(text: str) -> dict:
     """The last top-level JSON object printed (Ray may print its own warnings on stdout around it)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from runner.sim_provider import SimConfig, SimProvider
+from runner.sim.provider import SimConfig, SimProvider
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 pytestmark = pytest.mark.slow

@@ -86,7 +86,7 @@ def test_batch_runs_land_on_both_nodes_of_a_two_node_cluster(make_pack, tmp_path
 def test_killing_a_worker_nodes_raylet_mid_batch_still_completes_every_run(make_pack, tmp_path, two_node_cluster):
     import psutil
 
-    from runner.sim_provider import SimConfig, SimProvider
+    from runner.sim.provider import SimConfig, SimProvider
     address, env, short = two_node_cluster
     with SimProvider(SimConfig(latency_median_s=0.3, seed=5)) as sim:  # slow enough for the kill to land mid-batch
         model = {"model": "openai/madbench-sim", "api_base": sim.url, "send_context": True,

@@ -7,8 +7,8 @@ import sys
 import pytest
 import yaml
 
-from runner.sim_provider import SimProvider
-from tests.fault_server import FaultServer, Faults
+from runner.sim.provider import SimProvider
+from tests.fault_server import Faults, FaultServer
 from tests.runner.test_batch import ROOT, TICKERS
 
 SECRET = "sk-test-SECRET"

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from runner.gateway.providers.litellm_provider import merged_messages
-from scoring.crit import CritDiagnostics, PillarScores, apply_caps, cap_for, rho
+from debate.grading import CritDiagnostics, PillarScores
+from madbench_gateway.providers.litellm_provider import merged_messages
+from scoring.crit import apply_caps, cap_for, rho
 from scoring.crit_judge import crit_request, finish
 from scoring.rubric import load_rubric
 from scoring.rules_scorer import CritTask, score

@@ -4,13 +4,13 @@ import asyncio
 
 import pytest
 
-from debate.config import load_debate_config
-from debate.run import run_debate
-from debate.scenario import Scenario
-from eval.market.pack import load_pack
+from debate.config_file import load_debate_config
+from madbench_data.market.pack import load_pack
+from madbench_data.scenario import Scenario
+from madbench_gateway import Gateway, ModelRouting, ModelSpec, ResponseCache
 from runner.cli import main
-from runner.gateway import Gateway, ModelRouting, ModelSpec, ResponseCache
-from runner.sim_provider import SimProvider
+from runner.pipeline import run_debate
+from runner.sim.provider import SimProvider
 from scoring.rescore import extract_original, find_runs, read_scores, rescore_runs
 from scoring.rubric import load_rubric
 from tests.debate.test_engine import CONFIGS

@@ -23,7 +23,7 @@ def batch_results(tmp_path_factory, make_pack_module):
 
 @pytest.fixture(scope="module")
 def make_pack_module(tmp_path_factory):
-    from eval.market.write import write_pack
+    from madbench_data.market.write import write_pack
     from tests.conftest import synthetic_tables
     return lambda **kw: write_pack(tmp_path_factory.mktemp("pack"), synthetic_tables(**kw))
 

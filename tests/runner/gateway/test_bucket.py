@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from runner.gateway.bucket import LimiterCore, TokenBucket
-from runner.gateway.models import RateLimits
+from madbench_gateway.bucket import LimiterCore, TokenBucket
+from madbench_gateway.models import RateLimits
 
 
 def test_token_bucket_paces_at_rate_after_burst():

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.gateway.cache import ResponseCache, UnsafeEntry, resolve_cache_dir
-from runner.gateway.request import LLMRequest, Message
+from madbench_gateway.cache import ResponseCache, UnsafeEntry, resolve_cache_dir
+from madbench_gateway.request import LLMRequest, Message
 
 BASE = dict(model="openai/gpt-4o-mini", api_base="http://h/v1", messages=[Message(role="user", content="hi")],
             temperature=0.2, top_p=0.9, max_tokens=100, seed=7,
@@ -34,7 +34,7 @@ def test_key_changes_with_every_keyed_field(field, value):
 
 
 def test_key_equal_across_processes():
-    code = ("from runner.gateway.request import LLMRequest, Message; "
+    code = ("from madbench_gateway.request import LLMRequest, Message; "
             "print(LLMRequest(model='openai/gpt-4o-mini', messages=[Message(role='user', content='hi')], seed=3).cache_key())")
     here = LLMRequest(model="openai/gpt-4o-mini", messages=[Message(role="user", content="hi")], seed=3).cache_key()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

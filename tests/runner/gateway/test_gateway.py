@@ -6,10 +6,21 @@ import logging
 
 import pytest
 
-from runner.gateway import (Budget, BudgetExhausted, Gateway, GatewayFailure, LLMRequest, Message, ModelSpec,
-                            OutputInvalid, RateLimits, ResponseCache, RetryPolicy)
-from runner.gateway.accounting import Attempt
-from tests.fault_server import FaultServer, Faults
+from madbench_gateway import (
+    Budget,
+    BudgetExhausted,
+    Gateway,
+    GatewayFailure,
+    LLMRequest,
+    Message,
+    ModelSpec,
+    OutputInvalid,
+    RateLimits,
+    ResponseCache,
+    RetryPolicy,
+)
+from madbench_gateway.accounting import Attempt
+from tests.fault_server import Faults, FaultServer
 
 FAST_RETRY = RetryPolicy(timeout_s=0.5, max_transient_retries=6, outage_patience_s=0, max_rate_limit_retries=10, backoff_base_s=0.05,
                          backoff_max_s=0.5, max_validation_retries=2)
@@ -150,7 +161,7 @@ def test_retry_after_seconds_and_http_date():
     import email.utils
     import time
 
-    from runner.gateway.providers.litellm_provider import parse_retry_after
+    from madbench_gateway.providers.litellm_provider import parse_retry_after
     assert parse_retry_after("3") == 3.0
     later = email.utils.formatdate(time.time() + 30, usegmt=True)
     assert 25 <= parse_retry_after(later) <= 31
@@ -166,7 +177,7 @@ def test_missing_key_for_a_hosted_provider_is_fatal_at_once_and_names_the_fix(mo
 
 
 def test_an_outage_is_waited_out_within_the_patience_and_fails_past_it():
-    from runner.sim_provider import SimProvider
+    from runner.sim.provider import SimProvider
     policy = dict(max_transient_retries=1, backoff_base_s=0.1, backoff_max_s=0.3)
     with SimProvider() as sim:
         spec = ModelSpec(model="openai/sim", api_base=sim.url, retry=RetryPolicy(outage_patience_s=5, **policy))
@@ -181,7 +192,7 @@ def test_an_outage_is_waited_out_within_the_patience_and_fails_past_it():
 
 
 def test_llama_cpp_form_turns_bounded_numbers_into_enums_and_leaves_others():
-    from runner.gateway.providers.litellm_provider import response_format
+    from madbench_gateway.providers.litellm_provider import response_format
     schema = {"type": "object", "properties": {
         "confidence": {"type": "number", "minimum": 0, "maximum": 1},
         "stop": {"type": "number", "exclusiveMinimum": 0, "maximum": 50},
@@ -196,9 +207,9 @@ def test_llama_cpp_form_turns_bounded_numbers_into_enums_and_leaves_others():
 
 
 def test_llama_cpp_form_lists_each_ticker_exactly_once_in_per_ticker_lists():
-    from debate.protocols.stage_schemas import DeskReport
-    from debate.protocols.stages import constrained_schema
-    from runner.gateway.providers.litellm_provider import response_format
+    from debate.protocols.staged import constrained_schema
+    from debate.stage_schemas import DeskReport
+    from madbench_gateway.providers.litellm_provider import response_format
     schema = constrained_schema(DeskReport, ["MS", "T", "XOM"], {"MS-RET60"})
     signals = response_format(schema, "json_object_schema")["schema"]["properties"]["signals"]
     assert [e["properties"]["ticker"] for e in signals["prefixItems"]] == [{"const": t} for t in ("MS", "T", "XOM")]
@@ -207,12 +218,12 @@ def test_llama_cpp_form_lists_each_ticker_exactly_once_in_per_ticker_lists():
 
 
 def test_llama_cpp_form_fixes_claim_ids_and_answers_each_critique_once():
-    import dataclasses
     import json
-    from debate.scenario import Constraints
+
     from debate.validation import TurnRules, request_schema
-    from runner.gateway.providers.litellm_provider import response_format
-    from runner.gateway.providers.llama_schema import LOCAL_CLAIMS
+    from madbench_data.scenario import Constraints
+    from madbench_gateway.providers.litellm_provider import response_format
+    from madbench_gateway.providers.llama_schema import LOCAL_CLAIMS
     rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), {"MS-RET60", "L1-VIX"},
                       peer_claims={"value": {"C1", "C2"}, "risk": {"C7"}}, owed_responses=[("value", "C1"), ("risk", "C2")])
     revise = response_format(request_schema("revise", rules), "json_object_schema")["schema"]
@@ -236,10 +247,11 @@ def test_llama_cpp_form_fixes_claim_ids_and_answers_each_critique_once():
 def test_llama_cpp_form_allocations_hold_something_on_a_weight_grid():
     import itertools
     import json
-    from debate.scenario import Constraints
+
     from debate.validation import TurnRules, request_schema
-    from runner.gateway.providers.litellm_provider import response_format
-    from runner.gateway.providers.llama_schema import WEIGHT_GRID
+    from madbench_data.scenario import Constraints
+    from madbench_gateway.providers.litellm_provider import response_format
+    from madbench_gateway.providers.llama_schema import WEIGHT_GRID
     rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), {"MS-RET60"})
     book = response_format(request_schema("judge", rules), "json_object_schema")["schema"]["properties"]["allocation"]
 
@@ -262,8 +274,8 @@ def test_the_provider_is_warmed_before_a_rate_limit_lease_is_taken(tmp_path):
     script = tmp_path / "probe.py"
     script.write_text('''
 import asyncio, json, sys
-from runner.gateway import Gateway, LLMRequest, Message, ModelSpec, RateLimits
-from runner.gateway.limiter import AsyncLimiter
+from madbench_gateway import Gateway, LLMRequest, Message, ModelSpec, RateLimits
+from madbench_gateway.limiter import AsyncLimiter
 from tests.fault_server import FaultServer, Faults
 seen = []
 acquire = AsyncLimiter.acquire
@@ -288,9 +300,9 @@ print(json.dumps(seen))
 
 
 def test_llama_cpp_form_keeps_the_claim_id_prefix_a_stage_schema_names():
-    from debate.protocols.stage_schemas import Thesis
-    from debate.protocols.stages import constrained_schema
-    from runner.gateway.providers.litellm_provider import response_format
+    from debate.protocols.staged import constrained_schema
+    from debate.stage_schemas import Thesis
+    from madbench_gateway.providers.litellm_provider import response_format
     thesis = response_format(constrained_schema(Thesis, ["MS", "T", "XOM"], {"MS-RET60"}), "json_object_schema")["schema"]
     assert [c["properties"]["claim_id"] for c in thesis["properties"]["claims"]["prefixItems"]] == [{"const": "B1"}, {"const": "B2"}]
 
@@ -298,9 +310,10 @@ def test_llama_cpp_form_keeps_the_claim_id_prefix_a_stage_schema_names():
 def test_llama_cpp_form_leaves_the_request_schema_untouched():
     """The request schema is part of the cache key: the adaptation works on its own copy."""
     import copy
-    from debate.scenario import Constraints
+
     from debate.validation import TurnRules, request_schema
-    from runner.gateway.providers.litellm_provider import response_format
+    from madbench_data.scenario import Constraints
+    from madbench_gateway.providers.litellm_provider import response_format
     rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), {"MS-RET60"},
                       peer_claims={"value": {"C1"}}, owed_responses=[("value", "C1")])
     for phase in ("propose", "critique", "revise", "judge"):

@@ -6,11 +6,11 @@ import importlib.util
 import pytest
 from pydantic import BaseModel, Field
 
-from debate.scenario import Constraints
 from debate.schemas import Holding
 from debate.validation import TurnRules, check_allocation, parse_json
-from runner.gateway import Gateway, LLMRequest, Message, ResponseCache
-from runner.gateway.local_model import LocalServer
+from madbench_data.scenario import Constraints
+from madbench_gateway import Gateway, LLMRequest, Message, ResponseCache
+from madbench_gateway.local_model import LocalServer
 
 pytestmark = [
     pytest.mark.slow,
@@ -71,8 +71,8 @@ def test_server_exits_when_its_owner_is_killed(tmp_path):
     import sys
     import time
 
-    from runner.gateway.local_model import _alive
-    code = "from runner.gateway.local_model import LocalServer; import time; s = LocalServer().ensure(); print(s.pid, flush=True); time.sleep(600)"
+    from madbench_gateway.local_model import _alive
+    code = "from madbench_gateway.local_model import LocalServer; import time; s = LocalServer().ensure(); print(s.pid, flush=True); time.sleep(600)"
     import os
     owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env={**os.environ})
     server_pid = int(owner.stdout.readline())
@@ -90,7 +90,7 @@ def test_a_crashed_child_server_is_not_taken_for_alive():
     import sys
     import time
 
-    from runner.gateway.local_model import _alive
+    from madbench_gateway.local_model import _alive
     proc = subprocess.Popen([sys.executable, "-c", "import os; os._exit(3)"])
     deadline = time.monotonic() + 10
     while _alive(proc.pid) and time.monotonic() < deadline:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from runner.gateway.cache import ResponseCache, decode_entry
+from madbench_gateway.cache import ResponseCache, decode_entry
 from tests.fault_server import FaultServer
 
 
@@ -11,7 +11,7 @@ def _worker(cache_dir, url, worker, n):
     import json
     import os
 
-    from runner.gateway import Gateway, LLMRequest, Message, ModelSpec, RateLimits, ResponseCache
+    from madbench_gateway import Gateway, LLMRequest, Message, ModelSpec, RateLimits, ResponseCache
     os.environ["FAKE_PROVIDER_KEY"] = "fake-key-value-1234"
     spec = ModelSpec(model="openai/fake", api_base=url, api_key_env="FAKE_PROVIDER_KEY",
                      limits=RateLimits(max_concurrency=3, rpm=6000))
@@ -57,8 +57,8 @@ def test_four_ray_workers_share_one_cache_without_corruption(ray_local, tmp_path
 def test_limiter_actor_is_shared_cluster_wide(ray_local):
     import asyncio
 
-    from runner.gateway.limiter import ray_limiter
-    from runner.gateway.models import RateLimits
+    from madbench_gateway.limiter import ray_limiter
+    from madbench_gateway.models import RateLimits
 
     @ray_local.remote(num_cpus=1)
     def take(n):

@@ -1,0 +1,51 @@
+"""Reading a debate config file: validate the fields, then resolve every name it uses.
+
+Every role profile, protocol and intervention is looked up here, so a bad name or a template typo fails
+before any model is called. (The scorer's rubric is checked by the layer that owns it: ``scoring``.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from debate.config import DebateConfig
+from debate.interventions import INTERVENTIONS, parse_intervention
+from debate.profiles import load_profile
+from debate.protocols import PROTOCOLS, protocol_options
+from madbench_data.errors import InputError, format_validation_error
+from madbench_data.scenario import read_yaml
+
+
+def parse_debate_config(data: Any, where: str) -> DebateConfig:
+    try:
+        cfg = DebateConfig.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(where, format_validation_error(exc), "fix the listed fields (unknown keys are rejected)") from None
+    check_names(cfg, where)
+    return cfg
+
+
+def load_debate_config(path: str | Path) -> DebateConfig:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(p, "debate config not found", "give a YAML file such as configs/debate/causal-debate-3.yaml")
+    return parse_debate_config(read_yaml(p), str(p))
+
+
+def check_names(cfg: DebateConfig, where: str) -> None:
+    """Resolve every profile, protocol and intervention now, so errors surface before any LLM call."""
+    if cfg.protocol not in PROTOCOLS:
+        raise InputError(where, f"protocol: unknown protocol {cfg.protocol!r}", f"use one of: {', '.join(PROTOCOLS)}")
+    protocol_options(cfg, where)
+    for i, agent in enumerate(cfg.agents):
+        load_profile(agent.role, agent.tier, where=f"{where}: agents[{i}]")
+    if cfg.aggregation == "judge":
+        load_profile("judge", cfg.judge_tier, where=f"{where}: judge_tier")
+    for i, iv in enumerate(cfg.interventions):
+        if iv.name not in INTERVENTIONS:
+            raise InputError(where, f"interventions[{i}].name: unknown intervention {iv.name!r}",
+                             f"use one of: {', '.join(INTERVENTIONS)}")
+        parse_intervention(iv, f"{where}: interventions[{i}]")

@@ -1,0 +1,148 @@
+"""One run's context and the single way an agent turn is asked, validated and traced.
+
+Every turn renders its profile's template, sends it through the gateway with
+the phase schema (tickers enumerated), validates it against the scenario and
+memo (retrying with feedback inside the gateway), and writes the call and the
+validated output to the trace. A turn that cannot be completed raises
+``DebateFailure``: the run fails with that reason, nothing is patched up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from debate.config import AgentConfig, DebateConfig
+from debate.events import LLMCall, LLMFailure, Turn
+from debate.grading import CritScore, RCAVerdict, Scorer
+from debate.profiles import Profile, load_profile
+from debate.task import AgentTask
+from debate.trace import TraceWriter
+from debate.validation import TurnRules, Validated, request_schema, schema_outline, validate_turn
+from madbench_data.memo import Memo
+from madbench_data.scenario import Constraints, Scenario
+from madbench_gateway import Gateway, GatewayFailure, LLMRequest, Message
+from madbench_gateway.accounting import Completion
+from madbench_gateway.errors import OutputInvalid
+
+
+class DebateFailure(Exception):
+    """A turn could not produce a valid answer within its retries; the run fails with this reason."""
+
+
+def constraints_text(c: Constraints) -> str:
+    parts = [f"weights between 0 and {c.max_weight:g} per ticker", f"at least {c.min_holdings} tickers with weight > 0"]
+    if c.max_tickers:
+        parts.append(f"at most {c.max_tickers} tickers with weight > 0")
+    parts.append("weights plus cash_weight sum to 1 (cash allowed)" if c.allow_cash else
+                 "fully invested: weights sum to 1 and cash_weight is 0")
+    return "; ".join(parts)
+
+
+@dataclass
+class RunContext:
+    run_id: str
+    scenario: Scenario
+    memo: Memo
+    constraints: Constraints
+    config: DebateConfig
+    gateway: Gateway
+    trace: TraceWriter
+    scorer: Scorer
+    sample_index: int = 0
+    profiles: dict[str, Profile] = field(default_factory=dict)
+    judge_profile: Profile | None = None
+    memo_ids: set[str] = field(default_factory=set)
+    memo_text: str = ""
+    #: Where the run's results live (a protocol's persistent state, such as a decision log, goes here).
+    workdir: Path | None = None
+    #: Realised performance of holdings over an earlier quarter, for protocols that look back at outcomes:
+    #: ``(quarter, weights, where) → metrics`` with ``total_return_pct``, ``spy_return_pct``,
+    #: ``excess_return_pct`` and ``sharpe``. The runner supplies it from the backtest (the debate never imports it).
+    past_performance: Callable[[Any, dict[str, float], str], Any] | None = None
+
+    def __post_init__(self):
+        for a in self.config.agents:
+            self.profiles[a.agent_id] = load_profile(a.role, a.tier)
+        if self.config.aggregation == "judge":
+            self.judge_profile = load_profile("judge", self.config.judge_tier)
+        self.memo_ids = self.memo.evidence_ids
+        self.memo_text = self.memo.text
+
+    @property
+    def universe(self) -> list[str]:
+        return list(self.scenario.tickers)
+
+    def turn_rules(self, peer_claims: dict[str, set[str]] | None = None,
+                   owed_responses: list[tuple[str, str]] | None = None) -> TurnRules:
+        return TurnRules(self.universe, self.constraints, self.memo_ids, peer_claims or {},
+                         self.config.require_known_evidence, owed_responses)
+
+    def base_task(self, agent_id: str, role: str, phase: str, round_: int, beta: float, **kw) -> AgentTask:
+        return AgentTask(agent_id=agent_id, role=role, phase=phase, universe=self.universe, constraints=self.constraints,
+                         evidence=self.memo.items, beta=beta, round=round_, **kw)
+
+    async def complete(self, *, who: str, role: str, phase: str, round_: int, system: str, user: str,
+                        schema: dict | None, context: dict, temperature: float, validate: Callable[[str, Any], Any],
+                        label: str) -> Completion:
+        spec = self.config.models.resolve(role, phase)
+        max_tokens = getattr(self.config.max_tokens, phase, None)
+        request = LLMRequest(model=spec.model, messages=[Message(role="system", content=system), Message(role="user", content=user)],
+                             temperature=temperature, max_tokens=max_tokens, response_schema=schema,
+                             sample_index=self.sample_index, context=context)
+        try:
+            c = await self.gateway.complete(request, spec, validate)
+        except GatewayFailure as exc:
+            self.trace.write(LLMFailure(agent=who, phase=phase, round=round_, label=label, reason=exc.reason,
+                            attempts=exc.attempts))
+            raise DebateFailure(f"{who} {label} (round {round_}): {exc.reason}") from None
+        self.trace.write(LLMCall(agent=who, phase=phase, round=round_, label=label, key=c.key,
+                        messages_hash=c.messages_hash, model_requested=c.model_requested, model_used=c.model_used,
+                        is_llm=c.is_llm, cached=c.cached, prompt_tokens=c.prompt_tokens,
+                        completion_tokens=c.completion_tokens, cost_usd=c.cost_usd, latency_s=round(c.latency_s, 4),
+                        overhead_ms=round(c.overhead_s * 1e3, 3), validation_retries=c.validation_retries,
+                        weight_policy=c.weight_policy, attempts=[a.model_dump() for a in c.attempts], response=c.content))
+        return c
+
+    async def ask(self, agent: AgentConfig | None, phase: str, round_: int, task: AgentTask, variables: dict[str, Any],
+                  peer_claims: dict[str, set[str]] | None = None,
+                  extra_check: Callable[[Validated], None] | None = None, label: str | None = None) -> Validated:
+        """Ask an agent (or the judge, when ``agent`` is None) for one validated turn."""
+        profile = self.profiles[agent.agent_id] if agent else self.judge_profile
+        who, role = (agent.agent_id, agent.role) if agent else ("judge", "judge")
+        owed = [(rc.from_agent, rc.item.target_claim) for rc in task.critiques_received] if phase == "revise" else None
+        rules = self.turn_rules(peer_claims, owed)
+        schema = request_schema(phase, rules)
+        user = profile.render(phase, memo=self.memo_text, universe=self.universe,
+                              constraints=constraints_text(self.constraints), agent_id=who, role=role, round=round_,
+                              schema=schema_outline(schema), **variables)
+
+        def validate(content: str, spec) -> Validated:
+            v = validate_turn(phase, content, rules, spec.weight_policy or "strict")
+            if extra_check:
+                extra_check(v)
+            return v
+
+        c = await self.complete(who=who, role=role, phase=phase, round_=round_, system=profile.system, user=user,
+                                 schema=schema, context=task.model_dump(mode="json"), temperature=self.config.temperature,
+                                 validate=validate, label=label or phase)
+        v: Validated = c.value
+        self.trace.write(Turn(agent=who, role=role, phase=phase, round=round_, label=label or phase,
+                        output=v.value.model_dump(mode="json"), weights=v.weights,
+                        cash=getattr(v.value, "cash_weight", None), policy_notes=v.notes, model=c.model_used, is_llm=c.is_llm))
+        return v
+
+    async def crit(self, agent: AgentConfig, round_: int, argument, received: list[tuple[str, Any]],
+                   label: str = "crit") -> CritScore:
+        return await self.scorer.crit(self, agent, round_, argument, received, label)
+
+    async def rca(self, agent: AgentConfig, phase: str, round_: int, before, after,
+                  received: list[tuple[str, Any]]) -> RCAVerdict:
+        return await self.scorer.rca(self, agent, phase, round_, before, after, received)
+
+
+def raise_if(problems: list[str]) -> None:
+    if problems:
+        raise OutputInvalid("; ".join(problems))

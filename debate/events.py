@@ -1,0 +1,219 @@
+"""Every event a run's trace holds, as one pydantic model each: the writer, the store, the report,
+``madbench trace show`` and re-scoring all read and write these.
+
+A trace line is ``{"seq", "prev", "event", "t", ...fields}``; ``event`` names the model. Fields that
+older versions did not write have defaults, so a trace written before a field existed still reads.
+Unknown fields are rejected: a trace that does not match its model is an error, never a guess.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from debate.grading import CritScore, RCAVerdict
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    #: Position in the trace and the SHA-256 of the previous line: the hash chain (set by the writer).
+    seq: int = -1
+    prev: str = ""
+    #: Wall-clock time of writing, seconds since the epoch (set by the writer).
+    t: float = 0.0
+
+
+class RunStart(Event):
+    event: Literal["run_start"] = "run_start"
+    run_id: str
+    attempt: int
+    resumed: bool
+    repaired: list[str] = Field(default_factory=list)
+    scenario: dict[str, Any]
+    config: dict[str, Any]
+    config_hash: str
+    sample_index: int
+    prompt_hashes: dict[str, str] = Field(default_factory=dict)
+    python: str | None = None
+
+
+class MemoShown(Event):
+    event: Literal["memo"] = "memo"
+    sha256: str
+    as_of: str
+    n_items: int
+    ids: list[str]
+    #: The memo's text, so a trace reads without the data pack (absent in early traces).
+    text: str | None = None
+
+
+class LLMCall(Event):
+    event: Literal["llm_call"] = "llm_call"
+    agent: str
+    phase: str
+    round: int
+    label: str
+    key: str
+    messages_hash: str | None = None
+    model_requested: str
+    model_used: str
+    is_llm: bool
+    cached: bool
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+    latency_s: float
+    overhead_ms: float | None = None
+    validation_retries: int = 0
+    weight_policy: str | None = None
+    attempts: list[dict[str, Any]] = Field(default_factory=list)
+    response: str | None = None
+
+
+class LLMFailure(Event):
+    event: Literal["llm_failure"] = "llm_failure"
+    agent: str
+    phase: str
+    round: int
+    label: str
+    reason: str
+    attempts: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Turn(Event):
+    """One validated agent (or judge, or stage) answer."""
+    event: Literal["turn"] = "turn"
+    agent: str
+    role: str
+    phase: str
+    round: int
+    label: str
+    output: dict[str, Any]
+    weights: dict[str, float] | None = None
+    cash: float | None = None
+    policy_notes: list[str] = Field(default_factory=list)
+    model: str
+    is_llm: bool
+
+
+class Crit(Event):
+    event: Literal["crit"] = "crit"
+    agent: str
+    role: str
+    round: int
+    label: str
+    score: CritScore
+    audit: dict[str, Any] = Field(default_factory=dict)
+    #: The graded argument and the critiques it received, so ``madbench rescore`` can grade it again.
+    task: dict[str, Any] | None = None
+
+
+class RCA(Event):
+    event: Literal["rca"] = "rca"
+    agent: str
+    phase: str
+    round: int
+    verdict: RCAVerdict
+
+
+class Divergence(Event):
+    """Jensen-Shannon divergence of the agents' allocations after a phase."""
+    event: Literal["divergence"] = "divergence"
+    phase: str
+    round: int
+    jsd: float
+    pairwise: dict[str, float] = Field(default_factory=dict)
+    cash_spread: float | None = None
+
+
+class Intervention(Event):
+    event: Literal["intervention"] = "intervention"
+    name: str
+    round: int
+    agent: str | None = None
+    level: int | None = None
+    verdict: str | None = None
+    reason: str
+    action: str
+    feedback: str | None = None
+
+
+class InterventionCheck(Event):
+    event: Literal["intervention_check"] = "intervention_check"
+    name: str
+    round: int
+    fired: bool
+    reason: str
+    js_prop: float | None = None
+    js_rev: float | None = None
+
+
+class ControllerStep(Event):
+    event: Literal["controller"] = "controller"
+    round: int
+    step: dict[str, Any]
+    state: dict[str, Any]
+
+
+class EarlyStop(Event):
+    event: Literal["early_stop"] = "early_stop"
+    round: int
+    reason: str
+
+
+class Conviction(Event):
+    """The independent-desks protocol's conviction model and its calibrated weights."""
+    event: Literal["conviction"] = "conviction"
+    convergence: Any = None
+    consensus: Any = None
+    model: dict[str, Any]
+    calibrated: dict[str, Any]
+    weights: dict[str, float]
+    notes: list[str] = Field(default_factory=list)
+
+
+class Reflection(Event):
+    """The TradingAgents protocol's look back at its previous decision on the universe."""
+    event: Literal["reflection"] = "reflection"
+    text: str
+    source_run: str | None = None
+    log: str
+
+
+class Final(Event):
+    event: Literal["final"] = "final"
+    weights: dict[str, float]
+    cash: float
+    method: str
+    notes: list[str] = Field(default_factory=list)
+
+
+class Backtest(Event):
+    event: Literal["backtest"] = "backtest"
+    metrics: dict[str, Any]
+    baselines: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class RunEnd(Event):
+    event: Literal["run_end"] = "run_end"
+    status: Literal["ok", "failed"]
+    error: str | None = None
+    totals: dict[str, Any] | None = None
+
+
+AnyEvent = Annotated[Union[RunStart, MemoShown, LLMCall, LLMFailure, Turn, Crit, RCA, Divergence, Intervention,
+                           InterventionCheck, ControllerStep, EarlyStop, Conviction, Reflection, Final, Backtest, RunEnd],
+                     Field(discriminator="event")]
+EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
+
+
+def parse_event(record: dict[str, Any]) -> AnyEvent:
+    """The typed event of one trace line (raises ``pydantic.ValidationError`` when it matches no model)."""
+    return EVENT_ADAPTER.validate_python(record)
+
+
+def last_attempt(events: list[Event]) -> list[Event]:
+    """The events of a trace's last attempt (from its last run_start); a resumed run appends a new attempt."""
+    starts = [i for i, e in enumerate(events) if isinstance(e, RunStart)]
+    return events[starts[-1]:] if starts else events

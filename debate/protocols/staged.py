@@ -1,0 +1,232 @@
+"""Shared machinery of the staged protocols (adversarial, desks, tradingagents).
+
+A stage is one role answering one pydantic schema from a rendered prompt. The
+prompt sees only what the stage is given (a slice of the memo and earlier
+outputs); the rule-based answerer and an LLM get the same StageTask, so a
+stage behaves the same on both. Every answer is validated (schema, universe,
+evidence IDs the stage could see, allocation constraints) and retried with
+the error as feedback by the gateway; every turn is written to the trace as
+a ``turn`` event, like the paper protocol's.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Any, Callable, Literal
+
+import jinja2
+import yaml
+from jinja2.sandbox import SandboxedEnvironment
+from pydantic import BaseModel, ConfigDict
+
+from debate.context import RunContext, constraints_text, raise_if
+from debate.events import Turn
+from debate.schemas import Holding
+from debate.task import StageTask
+from debate.validation import check_allocation, parse_json, schema_outline
+from madbench_data.errors import InputError
+from madbench_data.memo import EvidenceItem
+from madbench_data.paths import CONFIGS_DIR
+
+PROTOCOL_PROMPTS = CONFIGS_DIR / "protocols"
+_ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+# -- memo slices (the desks' scopes) -------------------------------------------------------------
+
+TECHNICAL_FIELDS = {"PX", "RET20", "RET60", "RET120", "RET252", "MOM200", "MOM12_1", "SMA20", "SMA50", "SMA200", "TREND",
+                    "VOL20", "VOL60", "RS60", "BETA", "DD60", "MDD1Y", "ADVOL", "DVOL60", "IDMOM", "SHARPE"}
+SENTIMENT = re.compile(r"^(SENT|SVOL|EC\d+)$")
+Slice = Literal["fundamentals", "technicals", "sentiment", "macro"]
+SLICES: tuple[str, ...] = ("fundamentals", "technicals", "sentiment", "macro")
+
+
+def slice_of(item_id: str) -> str:
+    head, _, field = item_id.partition("-")
+    if head == "L1":
+        return "macro"
+    if field in TECHNICAL_FIELDS:
+        return "technicals"
+    if SENTIMENT.match(field):
+        return "sentiment"
+    return "fundamentals"
+
+
+def memo_slice(items: list[EvidenceItem], name: str) -> list[EvidenceItem]:
+    return [i for i in items if slice_of(i.id) == name]
+
+
+def render_items(items: list[EvidenceItem]) -> str:
+    """A plain listing of evidence items, grouped by ticker, in memo order."""
+    lines = []
+    for i in items:
+        value = f"{i.value:.4g}" if isinstance(i.value, float) else ("n/a" if i.value is None else str(i.value))
+        when = f"; as of {i.as_of}" if i.as_of else ""
+        lines.append(f"[{i.id}] {i.label}: {value} {i.unit}{when}")
+    return "\n".join(lines) if lines else "(no evidence in this slice)"
+
+
+# -- the task every stage answerer receives ------------------------------------------------------
+
+# -- prompts -------------------------------------------------------------------------------------
+
+class StagePrompt(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    system: str
+    variables: list[str]
+    template: str
+
+
+class ProtocolPrompts(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: int
+    stages: dict[str, StagePrompt]
+
+
+@lru_cache(maxsize=16)
+def load_prompts(protocol: str) -> tuple[ProtocolPrompts, dict[str, jinja2.Template]]:
+    path = PROTOCOL_PROMPTS / f"{protocol}.yaml"
+    if not path.is_file():
+        raise InputError(path, "protocol prompt file not found", f"add configs/protocols/{protocol}.yaml")
+    prompts = ProtocolPrompts.model_validate(yaml.safe_load(path.read_text()))
+    compiled = {}
+    for name, stage in prompts.stages.items():
+        from jinja2 import meta
+        used = meta.find_undeclared_variables(_ENV.parse(stage.template))
+        undeclared = sorted(used - set(stage.variables))
+        if undeclared:  # a template using what it does not declare would fail only at run time: fail at load
+            raise InputError(path, f"stages.{name}.template uses undeclared variable(s) {', '.join(undeclared)}",
+                             "declare them under `variables` (and make the protocol supply them)")
+        compiled[name] = _ENV.from_string(stage.template)
+    return prompts, compiled
+
+
+def prompt_files_hash(protocol: str) -> str:
+    import hashlib
+    path = PROTOCOL_PROMPTS / f"{protocol}.yaml"
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+
+# -- asking a stage ------------------------------------------------------------------------------
+
+#: Array bounds for constrained decoders (validation does not rely on them): they keep a small model
+#: from looping inside a list until its budget is spent.
+STAGE_ARRAY_BOUNDS = {"evidence_ids": 4, "key_points": 3, "points": 3, "favoured_tickers": 3, "facts": 6,
+                      "open_questions": 2, "claims": 4, "would_change": 2, "concessions": 2, "agreements": 3,
+                      "disagreements": 3, "unresolved": 3, "invalidation_conditions": 2, "evidence_gaps": 2,
+                      "disputes": 2, "caps": 4}
+
+
+def constrained_schema(schema_model: type[BaseModel], universe: list[str], evidence_ids: set[str],
+                       enums: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    """The stage's JSON schema with the universe's tickers and the visible evidence IDs as enums, and arrays
+    bounded, so a constrained decoder cannot name an outside ticker or an unseen ID. Validation still checks
+    both exactly (not every provider enforces schemas)."""
+    import copy
+    schema = copy.deepcopy(schema_model.model_json_schema())
+    tickers = {"type": "string", "enum": list(universe)}
+    ids = {"type": "array", "items": {"type": "string", "enum": sorted(evidence_ids)}} if 0 < len(evidence_ids) <= 300 else None
+
+    def walk(node):
+        if isinstance(node, dict):
+            props = node.get("properties", {})
+            for name, sub in props.items():
+                if enums and name in enums:
+                    props[name] = {"type": "string", "enum": list(enums[name])}
+                elif name == "ticker":
+                    props[name] = dict(tickers)
+                elif name in ("favoured_tickers",):
+                    props[name] = {"type": "array", "items": dict(tickers)}
+                elif name == "evidence_ids" and ids is not None:
+                    props[name] = {**copy.deepcopy(ids), **({"minItems": sub["minItems"]} if "minItems" in sub else {})}
+                elif name == "evidence_ids" and not evidence_ids and "minItems" not in sub:
+                    props[name] = {"type": "array", "items": {"type": "string"}, "maxItems": 0}  # nothing citable
+                elif name == "metric_id" and ids is not None:
+                    props[name] = dict(ids["items"])
+                elif name in ("signals", "views"):  # one entry per ticker
+                    props[name] = {**sub, "minItems": len(universe), "maxItems": len(universe)}
+                if isinstance(props[name], dict) and props[name].get("type") == "array" and name in STAGE_ARRAY_BOUNDS:
+                    props[name]["maxItems"] = min(props[name].get("maxItems", 99), STAGE_ARRAY_BOUNDS[name])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+    walk(schema)
+    return schema
+
+def known_ids_check(answer: BaseModel, allowed: set[str], what: str = "the evidence you were shown") -> list[str]:
+    """Every evidence ID anywhere in the answer must be one the stage could see."""
+    cited: set[str] = set()
+
+    def walk(v):
+        if isinstance(v, BaseModel):
+            for name, field_value in v:
+                if name == "evidence_ids":
+                    cited.update(field_value)
+                else:
+                    walk(field_value)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+    walk(answer)
+    unknown = sorted(cited - allowed)
+    return [f"evidence IDs {', '.join(unknown[:8])} are not in {what}; cite only IDs listed there"] if unknown else []
+
+
+def tickers_check(tickers: list[str], universe: list[str], field: str) -> list[str]:
+    outside = sorted(set(tickers) - set(universe))
+    return [f"{field}: {', '.join(outside)} not in the universe ({', '.join(universe)})"] if outside else []
+
+
+async def ask_stage(ctx: RunContext, task: StageTask, schema: type[BaseModel], variables: dict[str, Any],
+                    check: Callable[[BaseModel], list[str]] | None = None, label: str | None = None,
+                    allocation: Callable[[BaseModel], tuple[list[Holding], float]] | None = None,
+                    visible_ids: set[str] | None = None, enums: dict[str, list[str]] | None = None):
+    """Render, call, validate (with feedback retries), trace. Returns (answer, weights or None, cash or None)."""
+    prompts, compiled = load_prompts(task.protocol)
+    if task.stage not in prompts.stages:
+        raise InputError(PROTOCOL_PROMPTS / f"{task.protocol}.yaml", f"no prompt for stage {task.stage!r}", "add it under stages")
+    stage = prompts.stages[task.stage]
+    supplied = {"universe": ", ".join(task.universe), "constraints": constraints_text(task.constraints),
+                "evidence": render_items(task.evidence), "role": task.role, "round": task.round,
+                "schema": schema_outline(schema.model_json_schema()), **variables}
+    missing = sorted(set(stage.variables) - set(supplied))
+    if missing:
+        raise RuntimeError(f"protocol {task.protocol} stage {task.stage}: the engine did not supply {', '.join(missing)} (a bug)")
+    user = compiled[task.stage].render(**{k: supplied[k] for k in stage.variables})
+    rules = ctx.turn_rules()
+    result: dict[str, Any] = {}
+
+    def validate(content: str, spec):
+        answer = parse_json(content, schema)
+        problems = list(check(answer)) if check else []
+        if allocation is not None:
+            holdings, cash = allocation(answer)
+            problems += tickers_check([h.ticker for h in holdings], task.universe, "allocation")
+            if not problems:
+                weights, cash_out, notes = check_allocation(holdings, cash, rules, spec.weight_policy or "strict")
+                result.update(weights=weights, cash=cash_out, notes=notes)
+        raise_if(problems)
+        return answer
+
+    c = await ctx.complete(who=task.agent_id, role=task.role, phase=ROUTING_PHASE, round_=task.round, system=stage.system,
+                            user=user, schema=constrained_schema(schema, task.universe, ctx.memo_ids if visible_ids is None else visible_ids, enums),
+                            context=task.model_dump(mode="json"),
+                            temperature=ctx.config.temperature, validate=validate, label=label or task.stage)
+    answer = c.value
+    ctx.trace.write(Turn(agent=task.agent_id, role=task.role, phase=task.stage, round=task.round, label=label or task.stage,
+                   output=answer.model_dump(mode="json"), weights=result.get("weights"), cash=result.get("cash"),
+                   policy_notes=result.get("notes", []), model=c.model_used, is_llm=c.is_llm))
+    return answer, result.get("weights"), result.get("cash")
+
+
+#: Staged protocols route models by role (tiers such as deep/quick per role); the phase slot is fixed.
+ROUTING_PHASE = "propose"
+
+
+def record_local(ctx: RunContext, task: StageTask, answer: BaseModel, reason: str) -> None:
+    """A stage answered without a model (e.g. a desk with no evidence): traced as such, never passed off as a call."""
+    ctx.trace.write(Turn(agent=task.agent_id, role=task.role, phase=task.stage, round=task.round, label=task.stage,
+                   output=answer.model_dump(mode="json"), weights=None, cash=None, policy_notes=[reason],
+                   model="none (no call)", is_llm=False))

@@ -1,0 +1,30 @@
+"""Provider registry: the part of a model string before the first '/' picks the provider.
+
+``local/…`` is the embedded offline model and anything unregistered goes to litellm. Providers that
+need knowledge the gateway does not have (``rules/…``, the deterministic analysts) are registered by
+the layer that has it (``register_provider``). Adding a provider is one module plus one entry.
+"""
+
+from __future__ import annotations
+
+from .base import Provider, RawResponse
+from .litellm_provider import LiteLLMProvider
+from .local import LocalModelProvider
+
+PROVIDERS: dict[str, Provider] = {
+    "local": LocalModelProvider(),
+}
+DEFAULT_PROVIDER: Provider = LiteLLMProvider()
+
+
+def register_provider(prefix: str, provider: Provider) -> None:
+    """Route ``<prefix>/…`` model strings to ``provider`` (registering again replaces the earlier one)."""
+    PROVIDERS[prefix] = provider
+
+
+def provider_for(model: str) -> Provider:
+    prefix = model.split("/", 1)[0] if "/" in model else ""
+    return PROVIDERS.get(prefix, DEFAULT_PROVIDER)
+
+
+__all__ = ["PROVIDERS", "Provider", "RawResponse", "provider_for", "register_provider"]

@@ -1,0 +1,50 @@
+"""``rules/<name>``: deterministic answerers behind the gateway's interface (no HTTP, no cost, no cache).
+
+The gateway knows nothing of what they answer: whoever composes the system hands it an answer function
+(``RulesProvider(answer)``, registered under the ``rules`` prefix with ``register_provider``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import BaseModel
+
+from ..errors import FatalProviderError
+from ..models import ModelSpec
+from ..request import LLMRequest
+from .base import RawResponse
+
+#: (name after ``rules/``, the request's structured context) → the answer. Raises KeyError for an unknown name.
+RuleAnswer = Callable[[str, dict], BaseModel]
+
+
+class RulesProvider:
+    is_llm = False
+    cacheable = False  # recomputing is cheaper than a cache read, and always identical
+    rate_limited = False
+
+    def __init__(self, answer: RuleAnswer):
+        self.answer = answer
+
+    def prepare(self, spec: ModelSpec) -> ModelSpec:
+        return spec.model_copy(update={"weight_policy": spec.weight_policy or "strict",
+                                       "structured_output": "prompt_only", "merge_system": False})
+
+    def warm(self) -> None:
+        pass  # nothing slow, and no limiter
+
+    def endpoint_identity(self, spec: ModelSpec) -> str | None:
+        return None
+
+    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> float:
+        return 0.0
+
+    async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
+        if request.context is None:
+            raise FatalProviderError(f"{spec.model} answers structured tasks only: the request carries no context")
+        try:
+            answer = self.answer(spec.model.split("/", 1)[1], request.context)
+        except KeyError as exc:
+            raise FatalProviderError(f"no rule-based model {spec.model!r}: {exc.args[0]}") from None
+        return RawResponse(content=answer.model_dump_json(), model_used=spec.model, prompt_tokens=0, completion_tokens=0)

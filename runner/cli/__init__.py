@@ -1,0 +1,85 @@
+"""The `madbench` command line.
+
+Every subcommand has --help, exits 0 on success and non-zero on error, and
+reports bad input as one line on stderr. Unexpected exceptions keep their
+traceback: they are bugs, not user errors.
+
+Each command group is one module of this package exposing ``register(sub)``,
+which adds its subcommands to the top-level subparsers and sets each one's
+``func`` (``args -> exit code``). Adding a group is one module plus one entry
+in ``GROUPS``, whose order is the order of ``madbench --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import sys
+from importlib import metadata
+
+from madbench_data.errors import InputError
+from runner.cli import backtest, bench, data, debate, demo, llm, report, run, score, sim, stats
+from runner.cli.common import EXIT_DISK_FULL, EXIT_INPUT
+
+__all__ = ["EXIT_DISK_FULL", "EXIT_INPUT", "GROUPS", "build_parser", "main", "version"]
+
+#: The command groups, in the order `madbench --help` lists them.
+GROUPS = (demo, run, data, debate, backtest, score, stats, report, llm, sim, bench)
+
+
+def version() -> str:
+    try:
+        return metadata.version("madbench")
+    except metadata.PackageNotFoundError:  # a checkout on sys.path, never installed
+        return "unknown (not installed)"
+
+
+class _VersionAction(argparse.Action):
+    """--version, reading the installed version only when asked (not on every start)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(f"{parser.prog} {version()}\n", sys.stdout)
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="madbench",
+                                     description="Batch runner for multi-agent LLM debate experiments on portfolio allocation.")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="run `madbench COMMAND --help` for its options")
+    for group in GROUPS:
+        group.register(sub)
+    _describe(parser)
+    return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """A subcommand's --help opens with its one-line description unless it has a longer one of its own."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                sub = action.choices[choice.dest]
+                if sub.description is None:
+                    sub.description = choice.help
+                _describe(sub)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"madbench: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except BrokenPipeError:  # `madbench memo ... | head`
+        return 0
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        print(f"madbench: error: {exc.strerror or exc}: {exc.filename or ''}\n"
+              "  Committed results are intact (every file is written whole or not at all). "
+              "Free some space, then run the same command again to resume.", file=sys.stderr)
+        return EXIT_DISK_FULL

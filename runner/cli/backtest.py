@@ -1,0 +1,93 @@
+"""`madbench backtest`: hold an allocation through a quarter and print its metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from eval.backtest import backtest, backtest_positions, holding_window
+from eval.baselines import BASELINES, baseline_metrics, baseline_weights
+from madbench_data.errors import InputError
+from madbench_data.market.calendar import Quarter
+from runner.cli.common import add_pack_args, csv_list, load_pack
+
+
+def register(sub) -> None:
+    p = sub.add_parser("backtest", help="hold an allocation through a quarter and print its metrics")
+    p.add_argument("--quarter", required=True, help="invest quarter, e.g. 2023Q2")
+    p.add_argument("--tickers", required=True, help="comma-separated universe")
+    p.add_argument("--weights", default=None, help="equal | ivol | minvar | FILE.json ({ticker: weight})")
+    p.add_argument("--positions", help="FILE.json of share counts {ticker: shares}, instead of --weights")
+    p.add_argument("--cash", type=float, default=0.0, help="cash in USD beside --positions")
+    p.add_argument("--rf", default="dff", choices=["dff", "dtb3", "0"], help="risk-free rate for cash and Sharpe (default dff)")
+    p.add_argument("--capital", type=float, default=100_000.0, help="starting cash in USD (default 100000)")
+    p.add_argument("--allow-cash", action="store_true", help="weights may sum to less than 1; the rest stays in cash")
+    p.add_argument("--whole-shares", action="store_true", help="buy whole shares only; the remainder stays in cash")
+    p.add_argument("--baselines", action="store_true", help="also print the equal, ivol, minvar and SPY baselines")
+    p.add_argument("--json", action="store_true", help="print the metrics object as JSON")
+    add_pack_args(p)
+    p.set_defaults(func=cmd_backtest)
+
+
+def read_json_map(path: str, what: str) -> dict[str, float]:
+    """A JSON file {ticker: number}, or an InputError naming the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(path, "file not found", f"give a JSON file of {what}")
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"malformed JSON at line {exc.lineno}: {exc.msg}", "fix the JSON") from None
+    if not isinstance(data, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data.values()):
+        raise InputError(path, f"expected an object {{ticker: number}} of {what}", 'write e.g. {"AAPL": 0.5, "MSFT": 0.5}')
+    return {str(k): float(v) for k, v in data.items()}
+
+
+def cmd_backtest(args) -> int:
+    tickers = csv_list(args.tickers) or []
+    if len(set(tickers)) != len(tickers) or not tickers:
+        raise InputError("--tickers", f"needs distinct tickers, got {args.tickers!r}", "list each ticker once")
+    if (args.weights is None) == (args.positions is None):
+        raise InputError("--weights/--positions", "give exactly one of them", "e.g. --weights equal")
+    quarter = Quarter.parse(args.quarter, "--quarter")
+    pack = load_pack(args)
+    window = holding_window(pack, quarter, tickers, args.rf, where_tickers="--tickers", where_quarter="--quarter")
+    if args.positions:
+        result = backtest_positions(window, read_json_map(args.positions, "share counts"), args.cash, where=args.positions)
+    else:
+        if args.weights in BASELINES:
+            w = dict(zip(tickers, baseline_weights(pack, quarter, tickers, args.weights).tolist()))
+            where = f"--weights {args.weights}"
+        else:
+            w, where = read_json_map(args.weights, "weights"), args.weights
+        result = backtest(window, w, allow_cash=args.allow_cash, capital=args.capital, whole_shares=args.whole_shares, where=where)
+    baselines = baseline_metrics(pack, quarter, tickers, args.rf, args.capital, window) if args.baselines else {}
+    if args.json:
+        out = result.metrics.model_dump()
+        if baselines:
+            out = {"metrics": out, "baselines": {k: v.model_dump() for k, v in baselines.items()}}
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{quarter}: bought at the {result.as_of} close, held to {result.end} ({result.metrics.trading_days} trading days); "
+          f"rf {result.rf_source}")
+    print("weights: " + ", ".join(f"{t} {x:.4f}" for t, x in result.weights.items()))
+    rows = {"portfolio": result.metrics} | baselines
+    print(metrics_table(rows))
+    return 0
+
+
+def metrics_table(rows: dict) -> str:
+    """A Markdown table of backtest metrics, one row per portfolio, then the reasons for any null."""
+    cols = ["total_return_pct", "spy_return_pct", "excess_return_pct", "sharpe", "sortino", "volatility", "max_drawdown_pct",
+            "n_positions", "cash_pct"]
+
+    def fmt(v) -> str:
+        return "null" if v is None else (f"{v:.4f}" if isinstance(v, float) else str(v))
+
+    lines = ["| | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for name, m in rows.items():
+        d = m.model_dump()
+        lines.append(f"| {name} | " + " | ".join(fmt(d[c]) for c in cols) + " |")
+    reasons = {f"{n}.{k}": v for n, m in rows.items() for k, v in m.null_reasons.items()}
+    lines += [f"null {k}: {v}" for k, v in reasons.items()]
+    return "\n".join(lines)

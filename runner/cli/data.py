@@ -1,0 +1,88 @@
+"""`madbench data check|fetch`, `madbench scenarios make` and `madbench memo`: market data packs, scenarios, memos."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from madbench_data.errors import InputError
+from madbench_data.market.calendar import quarter_range
+from madbench_data.market.check import check_pack, format_report
+from madbench_data.market.fetch import fetch_pack
+from madbench_data.market.pack import resolve_pack_dir
+from madbench_data.memo import build_memo
+from madbench_data.scenario import dump_scenarios, find_scenario, load_scenarios
+from madbench_data.scenario_gen import draw_scenarios, draw_stats
+from runner.cli.common import add_pack_args, csv_list, load_pack
+
+
+def register(sub) -> None:
+    data = sub.add_parser("data", help="market data packs: check one, fetch one online")
+    dsub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION", help="what to do with a pack")
+    p = dsub.add_parser("check", help="validate a pack (schema, duplicates, gaps, coverage) and print a coverage summary")
+    p.add_argument("--pack", help="pack directory (else $MADBENCH_PACK, else ../shared/data/market)")
+    p.set_defaults(func=cmd_data_check)
+    p = dsub.add_parser("fetch", help="build a pack online from yfinance and FRED (needs internet)")
+    p.add_argument("--tickers", required=True, help="comma-separated symbols; SPY is always added")
+    p.add_argument("--start", required=True, help="first date, YYYY-MM-DD")
+    p.add_argument("--end", required=True, help="last date, YYYY-MM-DD")
+    p.add_argument("--out", required=True, help="new pack directory")
+    p.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/madbench/raw"),
+                   help="raw download cache (default ~/.cache/madbench/raw)")
+    p.set_defaults(func=cmd_data_fetch)
+
+    sc = sub.add_parser("scenarios", help="scenario files: draw seeded random scenarios from a pack")
+    ssub = sc.add_subparsers(dest="scenarios_command", required=True, metavar="ACTION", help="what to do with scenarios")
+    p = ssub.add_parser("make", help="draw seeded random scenarios spread over quarters and sectors")
+    p.add_argument("--quarters", required=True, help="inclusive range, e.g. 2021Q4:2025Q3")
+    p.add_argument("--count", type=int, default=35, help="number of scenarios (default 35)")
+    p.add_argument("--min-tickers", type=int, default=3, help="fewest tickers in a scenario (default 3)")
+    p.add_argument("--max-tickers", type=int, default=35, help="most tickers in a scenario (default 35)")
+    p.add_argument("--seed", type=int, default=0, help="random seed; the same seed and pack draw the same scenarios (default 0)")
+    p.add_argument("--out", help="YAML file to write (else only the statistics are printed)")
+    add_pack_args(p)
+    p.set_defaults(func=cmd_scenarios_make)
+
+    p = sub.add_parser("memo", help="print the point-in-time memo of one scenario")
+    p.add_argument("scenario_id", help="the scenario's id in the --scenarios file")
+    p.add_argument("--scenarios", required=True, help="scenario YAML file")
+    p.add_argument("--json", action="store_true", help="print the evidence items as JSON instead of the text")
+    add_pack_args(p)
+    p.set_defaults(func=cmd_memo)
+
+
+def cmd_data_check(args) -> int:
+    report = check_pack(resolve_pack_dir(args.pack))
+    print(format_report(report))
+    if not report.ok:
+        raise InputError(report.root, f"{len(report.problems)} problem(s) found; first: {report.problems[0]}",
+                         "fix the listed problems in the pack")
+    return 0
+
+
+def cmd_data_fetch(args) -> int:
+    out = fetch_pack(csv_list(args.tickers) or [], args.start, args.end, args.out, args.cache_dir)
+    print(f"wrote pack {out}")
+    return 0
+
+
+def cmd_scenarios_make(args) -> int:
+    pack = load_pack(args)
+    scenarios = draw_scenarios(pack, quarter_range(args.quarters), args.count, args.min_tickers, args.max_tickers, args.seed)
+    stats = draw_stats(scenarios, pack.sector)
+    header = (f"# Drawn by: madbench scenarios make --quarters {args.quarters} --count {args.count} "
+              f"--min-tickers {args.min_tickers} --max-tickers {args.max_tickers} --seed {args.seed}\n"
+              + "".join(f"# {line}\n" for line in stats.format().splitlines()))
+    if args.out:
+        dump_scenarios(scenarios, args.out, header)
+        print(f"wrote {len(scenarios)} scenarios to {args.out}")
+    print(stats.format())
+    return 0
+
+
+def cmd_memo(args) -> int:
+    scenarios = load_scenarios(args.scenarios)
+    i, scenario = find_scenario(scenarios, args.scenario_id, args.scenarios)
+    memo = build_memo(scenario, load_pack(args), where=f"{args.scenarios}: scenarios[{i}]")
+    sys.stdout.write(memo.to_json() + "\n" if args.json else memo.text)
+    return 0

@@ -1,0 +1,156 @@
+"""`madbench debate` (one debate with its backtest, outside any batch) and `madbench trace show`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from debate.config_file import load_debate_config
+from debate.trace import read_trace
+from madbench_data.errors import InputError
+from madbench_data.scenario import find_scenario, load_scenarios
+from madbench_gateway import Gateway, ModelRouting, ResponseCache, resolve_cache_dir
+from runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack
+from runner.pipeline import run_debate
+
+
+def register(sub) -> None:
+    p = sub.add_parser("debate", help="run one debate on one scenario, with its backtest")
+    p.add_argument("scenario_id", help="the scenario's id in the --scenarios file")
+    p.add_argument("--scenarios", required=True, help="scenario YAML file")
+    p.add_argument("--config", required=True, help="debate config, e.g. configs/debate/causal-debate-3.yaml")
+    p.add_argument("--model", help="run every role and phase on this model (e.g. rules/auto, local/gemma3-270m, openai/gpt-4o-mini)")
+    p.add_argument("--sample-index", type=int, default=0, help="replicate number (default 0)")
+    p.add_argument("--out", default="results/debates", help="directory for the run directory (default results/debates)")
+    p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_pack_args(p)
+    p.set_defaults(func=cmd_debate)
+
+    p = sub.add_parser("trace", help="inspect a run's trace")
+    t = p.add_subparsers(dest="trace_cmd", required=True, metavar="ACTION", help="what to do with the trace")
+    p = t.add_parser("show", help="render a run's trace readably")
+    p.add_argument("run_dir", help="a run directory (holding trace.jsonl) or the trace file itself")
+    p.add_argument("--responses", action="store_true", help="also print raw model responses")
+    p.set_defaults(func=cmd_trace_show)
+
+
+def cmd_debate(args) -> int:
+    config = load_debate_config(args.config)
+    if args.model:
+        if "/" not in args.model:
+            raise InputError("--model", f"{args.model!r} is not a model string", "write e.g. rules/auto, local/gemma3-270m or openai/gpt-4o-mini")
+        config = config.model_copy(update={"models": ModelRouting.single(args.model)})
+    scenarios = load_scenarios(args.scenarios)
+    _, scenario = find_scenario(scenarios, args.scenario_id, args.scenarios)
+    pack = load_pack(args)
+    cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
+    try:
+        result = asyncio.run(run_debate(scenario, pack, config, Gateway(cache=cache), args.out, args.sample_index,
+                                        where=f"{args.scenarios}: {scenario.id}"))
+    finally:
+        if cache:
+            cache.close()
+    run_dir = Path(args.out) / result.run_id
+    if args.json:
+        print(result.model_dump_json(indent=1))
+        return 0 if result.status == "ok" else 1
+    print(f"run {result.run_id} ({config.name} on {scenario.id}, replicate {args.sample_index}): {result.status}")
+    if result.status != "ok":
+        print(f"failed: {result.error}")
+        print(f"trace: {run_dir / 'trace.jsonl'}")
+        return 1
+    held = {t: w for t, w in result.weights.items() if w > 0}
+    print(f"final allocation ({result.method}): " + ", ".join(f"{t} {w:.3f}" for t, w in sorted(held.items(), key=lambda x: -x[1]))
+          + (f", cash {result.cash:.3f}" if result.cash else ""))
+    rho = "n/a (not scored)" if result.rho_bar is None else f"{result.rho_bar:.3f}"
+    print(f"rho_bar: {rho}; by round: {', '.join(f'{r:.3f}' for r in result.rho_by_round) or '-'}")
+    print("JSD: " + ", ".join(f"{k} {v:.3f}" for k, v in result.js.items()))
+    if result.interventions:
+        print("interventions: " + "; ".join(f"{i['name']} r{i['round']} {i.get('agent', '')} {i.get('reason', '')}".strip() for i in result.interventions))
+    m = result.metrics
+    print(f"metrics: return {m['total_return_pct']:.2f}% | SPY {m['spy_return_pct']:.2f}% | excess {m['excess_return_pct']:.2f}% | "
+          f"Sharpe {_f(m['sharpe'])} | Sortino {_f(m['sortino'])} | vol {_f(m['volatility'])} | max DD {m['max_drawdown_pct']:.2f}%")
+    for name, b in result.baselines.items():
+        print(f"  baseline {name}: return {b['total_return_pct']:.2f}% | Sharpe {_f(b['sharpe'])}")
+    t = result.totals
+    print(f"calls: {t['calls']} ({t['cached']} cached, {t['failed']} failed) | tokens {t['prompt_tokens']}+{t['completion_tokens']} | "
+          f"cost ${t['cost_usd']:.4f}" + (f" (+{t['calls_with_unknown_cost']} calls of unknown cost)" if t['calls_with_unknown_cost'] else ""))
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+def _f(x) -> str:
+    return "null" if x is None else f"{x:.3f}"
+
+
+def cmd_trace_show(args) -> int:
+    path = Path(args.run_dir)
+    path = path / "trace.jsonl" if path.is_dir() else path
+    if not path.is_file():
+        raise InputError(args.run_dir, "no trace.jsonl here", "give a run directory from `madbench debate` or a batch's traces/")
+    readout = read_trace(path)
+    for problem in readout.problems:
+        print(f"! {problem}")
+    for e in readout.events:
+        print(render_event(e, args.responses))
+    return 0
+
+
+def render_event(e: dict, responses: bool = False) -> str:
+    kind = e["event"]
+    if kind == "run_start":
+        c = e["config"]
+        agents = ", ".join(f"{a.get('id') or a['role']}({a['tier']})" for a in c["agents"])
+        return (f"== run {e['run_id']} attempt {e['attempt']}{' (resumed)' if e['resumed'] else ''}: config {c['name']} "
+                f"[{agents}] rounds={c['rounds']} aggregation={c['aggregation']} scenario {e['scenario']['id']} "
+                f"replicate {e['sample_index']}")
+    if kind == "memo":
+        return f"   memo {e['sha256'][:12]} as of {e['as_of']}, {e['n_items']} evidence items"
+    if kind == "llm_call":
+        tag = "cache" if e["cached"] else f"{e['latency_s']:.2f}s"
+        retries = [a for a in e["attempts"] if a["kind"] != "ok"]
+        line = (f"   call r{e['round']} {e['agent']:<12} {e['label']:<16} {e['model_used']}{'' if e['is_llm'] else ' (non-LLM)'} "
+                f"[{tag}, {e['prompt_tokens']}+{e['completion_tokens']} tok" + (f", {len(retries)} retries" if retries else "") + "]")
+        if responses:
+            line += "\n      " + e["response"][:2000].replace("\n", "\n      ")
+        return line
+    if kind == "llm_failure":
+        return f"   FAILED r{e['round']} {e['agent']} {e['label']}: {e['reason']}"
+    if kind == "turn":
+        w = e.get("weights") or {}
+        held = ", ".join(f"{t} {x:.2f}" for t, x in sorted(w.items(), key=lambda kv: -kv[1]) if x > 0)
+        extra = ""
+        out = e["output"]
+        if e["phase"] == "critique":
+            extra = "; ".join(f"→{c['target_agent']}:{c['target_claim']} ({c['objection_confidence']:.2f})" for c in out["critiques"])
+        elif e["phase"] == "revise":
+            extra = ", ".join(f"{r['from_agent']}:{r['target_claim']} {r['disposition']}" for r in out["critique_responses"])
+        notes = f" | policy: {'; '.join(e['policy_notes'])}" if e.get("policy_notes") else ""
+        return f"   {e['phase']:<8} r{e['round']} {e['agent']:<12} {held} {extra}{notes}".rstrip()
+    if kind == "crit":
+        s = e["score"]
+        p = s["scores"]
+        clips = f" clipped: {'; '.join(s['clips'])}" if s["clips"] else ""
+        return (f"   CRIT     r{e['round']} {e['agent']:<12} rho {s['rho']:.3f} (P1 {p['logical_validity']:.2f} P2 {p['evidential_support']:.2f} "
+                f"P3 {p['alternative_consideration']:.2f} P4 {p['causal_alignment']:.2f}) by {s['scorer']}{clips}")
+    if kind == "divergence":
+        return f"   JSD      {e['phase']} r{e['round']}: {e['jsd']:.4f} (cash spread {e['cash_spread']:.3f})"
+    if kind == "controller":
+        s = e["step"]
+        return (f"   PID      r{e['round']}: rho_bar {s['rho_bar']:.3f} JS {s['js']:.3f} e {s['error']:+.3f} u {s['u']:+.3f} "
+                f"beta {s['beta_before']:.2f}→{s['beta_after']:.2f} quadrant {s['quadrant']}" + (" EARLY STOP" if s["early_stop"] else ""))
+    if kind in ("intervention", "intervention_check"):
+        body = {k: v for k, v in e.items() if k not in ("seq", "prev", "event", "t")}
+        return f"   {kind.upper():<8} " + json.dumps(body)
+    if kind == "final":
+        held = ", ".join(f"{t} {x:.3f}" for t, x in sorted(e["weights"].items(), key=lambda kv: -kv[1]) if x > 0)
+        return f"   FINAL    ({e['method']}) {held}" + (f", cash {e['cash']:.3f}" if e["cash"] else "")
+    if kind == "backtest":
+        m = e["metrics"]
+        return f"   BACKTEST return {m['total_return_pct']:.2f}% excess {m['excess_return_pct']:.2f}% Sharpe {_f(m['sharpe'])}"
+    if kind == "run_end":
+        return f"== end: {e['status']}" + (f" ({e['error']})" if e.get("error") else "")
+    return f"   {kind} " + json.dumps({k: v for k, v in e.items() if k not in ("seq", "prev", "t")})[:300]

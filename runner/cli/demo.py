@@ -1,0 +1,22 @@
+"""`madbench demo`: the main job on the embedded defaults (the logic lives in runner.demo)."""
+
+from __future__ import annotations
+
+from runner.cli.common import CACHE_DIR_HELP, add_pack_args
+from runner.cli.run import cmd_run
+from runner.demo import run_demo
+
+
+def register(sub) -> None:
+    p = sub.add_parser("demo", help="the main job on the embedded defaults: the rules-35 and quickstart batches")
+    p.add_argument("--scenarios", default=None,
+                   help="not used by the batch demo (accepted for old scripts); run your own scenarios with `madbench run`")
+    p.add_argument("--out", default="results", help="parent of the batches' results directories (default results)")
+    p.add_argument("--no-local", action="store_true", help="skip the embedded language model's batch (quickstart)")
+    p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
+    add_pack_args(p)
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args) -> int:
+    return run_demo(args, cmd_run)

@@ -1,0 +1,202 @@
+"""`madbench llm ask`, `madbench cache …` and `madbench model …`: check a provider, inspect the cache, run the offline model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from madbench_data.errors import InputError
+from madbench_gateway import (
+    Gateway,
+    GatewayFailure,
+    LLMRequest,
+    Message,
+    ModelSpec,
+    RateLimits,
+    ResponseCache,
+    RetryPolicy,
+    resolve_cache_dir,
+)
+from madbench_gateway.errors import OutputInvalid
+from madbench_gateway.local_model import LocalServer
+from runner.cli.common import CACHE_DIR_HELP
+
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+LOCAL_NAME_HELP = "name of the embedded model (default gemma3-270m)"
+
+
+def parse_duration(text: str, where: str) -> float:
+    """'30d' -> seconds; an InputError naming ``where`` for anything else."""
+    m = DURATION.match(text.strip())
+    if not m:
+        raise InputError(where, f"cannot read duration {text!r}", "write a number and a unit, e.g. 30d, 12h, 90m or 3600s")
+    return float(m.group(1)) * UNITS[m.group(2)]
+
+
+def register(sub) -> None:
+    p = sub.add_parser("llm", help="send requests through the gateway")
+    llm = p.add_subparsers(dest="llm_cmd", required=True, metavar="ACTION", help="what to send")
+    p = llm.add_parser("ask", help="one request through the full gateway (limiter, cache, retries, validation)")
+    p.add_argument("--model", required=True, help="litellm model string (openai/gpt-4o-mini, ollama/llama3, …) or local/gemma3-270m")
+    p.add_argument("--api-base", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--api-key-env", help="environment variable holding the key (default: the provider's usual one)")
+    p.add_argument("--prompt", required=True, help="the user message")
+    p.add_argument("--system", help="a system message")
+    p.add_argument("--schema", help="FILE.json: a JSON schema the answer must satisfy (sent for constrained decoding)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0)")
+    p.add_argument("--max-tokens", type=int, default=None, help="most tokens in the answer (default: the provider's)")
+    p.add_argument("--sample-index", type=int, default=0, help="replicate number (distinct cached samples)")
+    p.add_argument("--rpm", type=float, help="requests per minute limit")
+    p.add_argument("--tpm", type=float, help="tokens per minute limit")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per attempt (default 120)")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
+    p.add_argument("--cache-dir", help="cache directory (else $MADBENCH_CACHE_DIR, else ~/.cache/madbench/llm)")
+    p.add_argument("--json", action="store_true", help="print the response and its metadata as one JSON object")
+    p.set_defaults(func=cmd_llm_ask)
+
+    p = sub.add_parser("cache", help="inspect or prune the LLM response cache")
+    cache = p.add_subparsers(dest="cache_cmd", required=True, metavar="ACTION", help="what to do with the cache")
+    p = cache.add_parser("stats", help="entries, size, and hits/misses by model")
+    p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
+    p.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+    p.set_defaults(func=cmd_cache_stats)
+    p = cache.add_parser("prune", help="remove entries older than a given age")
+    p.add_argument("--older-than", required=True, help="age such as 30d, 12h, 90m")
+    p.add_argument("--model", help="only entries of this model")
+    p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
+    p.set_defaults(func=cmd_cache_prune)
+
+    p = sub.add_parser("model", help="the embedded offline model (Gemma 3 270M behind llama.cpp)")
+    model = p.add_subparsers(dest="model_cmd", required=True, metavar="ACTION", help="what to do with the model's server")
+    p = model.add_parser("serve", help="start the local model server and keep it up until Ctrl-C")
+    p.add_argument("--name", default="gemma3-270m", help=LOCAL_NAME_HELP)
+    p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: llama.cpp's choice)")
+    p.add_argument("--reuse-prefix", action="store_true",
+                   help="let llama.cpp reuse cached prompt prefixes (faster; output bytes then depend on earlier requests)")
+    p.set_defaults(func=cmd_model_serve)
+    for name, func, text in (("status", cmd_model_status, "is the server up, and where"),
+                             ("stop", cmd_model_stop, "stop the server")):
+        p = model.add_parser(name, help=text)
+        p.add_argument("--name", default="gemma3-270m", help=LOCAL_NAME_HELP)
+        p.set_defaults(func=func)
+
+
+def _read_schema(path: str) -> dict:
+    import jsonschema
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(path, "schema file not found", "give a JSON schema file")
+    try:
+        schema = json.loads(p.read_text())
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"malformed JSON at line {exc.lineno}: {exc.msg}", "fix the JSON") from None
+    except jsonschema.SchemaError as exc:
+        raise InputError(path, f"not a valid JSON schema: {exc.message}", "fix the schema") from None
+    return schema
+
+
+def schema_validator(schema: dict | None):
+    """The gateway's answer check for ``schema``: the parsed JSON, or OutputInvalid (retried); None: any text."""
+    import jsonschema
+    def validate(content: str, spec):
+        if schema is None:
+            return content
+        try:
+            value = json.loads(content, strict=False)
+        except json.JSONDecodeError as exc:
+            raise OutputInvalid(f"the answer is not valid JSON ({exc.msg})") from None
+        errors = sorted(jsonschema.validators.validator_for(schema)(schema).iter_errors(value), key=lambda e: list(e.path))
+        if errors:
+            raise OutputInvalid("; ".join(f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors[:5]))
+        return value
+    return validate
+
+
+def cmd_llm_ask(args) -> int:
+    schema = _read_schema(args.schema) if args.schema else None
+    limits = {k: v for k, v in (("rpm", args.rpm), ("tpm", args.tpm)) if v is not None}
+    spec = ModelSpec(model=args.model, api_base=args.api_base, api_key_env=args.api_key_env,
+                     limits=RateLimits(**limits), retry=RetryPolicy(timeout_s=args.timeout))
+    messages = ([Message(role="system", content=args.system)] if args.system else []) + [Message(role="user", content=args.prompt)]
+    request = LLMRequest(model=args.model, messages=messages, temperature=args.temperature, max_tokens=args.max_tokens,
+                         response_schema=schema, sample_index=args.sample_index)
+    cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
+    gateway = Gateway(cache=cache)
+    try:
+        c = asyncio.run(gateway.complete(request, spec, schema_validator(schema)))
+    except GatewayFailure as exc:
+        print(f"madbench: request failed: {exc.reason}", file=sys.stderr)
+        for a in exc.attempts:
+            print(f"  attempt: {a['model']} {a['kind']}: {a['reason']}", file=sys.stderr)
+        return 1
+    finally:
+        if cache:
+            cache.close()
+    meta = {"model_requested": c.model_requested, "model_used": c.model_used, "is_llm": c.is_llm, "cached": c.cached,
+            "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens, "cost_usd": c.cost_usd,
+            "latency_s": round(c.latency_s, 4), "overhead_ms": round(c.overhead_s * 1000, 3),
+            "retries": [{"kind": a.kind, "reason": a.reason, "wait_s": round(a.wait_s, 3)} for a in c.attempts if a.kind != "ok"],
+            "validation_retries": c.validation_retries, "key": c.key}
+    if args.json:
+        print(json.dumps({"content": c.content, **meta}, indent=1))
+    else:
+        print(c.content)
+        cost = "unknown (model not in litellm's cost map)" if c.cost_usd is None else f"${c.cost_usd:.6f}"
+        print(f"\n-- {c.model_used} | cached={c.cached} | tokens {c.prompt_tokens}+{c.completion_tokens} | "
+              f"{c.latency_s:.3f} s | cost {cost} | retries {len(meta['retries'])}", file=sys.stderr)
+        for r in meta["retries"]:
+            print(f"   retry: {r['kind']}: {r['reason']} (waited {r['wait_s']} s)", file=sys.stderr)
+    return 0
+
+
+def cmd_cache_stats(args) -> int:
+    with ResponseCache(resolve_cache_dir(args.cache_dir)) as cache:
+        stats = cache.stats()
+    if args.json:
+        print(json.dumps(stats, indent=1))
+        return 0
+    print(f"cache {stats['directory']}: {stats['entries']} entries, {stats['size_bytes'] / 1e6:.2f} MB, "
+          f"{stats['corrupt_dropped']} corrupt entries dropped")
+    print("| model | entries | hits | misses |\n|---|---|---|---|")
+    for model, row in sorted(stats["by_model"].items()):
+        print(f"| {model} | {row['entries']} | {row['hits']} | {row['misses']} |")
+    return 0
+
+
+def cmd_cache_prune(args) -> int:
+    age = parse_duration(args.older_than, "--older-than")
+    with ResponseCache(resolve_cache_dir(args.cache_dir)) as cache:
+        removed = cache.prune(age, args.model)
+    print(f"removed {removed} entries older than {args.older_than}")
+    return 0
+
+
+def cmd_model_serve(args) -> int:
+    server = LocalServer(args.name, threads=args.threads, reuse_prefix=args.reuse_prefix)
+    state = server.ensure()
+    print(f"local/{args.name} serving at {state.api_base} (pid {state.pid}); Ctrl-C stops it", flush=True)
+    try:
+        while server.read_state() is not None:
+            time.sleep(2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop_if_owner(state)
+    return 0
+
+
+def cmd_model_status(args) -> int:
+    state = LocalServer(args.name).read_state()
+    print(f"local/{args.name}: " + (f"up at {state.api_base} (pid {state.pid})" if state else "not running"))
+    return 0
+
+
+def cmd_model_stop(args) -> int:
+    print(f"local/{args.name}: " + ("stopped" if LocalServer(args.name).stop() else "was not running"))
+    return 0

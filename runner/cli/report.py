@@ -1,0 +1,23 @@
+"""`madbench report RESULTS_DIR`: write the self-contained report.html."""
+
+from __future__ import annotations
+
+from eval.report.page import build_report
+from runner.cli.common import csv_list
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="write a self-contained report.html (tables, plots, trace explorer) for a results dir")
+    p.add_argument("results_dir", help="a results directory written by `madbench run`")
+    p.add_argument("--out", help="output file (default RESULTS_DIR/report.html)")
+    p.add_argument("--compare", help="comma-separated configs, in column order (default: all)")
+    p.add_argument("--correction", choices=["none", "holm", "bh"], default="none",
+                   help="multiple-comparison correction within each metric (default none)")
+    p.add_argument("--max-traces", type=int, default=500, help="runs embedded in the trace explorer (default 500)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    path = build_report(args.results_dir, args.out, csv_list(args.compare), args.correction, args.max_traces)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, opens offline)")
+    return 0

@@ -1,0 +1,123 @@
+"""`madbench run` (a batch on Ray, resumable) and `madbench status`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from madbench_data.errors import InputError
+from madbench_data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
+from madbench_data.memo import build_memo
+from madbench_data.scenario import check_against_pack
+from madbench_gateway import resolve_cache_dir
+from madbench_gateway.providers.litellm_provider import LiteLLMProvider
+from runner.batch import _rel, expand, load_batch, resolve_configs, resolve_scenarios
+from runner.cli.common import add_pack_args
+from runner.execute import run_batch
+from runner.store import BatchLayout, read_manifest
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run a batch of scenario x config x replicate debates on Ray (resumable)")
+    p.add_argument("batch", help="batch YAML, e.g. configs/batches/rules-35.yaml")
+    p.add_argument("--address", help="join a Ray cluster (else $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--results", "--results-dir", dest="results_dir", help="parent of the batch's results directory (default: the batch's results_dir)")
+    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm)")
+    p.add_argument("--dry-run", action="store_true", help="print runs, expected calls, tokens and cost; run nothing")
+    p.add_argument("--retry-failed", action="store_true", help="also re-run runs recorded as failed")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_pack_args(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="progress and outcome of a batch (running or finished)")
+    p.add_argument("results_dir", help="a batch results directory, e.g. results/rules-35")
+    p.add_argument("--json", action="store_true", help="print the counts as one JSON object")
+    p.set_defaults(func=cmd_status)
+
+
+def prepare(args):
+    """Load a batch and everything it names: (spec, runs, results root, pack, pack dir, evidence dirs, cache dir)."""
+    spec, base = load_batch(args.batch)
+    pack_dir = resolve_pack_dir(args.pack or (str(_rel(base, spec.pack)) if spec.pack else None))
+    evidence = resolve_evidence_dirs(args.evidence or [str(_rel(base, e)) for e in spec.evidence] or None)
+    pack = load_pack(pack_dir, evidence)
+    scenarios = resolve_scenarios(spec, base, pack, args.batch)
+    for s in scenarios:
+        check_against_pack(s, pack, f"{args.batch}: scenario {s.id}")
+    configs = resolve_configs(spec, base, args.batch)
+    runs = expand(spec, scenarios, configs)
+    cache_dir = resolve_cache_dir(args.cache_dir, _rel(base, spec.cache_dir) if spec.cache_dir else None)
+    root = Path(args.results_dir or spec.results_dir) / spec.name
+    return spec, runs, root, pack, pack_dir, evidence, cache_dir
+
+
+def expected_calls(config, n_tickers: int) -> int:
+    """LLM calls one run of ``config`` makes: proposals, critiques and revisions per round, CRIT, the judge."""
+    a, t = len(config.agents), config.rounds
+    calls = a + t * (2 * a + (a if config.score_rounds else 0))
+    if t == 0 and config.score_rounds:
+        calls += a
+    return calls + (1 if config.aggregation == "judge" else 0)
+
+
+def dry_run(spec, runs, pack) -> dict:
+    """The batch's size and an estimate of its tokens and cost, without running anything."""
+    memo_chars = {}
+    calls = tokens = 0
+    cost, unknown = 0.0, set()
+    for r in runs:
+        if r.scenario.id not in memo_chars:
+            memo_chars[r.scenario.id] = len(build_memo(r.scenario, pack).text)
+        n = expected_calls(r.config, len(r.scenario.tickers))
+        per_call_in = memo_chars[r.scenario.id] / 3.5 + 1500
+        per_call_out = 800
+        calls += n
+        tokens += int(n * (per_call_in + per_call_out))
+        model = r.config.models.resolve(r.config.agents[0].role, "propose").model
+        if model.startswith(("rules/", "local/")):
+            continue
+        c = LiteLLMProvider().cost(model, int(n * per_call_in), n * per_call_out)
+        if c is None:
+            unknown.add(model)
+        else:
+            cost += c
+    return {"batch": spec.name, "runs": len(runs), "expected_calls": calls, "expected_tokens": tokens,
+            "estimated_cost_usd": round(cost, 2), "models_without_price": sorted(unknown)}
+
+
+def cmd_run(args) -> int:
+    spec, runs, root, pack, pack_dir, evidence, cache_dir = prepare(args)
+    if args.dry_run:
+        print(json.dumps(dry_run(spec, runs, pack), indent=1))
+        return 0
+    layout = BatchLayout(root)
+    stats = run_batch(spec, runs, layout, str(pack_dir), [str(e) for e in evidence], str(cache_dir), args.address,
+                      args.retry_failed, args.quiet)
+    print(f"batch {spec.name}: {stats['runs']} runs ({stats['skipped']} already done, {stats['submitted']} submitted) in "
+          f"{stats['wall_s']:.1f} s; status {stats['status']}; rows {stats['tables']}; results in {root}")
+    return 0 if stats["status"]["failed"] == 0 else 1
+
+
+def cmd_status(args) -> int:
+    root = Path(args.results_dir)
+    if not (root / "manifest.json").is_file():
+        raise InputError(args.results_dir, "no manifest.json here", "give a batch results directory such as results/rules-35")
+    m = read_manifest(root)
+    runs = m["runs"]
+    counts = {s: sum(1 for r in runs if r["status"] == s) for s in ("ok", "failed", "pending")}
+    committed = sum(1 for r in runs if (root / "runs" / f"{r['run_id']}.json").exists())
+    by_config: dict[str, dict[str, int]] = {}
+    for r in runs:
+        by_config.setdefault(r["config"], {"ok": 0, "failed": 0, "pending": 0})[r["status"]] += 1
+    if args.json:
+        print(json.dumps({"batch": m["spec"]["name"], "state": m["state"], "updated": m["updated"], **counts,
+                          "committed": committed, "by_config": by_config}, indent=1))
+        return 0
+    print(f"batch {m['spec']['name']}: {m['state']} (updated {m['updated']}); {len(runs)} runs: "
+          f"{counts['ok']} ok, {counts['failed']} failed, {counts['pending']} pending; {committed} results committed")
+    for cfg, c in by_config.items():
+        print(f"  {cfg:<30} ok {c['ok']:>4}  failed {c['failed']:>4}  pending {c['pending']:>4}")
+    for r in runs:
+        if r["status"] == "failed":
+            print(f"  failed {r['run_id']} ({r['config']} on {r['scenario_id']}): {r.get('error')}")
+    return 0

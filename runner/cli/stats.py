@@ -1,0 +1,91 @@
+"""`madbench stats` and `madbench power`: the statistics module from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from eval.stats.analysis import analyse
+from eval.stats.frame import batch_order, json_safe, load_runs
+from eval.stats.power import power_table
+from madbench_data.errors import InputError
+from runner.cli.common import csv_list
+
+
+def register(sub) -> None:
+    p = sub.add_parser("stats", help="summaries, paired tests, paper-style tables, correlations and OLS over runs.parquet")
+    p.add_argument("results_dir", nargs="?", help="a results directory written by `madbench run`")
+    p.add_argument("--from-parquet", metavar="FILE", help="any Parquet with config, scenario_id (replicate) and metric columns")
+    p.add_argument("--compare", help="comma-separated configs, in column order (default: all, in run order)")
+    p.add_argument("--metric", help="comma-separated metric columns (default: sharpe, returns, sortino, volatility, drawdown, rho_bar)")
+    p.add_argument("--correction", choices=["none", "holm", "bh"], default="none", help="multiple-comparison correction within each metric")
+    p.add_argument("--out", help="folder for the CSV tables (default RESULTS_DIR/stats, or FILE-stats beside the Parquet)")
+    p.add_argument("--json", action="store_true", help="print paired comparisons and per-configuration summaries as JSON records")
+    p.set_defaults(func=cmd_stats)
+
+    p = sub.add_parser("power", help="scenarios needed for a paired test to detect an effect")
+    p.add_argument("--metric", default="sharpe", help="name of the metric (for the printout)")
+    p.add_argument("--effect", type=float, required=True, help="mean paired difference to detect, e.g. 0.14")
+    p.add_argument("--sd", type=float, required=True, help="standard deviation of the paired differences, e.g. 0.37")
+    p.add_argument("--alpha", type=float, default=0.05, help="two-sided significance level (default 0.05)")
+    p.add_argument("--power", default="0.8,0.9", help="target power(s), comma-separated (default 0.8,0.9)")
+    p.add_argument("--n", type=int, help="also report the power achieved with this many scenarios")
+    p.add_argument("--json", action="store_true", help="print the table as one JSON object")
+    p.set_defaults(func=cmd_power)
+
+
+def _source(args) -> tuple[Path, Path | None, Path]:
+    """(runs file, rounds file or None, default CSV dir) from RESULTS_DIR or --from-parquet."""
+    if bool(args.results_dir) == bool(args.from_parquet):
+        raise InputError("madbench stats", "give exactly one of RESULTS_DIR and --from-parquet FILE", "e.g. madbench stats results/rules-35")
+    if args.from_parquet:
+        file = Path(args.from_parquet)
+        return file, None, file.parent / f"{file.stem}-stats"
+    root = Path(args.results_dir)
+    if not root.is_dir():
+        raise InputError(str(root), "is not a results directory", "give the folder `madbench run` wrote (it holds runs.parquet)")
+    rounds = root / "rounds.parquet"
+    return root / "runs.parquet", rounds if rounds.exists() else None, root / "stats"
+
+
+def cmd_stats(args) -> int:
+    runs_file, rounds_file, default_out = _source(args)
+    runs = load_runs(runs_file)
+    rounds = pd.read_parquet(rounds_file) if rounds_file else None
+    compare = csv_list(args.compare)
+    if compare is None and args.results_dir:
+        compare = batch_order(args.results_dir, runs)
+    analysis = analyse(runs, str(runs_file), compare, csv_list(args.metric), args.correction, rounds)
+    out = Path(args.out) if args.out else default_out
+    written = analysis.write_csvs(out)
+    if args.json:
+        records = json_safe({"paired": [p.record() for p in analysis.pairs], "summaries": analysis.summaries})
+        print(json.dumps(records, indent=1))
+    else:
+        print(analysis.markdown())
+        print(f"CSV tables: {', '.join(str(p) for p in written)}")
+    return 0
+
+
+def cmd_power(args) -> int:
+    if args.sd <= 0:
+        raise InputError("--sd", f"must be > 0, got {args.sd}", "give the standard deviation of the paired differences")
+    if args.effect == 0:
+        raise InputError("--effect", "must be non-zero", "give the smallest mean difference worth detecting, e.g. 0.14")
+    powers = [float(p) for p in args.power.split(",")]
+    if any(not 0 < p < 1 for p in powers):
+        raise InputError("--power", f"values must lie in (0, 1), got {args.power}", "e.g. --power 0.8,0.9")
+    table = power_table(args.effect, args.sd, powers, args.alpha, args.n)
+    if args.json:
+        print(json.dumps(table, indent=1))
+        return 0
+    print(f"Paired t-test on {args.metric}: detect a mean difference of {args.effect:g} with SD of differences {args.sd:g} "
+          f"(d_z = {table['d_z']:.3f}), two-sided alpha = {args.alpha:g}")
+    for row in table["needed"]:
+        print(f"  power {row['power']:.0%}: {row['scenarios']} paired scenarios")
+    if "power_at_current_n" in table:
+        cur = table["power_at_current_n"]
+        print(f"  with n = {cur['n']}: power {cur['power']:.1%}")
+    return 0

@@ -1,0 +1,175 @@
+"""One debate run end to end: memo → protocol → trace → backtest → result.json.
+
+The run directory holds ``trace.jsonl`` (append-only) and, once finished,
+``result.json`` (written atomically). Re-running an interrupted or failed run
+appends a new ``run_start`` marked as a resume and replays from the response
+cache, so paid calls are not repeated and the result equals an uninterrupted
+run. A finished run is returned as stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from debate.config import DebateConfig
+from debate.context import DebateFailure, RunContext
+from debate.events import Backtest, Final, MemoShown, RunEnd, RunStart
+from debate.profiles import load_profile
+from debate.protocols import PROTOCOLS
+from debate.protocols.staged import prompt_files_hash
+from debate.trace import TraceWriter, read_trace
+from eval.backtest import backtest, holding_window
+from eval.baselines import baseline_metrics
+from madbench_data.atomic import atomic_write_text
+from madbench_data.errors import InputError
+from madbench_data.market.pack import Pack
+from madbench_data.memo import build_memo
+from madbench_data.scenario import Scenario, check_against_pack
+from madbench_gateway import Gateway
+from runner.wiring import install_rule_answers
+from scoring.crit_judge import load_crit_prompt
+from scoring.debate_scorer import scorer_for
+from scoring.prompts import load_scorer_prompt
+from scoring.rca import RCA_VARIABLES
+from scoring.rubric import load_rubric
+
+install_rule_answers()  # every gateway that runs a debate can answer ``rules/…`` models
+
+
+class RunResult(BaseModel):
+    run_id: str
+    status: str  # ok | failed
+    error: str | None = None
+    scenario_id: str
+    invest_quarter: str
+    config_name: str
+    sample_index: int
+    weights: dict[str, float] = Field(default_factory=dict)
+    cash: float = 0.0
+    method: str | None = None
+    rounds_run: int = 0
+    rho_bar: float | None = None
+    rho_by_round: list[float] = Field(default_factory=list)
+    js: dict[str, float] = Field(default_factory=dict)
+    interventions: list[dict[str, Any]] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    extras: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, Any] | None = None
+    baselines: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    totals: dict[str, Any] = Field(default_factory=dict)
+
+
+def prompt_hashes(config: DebateConfig) -> dict[str, str]:
+    """Hashes of every prompt text the run can use: editing a template changes the run id."""
+    out = {f"{a.role}/{a.tier}": load_profile(a.role, a.tier).content_hash() for a in config.agents}
+    if config.aggregation == "judge":
+        out[f"judge/{config.judge_tier}"] = load_profile("judge", config.judge_tier).content_hash()
+    out["crit"] = load_crit_prompt().digest
+    out["rubric"] = load_rubric(config.crit_rubric).digest()
+    out["rca"] = load_scorer_prompt("rca", RCA_VARIABLES).digest
+    if config.protocol != "paper":
+        out[f"protocol/{config.protocol}"] = prompt_files_hash(config.protocol)
+    return out
+
+
+def run_id_for(scenario: Scenario, config: DebateConfig, sample_index: int) -> str:
+    payload = {"scenario": scenario.model_dump(mode="json", exclude={"id"}), "config": config.model_dump(mode="json", exclude={"name", "description"}),
+               "sample_index": sample_index, "prompts": prompt_hashes(config)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+class RunLayout:
+    """Where a run's trace and result live: ``<out>/<run_id>/`` by default; a batch passes its own layout."""
+
+    def __init__(self, out_dir: str | Path):
+        self.out_dir = Path(out_dir)
+
+    def trace_path(self, run_id: str) -> Path:
+        return self.out_dir / run_id / "trace.jsonl"
+
+    def result_path(self, run_id: str) -> Path:
+        return self.out_dir / run_id / "result.json"
+
+
+async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gateway: Gateway, out_dir: str | Path | RunLayout,
+                     sample_index: int = 0, where: str = "scenario", with_baselines: bool = True,
+                     retry_failed: bool = True) -> RunResult:
+    check_against_pack(scenario, pack, where)
+    scorer = scorer_for(config)
+    constraints = config.effective_constraints(scenario.constraints, "config.constraints")
+    problems = constraints.problems(len(scenario.tickers))
+    if problems:
+        raise InputError("config.constraints", "; ".join(problems), "relax the override for this scenario")
+    scenario = scenario.model_copy(update={"constraints": constraints})
+    run_id = run_id_for(scenario, config, sample_index)
+    layout = out_dir if isinstance(out_dir, RunLayout) else RunLayout(out_dir)
+    result_path = layout.result_path(run_id)
+    if result_path.exists():
+        stored = RunResult.model_validate_json(result_path.read_text())
+        if stored.status == "ok" or not retry_failed:
+            return stored  # finished: nothing to redo
+        # A failed run is attempted again (its trace keeps the failed attempt); cached calls are free.
+    trace_path = layout.trace_path(run_id)
+    readout = read_trace(trace_path, repair=True)  # a torn tail from a crash is cut off (and reported)
+    memo = build_memo(scenario, pack, where)
+    base = dict(run_id=run_id, scenario_id=scenario.id, invest_quarter=scenario.invest_quarter,
+                config_name=config.name, sample_index=sample_index)
+    with TraceWriter(trace_path) as trace:
+        attempt = sum(1 for e in readout.events if e["event"] == "run_start") + 1
+        trace.write(RunStart(run_id=run_id, attempt=attempt, resumed=attempt > 1, repaired=readout.problems,
+                   scenario=scenario.model_dump(mode="json"), config=config.model_dump(mode="json"),
+                   config_hash=config.content_hash(), sample_index=sample_index, prompt_hashes=prompt_hashes(config),
+                   python=platform.python_version()))
+        trace.write(MemoShown(sha256=memo.sha256, as_of=str(memo.as_of.date()), n_items=len(memo.items),
+                   ids=sorted(memo.evidence_ids), text=memo.text))  # the text lets a trace be read without the pack
+        ctx = RunContext(run_id, scenario, memo, constraints, config, gateway, trace,
+                         scorer, sample_index, workdir=layout.out_dir,
+                         past_performance=_past_performance(pack, scenario))
+        calls_before = gateway.totals.model_copy()
+        try:
+            outcome = await PROTOCOLS[config.protocol](ctx)
+        except DebateFailure as exc:
+            trace.write(RunEnd(status="failed", error=str(exc)))
+            result = RunResult(**base, status="failed", error=str(exc), totals=_delta(gateway, calls_before))
+            atomic_write_text(result_path, result.model_dump_json(indent=1))
+            return result
+        trace.write(Final(weights=outcome.weights, cash=outcome.cash, method=outcome.method, notes=outcome.notes))
+        metrics, baselines = _backtest(pack, scenario, outcome.weights, with_baselines)
+        trace.write(Backtest(metrics=metrics, baselines=baselines))
+        result = RunResult(**base, status="ok", weights=outcome.weights, cash=outcome.cash, method=outcome.method,
+                           rounds_run=outcome.rounds_run, rho_bar=outcome.rho_bar, rho_by_round=outcome.rho_by_round,
+                           js=outcome.js, interventions=outcome.interventions, notes=outcome.notes, extras=outcome.extras, metrics=metrics,
+                           baselines=baselines, totals=_delta(gateway, calls_before))
+        trace.write(RunEnd(status="ok", totals=result.totals))
+    atomic_write_text(result_path, result.model_dump_json(indent=1))
+    return result
+
+
+def _delta(gateway: Gateway, before) -> dict[str, Any]:
+    """This run's share of the gateway's running totals."""
+    now, then = gateway.totals.model_dump(), before.model_dump()
+    return {k: (round(v - then[k], 6) if isinstance(v, float) else v - then[k]) for k, v in now.items()}
+
+
+def _past_performance(pack: Pack, scenario: Scenario):
+    """Metrics of holdings over an earlier quarter of this scenario's universe (for a protocol's reflection)."""
+    def measure(quarter, weights: dict[str, float], where: str):
+        window = holding_window(pack, quarter, scenario.tickers, where=where)
+        return backtest(window, weights, allow_cash=True, where=where).metrics
+    return measure
+
+
+def _backtest(pack: Pack, scenario: Scenario, weights: dict[str, float], with_baselines: bool):
+    window = holding_window(pack, scenario.quarter, scenario.tickers, where=f"scenario {scenario.id}")
+    result = backtest(window, weights, allow_cash=scenario.constraints.allow_cash, where=f"final allocation of {scenario.id}")
+    baselines = {}
+    if with_baselines:
+        baselines = {k: m.model_dump(mode="json") for k, m in
+                     baseline_metrics(pack, scenario.quarter, scenario.tickers, window=window).items()}
+    return result.metrics.model_dump(mode="json"), baselines

@@ -1,0 +1,15 @@
+"""The composition root's one piece of global wiring: ``rules/…`` models answer through the gateway.
+
+The gateway knows nothing of debates; the runner, which sits above every layer, registers the table of
+deterministic answerers (``scoring.rule_answers``) as the ``rules`` provider. Registering is idempotent.
+"""
+
+from __future__ import annotations
+
+from madbench_gateway.providers import register_provider
+from madbench_gateway.providers.rules import RulesProvider
+from scoring.rule_answers import answer
+
+
+def install_rule_answers() -> None:
+    register_provider("rules", RulesProvider(answer))

@@ -1,0 +1,94 @@
+"""The parser tree: every command and argument documented, one registry of command groups, --version."""
+
+import argparse
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+import runner.cli
+from runner.cli import GROUPS, build_parser, main
+
+TOP_LEVEL = {"demo", "run", "status", "data", "scenarios", "memo", "debate", "trace", "backtest", "rescore", "stats", "power",
+             "report", "llm", "cache", "model", "sim", "bench"}
+
+
+def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(command path, parser) for the root and every subcommand, depth first."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from walk(sub, (*path, name))
+
+
+def documented(text: str | None) -> bool:
+    return bool(text and text.strip()) and text != argparse.SUPPRESS
+
+
+def test_every_subcommand_and_argument_has_help():
+    missing = []
+    for path, parser in walk(build_parser()):
+        where = " ".join(("madbench", *path))
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            if not documented(action.help):
+                missing.append(f"{where}: {'/'.join(action.option_strings) or action.dest}")
+            if isinstance(action, argparse._SubParsersAction):
+                missing += [f"{where} {choice.dest}: no one-line description"
+                            for choice in action._choices_actions if not documented(choice.help)]
+    assert not missing, "\n".join(missing)
+
+
+def test_every_leaf_command_has_a_function_and_the_tree_is_complete():
+    paths = []
+    for path, parser in walk(build_parser()):
+        if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+            assert callable(parser.get_default("func")), path
+            paths.append(path)
+    assert {p[0] for p in paths} == TOP_LEVEL
+    assert ("sim", "serve") in paths and ("data", "check") in paths and ("data", "fetch") in paths
+    assert not any("import-paper" in p for p in paths)  # removed with its module
+
+
+def test_one_registry_of_groups_each_with_one_register_function():
+    assert len(GROUPS) == len(set(GROUPS))
+    for group in GROUPS:
+        assert group.__name__.startswith("runner.cli.")
+        assert callable(group.register)
+        assert [n for n in vars(group) if n.startswith("register")] == ["register"]
+    # every command-group module of the package is in the registry
+    modules = {m.name for m in __import__("pkgutil").iter_modules(runner.cli.__path__)} - {"common", "__main__"}
+    assert {g.__name__.rsplit(".", 1)[1] for g in GROUPS} == modules
+
+
+@pytest.mark.parametrize("path", [p for p, _ in walk(build_parser())], ids=lambda p: " ".join(p) or "madbench")
+def test_help_of_every_command_prints_usage(path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([*path, "--help"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: madbench")
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == f"madbench {metadata.version('madbench')}\n"
+
+
+def test_python_dash_m_runs_the_cli():
+    out = subprocess.run([sys.executable, "-m", "runner.cli", "--version"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"madbench {metadata.version('madbench')}\n"
+    out = subprocess.run([sys.executable, "-m", "runner.cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "sim " in out.stdout and "usage: madbench" in out.stdout
+
+
+def test_no_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([])
+    assert exit_.value.code == 2
+    assert "required: COMMAND" in capsys.readouterr().err
