@@ -16,7 +16,7 @@ from debate.interventions import INTERVENTIONS, parse_intervention
 from debate.profiles import load_profile
 from debate.protocols import PROTOCOLS, protocol_options
 from madbench_data.errors import InputError, format_validation_error
-from madbench_data.scenario import read_yaml
+from madbench_data.templates import read_yaml
 
 
 def parse_debate_config(data: Any, where: str) -> DebateConfig:

@@ -18,9 +18,10 @@ from debate.config import AgentConfig, DebateConfig
 from debate.events import LLMCall, LLMFailure, Turn
 from debate.grading import CritScore, RCAVerdict, Scorer
 from debate.profiles import Profile, load_profile
+from debate.request_schemas import request_schema
 from debate.task import AgentTask
 from debate.trace import TraceWriter
-from debate.validation import TurnRules, Validated, request_schema, schema_outline, validate_turn
+from debate.validation import TurnRules, Validated, schema_outline, validate_turn
 from madbench_data.memo import Memo
 from madbench_data.scenario import Constraints, Scenario
 from madbench_gateway import Gateway, GatewayFailure, LLMRequest, Message

@@ -17,13 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from jinja2 import meta
-from jinja2.sandbox import SandboxedEnvironment
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from madbench_data.errors import InputError, format_validation_error
+from madbench_data.errors import InputError
 from madbench_data.paths import CONFIGS_DIR
-from madbench_data.scenario import read_yaml
+from madbench_data.templates import compile_template, load_yaml_model
 
 ROLES_DIR = CONFIGS_DIR / "roles"
 TIERS = ("basic", "causal", "enriched")
@@ -35,10 +33,6 @@ PHASE_VARIABLES: dict[str, set[str]] = {
     "revise": {"memo", "universe", "constraints", "agent_id", "role", "round", "own", "critiques", "nudges", "schema"},
     "judge": {"memo", "universe", "constraints", "finals", "schema"},
 }
-
-_ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True,
-                            trim_blocks=False)
-
 
 class PhaseTemplate(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -68,34 +62,6 @@ class RoleFile(BaseModel):
     blocks: dict[str, str]
     #: Optional per-phase overrides of the common templates.
     phases: dict[str, PhaseTemplate] = Field(default_factory=dict)
-
-
-def _load(path: Path, model: type[BaseModel]):
-    data = read_yaml(path)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(path, format_validation_error(exc), "fix the listed fields") from None
-
-
-def _compile(text: str, declared: set[str], allowed: set[str], where: str) -> jinja2.Template:
-    try:
-        used = meta.find_undeclared_variables(_ENV.parse(text))
-    except jinja2.TemplateSyntaxError as exc:
-        raise InputError(where, f"template syntax error at line {exc.lineno}: {exc.message}", "fix the jinja syntax") from None
-    undeclared = sorted(used - declared)
-    if undeclared:
-        raise InputError(where, f"template uses undeclared variable(s): {', '.join(undeclared)}",
-                         f"declare them under `variables` (available: {', '.join(sorted(allowed))}) or fix the spelling")
-    unknown = sorted(declared - allowed)
-    if unknown:
-        raise InputError(where, f"declared variable(s) the engine does not supply: {', '.join(unknown)}",
-                         f"use only: {', '.join(sorted(allowed))}")
-    unused = sorted(declared - used)
-    if unused:
-        raise InputError(where, f"declared variable(s) not used by the template: {', '.join(unused)}",
-                         "remove them from `variables` or use them")
-    return _ENV.from_string(text)
 
 
 @dataclass(frozen=True)
@@ -148,8 +114,8 @@ def _load_profile(role: str, tier: str, roles_dir: str, where: str) -> Profile:
         known = sorted(p.stem for p in base.glob("*.yaml") if not p.stem.startswith("_"))
         raise InputError(where, f"unknown role {role!r} (no {role_path})", f"use one of: {', '.join(known)}")
     common_path = base / "_common.yaml"
-    common: CommonFile = _load(common_path, CommonFile)
-    spec: RoleFile = _load(role_path, RoleFile)
+    common: CommonFile = load_yaml_model(common_path, CommonFile)
+    spec: RoleFile = load_yaml_model(role_path, RoleFile)
     if spec.role != role:
         raise InputError(role_path, f"role: {spec.role!r} does not match the file name", f"set role: {role}")
     if tier not in common.tiers:
@@ -161,7 +127,7 @@ def _load_profile(role: str, tier: str, roles_dir: str, where: str) -> Profile:
         if origin not in ("role", "common") or name not in table:
             raise InputError(path if origin in ("role", "common") else common_path,
                              f"tiers.{tier}: block {ref!r} not found", "define the block under `blocks` or fix the reference")
-        _compile(table[name], set(), set(), f"{path}: blocks.{name}")  # system blocks take no variables
+        compile_template(table[name], set(), f"{path}: blocks.{name}", set())  # system blocks take no variables
         blocks.append((name, table[name]))
     templates = {}
     for phase, allowed in PHASE_VARIABLES.items():
@@ -170,7 +136,7 @@ def _load_profile(role: str, tier: str, roles_dir: str, where: str) -> Profile:
             raise InputError(common_path, f"phases.{phase} is missing", "define a template for every phase")
         src = role_path if phase in spec.phases else common_path
         loc = f"{src}: phases.{phase}"
-        templates[phase] = (frozenset(pt.variables), _compile(pt.template, set(pt.variables), allowed, loc), pt.template)
+        templates[phase] = (frozenset(pt.variables), compile_template(pt.template, set(pt.variables), loc, allowed), pt.template)
     tones = tuple(sorted(common.critique_tones, key=lambda t: t.up_to_beta))
     return Profile(role, tier, spec.title, tuple(blocks), templates, tones, str(role_path))
 

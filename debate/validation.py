@@ -8,22 +8,18 @@ it makes is returned as a note for the trace.
 
 from __future__ import annotations
 
-import copy
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from debate.schemas import Critique, Holding, JudgeDecision, Proposal, Revision, weights_of
+from debate.schemas import PHASE_SCHEMAS, Critique, Holding, JudgeDecision, Proposal, Revision, weights_of
 from madbench_data.errors import format_validation_error
 from madbench_data.scenario import Constraints
 from madbench_gateway.errors import OutputInvalid
 
 SUM_TOL = 1e-3
-#: Evidence IDs are enumerated in the request schema up to this many (see request_schema).
-ENUM_LIMIT = 300
 
 
 @dataclass
@@ -150,7 +146,6 @@ def _check_claims(p: Proposal, rules: TurnRules) -> None:
 
 def validate_turn(phase: str, content: str, rules: TurnRules, policy: str) -> Validated:
     """Parse and check one turn; the returned weights are full-universe and feasible."""
-    from debate.schemas import PHASE_SCHEMAS
     value = parse_json(content, PHASE_SCHEMAS[phase])
     notes: list[str] = []
     weights = None
@@ -170,90 +165,6 @@ def validate_turn(phase: str, content: str, rules: TurnRules, policy: str) -> Va
                                     + ", ".join(sorted(rules.peer_claims[item.target_agent])))
             check_evidence(item.evidence_ids, rules, f"the critique of {item.target_agent} {item.target_claim}")
     return Validated(value, weights, notes)
-
-
-def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
-    """The phase's JSON schema with this scenario's tickers, agents and evidence IDs as enums.
-
-    Constrained decoders then cannot emit a ticker outside the universe or an
-    ID outside the memo (for large memos: an ID of this memo's shape);
-    validation still checks both exactly (not every provider enforces schemas).
-    """
-    from debate.schemas import PHASE_SCHEMAS
-    schema = copy.deepcopy(PHASE_SCHEMAS[phase].model_json_schema())
-    defs = schema.get("$defs", {})
-    tickers = {"type": "string", "enum": list(rules.universe)}
-    for name in ("Holding", "PositionRationale"):
-        if name in defs:
-            defs[name]["properties"]["ticker"] = tickers
-    if "Claim" in defs:
-        defs["Claim"]["properties"]["impacts_positions"] = {"type": "array", "items": tickers}
-    if "CritiqueItem" in defs and rules.peer_claims:
-        defs["CritiqueItem"]["properties"]["target_agent"] = {"type": "string", "enum": sorted(rules.peer_claims)}
-    if rules.require_known_evidence and rules.evidence_ids:
-        # An enum of the memo's IDs up to a size; beyond it a bounded pattern (prefix alternatives plus a
-        # short field), since grammar-constrained decoding slows with every literal. An unbounded pattern
-        # lets a small model loop inside one ID. Existence in the memo is always checked by validation.
-        if len(rules.evidence_ids) <= ENUM_LIMIT:
-            item = {"type": "string", "enum": sorted(rules.evidence_ids)}
-        else:
-            prefixes = sorted({i.split("-", 1)[0] for i in rules.evidence_ids})
-            item = {"type": "string", "pattern": f"^({'|'.join(map(re.escape, prefixes))})-[A-Z0-9_]{{1,12}}$"}
-        ids = {"type": "array", "items": item}
-        for name in ("Claim", "CritiqueItem"):
-            if name in defs:
-                defs[name]["properties"]["evidence_ids"] = ids
-        if "evidence_ids" in schema.get("properties", {}):
-            schema["properties"]["evidence_ids"] = ids
-    _bound(schema)  # after the evidence lists are replaced, so that they are bounded too
-    _one_of_each(schema, rules)
-    return schema
-
-
-def _one_of_each(schema: dict[str, Any], rules: TurnRules) -> None:
-    """Critique items as one alternative per peer (with that peer's claim ids), and revision responses as one
-    alternative per critique received, so that a constrained decoder can only target what exists. Whether every
-    critique is answered stays the agent's choice (CRIT and RCA judge it), so no minimum count is set."""
-    defs, props = schema.get("$defs", {}), schema.get("properties", {})
-
-    def variant(base: dict[str, Any], fixed: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        return {**copy.deepcopy(base), "properties": {**copy.deepcopy(base["properties"]), **fixed}}
-
-    if "critiques" in props and rules.peer_claims:
-        item = defs.pop("CritiqueItem")
-        props["critiques"]["items"] = {"anyOf": [
-            variant(item, {"target_agent": {"type": "string", "const": peer},
-                           "target_claim": {"type": "string", "enum": sorted(claims, key=_claim_order)}})
-            for peer, claims in sorted(rules.peer_claims.items())]}
-    if "critique_responses" in props and rules.owed_responses is not None:
-        owed = list(dict.fromkeys(rules.owed_responses))
-        if not owed:
-            props["critique_responses"] = {**props["critique_responses"], "maxItems": 0}
-        else:
-            item = defs.pop("CritiqueResponse")
-            props["critique_responses"] = {**props["critique_responses"], "items": {"anyOf": [
-                variant(item, {"from_agent": {"type": "string", "const": a}, "target_claim": {"type": "string", "const": c}})
-                for a, c in owed]}}
-
-
-def _claim_order(claim_id: str) -> tuple[int, str]:
-    digits = claim_id[1:]
-    return (int(digits) if digits.isdigit() else 0, claim_id)
-
-
-#: Length bounds sent to constrained decoders (llama.cpp honours them; validation does not rely on them).
-#: They keep a small model from looping inside an array until its context is full. (String maxLength
-#: is left out on purpose: llama.cpp expands it into a grammar so large that decoding crawls.)
-ARRAY_BOUNDS = {"claims": 4, "evidence_ids": 3, "assumptions": 2, "falsifiers": 2, "impacts_positions": 2,
-                "supporting_claims": 2, "risks_or_falsifiers": 2, "critiques": 6, "critique_responses": 12,
-                "consensus_points": 3, "dissent_points": 3}
-
-
-def _bound(schema: dict[str, Any]) -> None:
-    for node in [schema, *schema.get("$defs", {}).values()]:
-        for name, prop in node.get("properties", {}).items():
-            if prop.get("type") == "array" and name in ARRAY_BOUNDS:
-                prop["maxItems"] = ARRAY_BOUNDS[name]
 
 
 def schema_outline(schema: dict[str, Any]) -> str:

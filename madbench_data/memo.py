@@ -209,6 +209,8 @@ FEATURES: tuple[FeatureSpec, ...] = (
     FeatureSpec("RS60", "60-day return minus SPY's", "percentage points", "pp", "Trend and momentum", _needs_spy(lambda p, m: F.relative_strength(p, m, 60))),
     FeatureSpec("ADVOL", "20-day average dollar volume", "USD", "usd_big", "Liquidity", lambda p, m, v: F.avg_dollar_volume(p, v, 20)),
 )
+#: The field part of every price-derived evidence ID (``AAPL-RET60`` → ``RET60``).
+PRICE_FEATURE_KEYS: frozenset[str] = frozenset(f.key for f in FEATURES)
 
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"(\[])")

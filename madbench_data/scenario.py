@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from madbench_data.atomic import atomic_write_text
 from madbench_data.errors import InputError, format_validation_error
 from madbench_data.market.calendar import Quarter
+from madbench_data.templates import read_yaml
 
 WEIGHT_TOL = 1e-6
 
@@ -106,19 +107,6 @@ class ScenarioFile(BaseModel):
         if dups:
             raise ValueError(f"duplicate scenario ids {dups}")
         return self
-
-
-def read_yaml(path: Path) -> object:
-    """Parse a YAML file, turning parser errors into one clear line."""
-    if not path.is_file():
-        raise InputError(path, "file not found", "check the path")
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(path, f"malformed YAML{at}: {problem}", "fix the YAML syntax") from None
 
 
 def load_scenarios(path: str | Path) -> list[Scenario]:

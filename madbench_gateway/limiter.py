@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import sys
 import time
 from typing import Any
 
@@ -116,7 +117,6 @@ class LimiterPool:
         if limit_key not in self._limiters:
             use_ray = self._use_ray
             if use_ray is None:
-                import sys
                 use_ray = "ray" in sys.modules and sys.modules["ray"].is_initialized()
             self._limiters[limit_key] = ray_limiter(limit_key, limits) if use_ray else AsyncLimiter(limits)
         return self._limiters[limit_key]

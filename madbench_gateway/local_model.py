@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 
 from madbench_data.atomic import atomic_write_text
 from madbench_data.errors import InputError
@@ -69,7 +70,6 @@ def _free_port() -> int:
 def _alive(pid: int) -> bool:
     """True while the process runs. A crashed server that is our own child stays a zombie until reaped, and
     a signal-0 probe still finds it, so the process status is read as well (and the zombie reaped)."""
-    import psutil
     try:
         if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
             try:

@@ -11,12 +11,12 @@ bytes of an identical request depending on what was asked before it.
 from __future__ import annotations
 
 import argparse
+import os
+import threading
+import time
 
 
 def _watch_owner(pid: int) -> None:
-    import os
-    import threading
-    import time
 
     def watch():
         while True:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import re
 
+from .errors import FatalProviderError
+
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
 _KEY_SHAPES = re.compile(r"\b(sk|pk|rk|gsk|xai|key)-[A-Za-z0-9_\-]{6,}")
 
@@ -26,7 +28,6 @@ def redact(text: str) -> str:
 
 
 def api_key_from_env(var: str | None) -> str | None:
-    from .errors import FatalProviderError
     if var is None:
         return None
     value = os.environ.get(var)

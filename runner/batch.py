@@ -20,8 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from debate.config import DebateConfig
 from debate.config_file import load_debate_config, parse_debate_config
 from madbench_data.errors import InputError, format_validation_error
-from madbench_data.scenario import Scenario, load_scenarios, read_yaml
+from madbench_data.market.calendar import quarter_range
+from madbench_data.scenario import Scenario, load_scenarios
+from madbench_data.scenario_gen import draw_scenarios
+from madbench_data.templates import read_yaml
+from madbench_gateway import ModelRouting
 from madbench_gateway.models import ModelSpec
+from runner.pipeline import run_id_for
 from scoring.debate_scorer import scorer_for
 
 
@@ -113,14 +118,11 @@ def resolve_scenarios(spec: BatchSpec, base: Path, pack, where: str) -> list[Sce
                 raise InputError(where, f"scenarios.ids: not in {path}: {', '.join(missing)}", "fix the ids")
             scenarios = [known[i] for i in spec.scenarios.ids]
         return scenarios
-    from madbench_data.market.calendar import quarter_range
-    from madbench_data.scenario_gen import draw_scenarios
     m = spec.scenarios.make
     return draw_scenarios(pack, quarter_range(m.quarters), m.count, m.min_tickers, m.max_tickers, m.seed)
 
 
 def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfig]:
-    from madbench_gateway import ModelRouting
     configs = []
     for i, name in enumerate(spec.configs):
         cfg = load_debate_config(_rel(base, name))
@@ -143,7 +145,6 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
 
 
 def expand(spec: BatchSpec, scenarios: list[Scenario], configs: list[DebateConfig]) -> list[RunSpec]:
-    from runner.pipeline import run_id_for
     runs = []
     for config in configs:
         for scenario in scenarios:

@@ -14,10 +14,17 @@ import errno
 import os
 import sys
 import time
+import traceback
 from typing import Any
 
+from debate.config import DebateConfig
+from madbench_data.market.pack import load_pack
 from madbench_data.paths import PROJECT_ROOT
+from madbench_data.scenario import Scenario
+from madbench_gateway import Budget, Gateway, ResponseCache
+from madbench_gateway.errors import BudgetExhausted
 from runner.batch import BatchSpec, RunSpec
+from runner.pipeline import run_debate
 from runner.store import TABLES, BatchLayout, compact, read_manifest, write_manifest, write_parts
 
 
@@ -27,8 +34,6 @@ class RunnerActor:
     def __init__(self, pack_dir: str, evidence: list[str], cache_dir: str, root: str, batch: str, max_cost_usd: float | None):
         import ray
 
-        from madbench_data.market.pack import load_pack
-        from madbench_gateway import Budget, Gateway, ResponseCache
         self.pack = load_pack(pack_dir, evidence)
         self.cache = ResponseCache(cache_dir)
         self.gateway = Gateway(cache=self.cache, budget=Budget(max_cost_usd))
@@ -39,10 +44,6 @@ class RunnerActor:
     async def run(self, scenario: dict, config: dict, sample_index: int, retry_failed: bool) -> dict[str, Any]:
         import ray
 
-        from debate.config import DebateConfig
-        from madbench_data.scenario import Scenario
-        from madbench_gateway.errors import BudgetExhausted
-        from runner.pipeline import run_debate
         s, c = Scenario.model_validate(scenario), DebateConfig.model_validate(config)
         t0 = time.perf_counter()
         try:
@@ -57,7 +58,6 @@ class RunnerActor:
         except Exception as exc:
             # Many exception types (ours included) do not survive Ray's pickling; a RuntimeError carrying the type,
             # message and traceback does, so the driver records the real reason with the failed run.
-            import traceback
             raise RuntimeError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}") from None
         write_parts(self.layout, self.batch, result, config, scenario, self.node_id)
         return {"status": result.status, "error": result.error, "run_id": result.run_id, "totals": result.totals,
@@ -122,22 +122,141 @@ def _pick_node(ray, k: int, avoid: set[str]) -> str:
     return nodes[k % len(nodes)]
 
 
-def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
-              address: str | None = None, retry_failed: bool = False, quiet: bool = False) -> dict[str, Any]:
-    manifest_runs = {r.run_id: {"run_id": r.run_id, "scenario_id": r.scenario.id, "config": r.config.name,
-                                "replicate": r.sample_index, "status": "pending", "attempts": 0} for r in runs}
+class ActorPool:
+    """The batch's runner actors, one per worker, spread over the cluster's nodes; a lost actor is replaced."""
+
+    def __init__(self, ray, spec: BatchSpec, layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
+                 n_workers: int):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        self.ray, self._affinity = ray, NodeAffinitySchedulingStrategy
+        self._cls = ray.remote(num_cpus=0, max_concurrency=max(1, spec.max_in_flight))(RunnerActor)
+        self._args = (pack_dir, evidence, cache_dir, str(layout.root), spec.name, spec.max_cost_usd)
+        self.node_of: dict[int, str] = {}
+        self.lost_nodes: set[str] = set()
+        self.replacements = 0
+        self.actors = [self._start(k) for k in range(n_workers)]
+
+    def _start(self, k: int):
+        self.node_of[k] = _pick_node(self.ray, k, self.lost_nodes)
+        strategy = self._affinity(node_id=self.node_of[k], soft=False)
+        return self._cls.options(scheduling_strategy=strategy).remote(*self._args)
+
+    def replace(self, k: int, handle, exc: Exception) -> None:
+        """Actor k (``handle``) died; the first of its runs to report replaces it, once."""
+        if self.actors[k] is not handle:
+            return
+        self.replacements += 1
+        self.lost_nodes.add(self.node_of[k])
+        if self.replacements > 3 * len(self.actors):
+            raise RuntimeError(f"runner actors keep dying ({self.replacements} replacements); last error: "
+                               f"{str(exc).splitlines()[0][:500]}") from None
+        self.actors[k] = self._start(k)
+
+    def kill_all(self) -> None:
+        for a in self.actors:
+            self.ray.kill(a)
+
+
+class Dispatch:
+    """Feeds runs to the actors with at most ``max_in_flight`` outstanding, and settles each as it returns."""
+
+    def __init__(self, pool: ActorPool, spec: BatchSpec, layout: BatchLayout, manifest_runs: dict[str, dict],
+                 todo: list[RunSpec], progress: Progress, stats: dict[str, Any], retry_failed: bool):
+        self.pool, self.spec, self.layout, self.manifest_runs = pool, spec, layout, manifest_runs
+        self.progress, self.stats, self.retry_failed = progress, stats, retry_failed
+        self.queue = list(todo)
+        self.in_flight: dict[Any, tuple[RunSpec, int, Any]] = {}  # ref → (run, actor index, actor handle)
+        self.budget_hit = False
+        self.sent = 0
+
+    def loop(self) -> str:
+        ray = self.pool.ray
+        while self.queue or self.in_flight:
+            self._submit()
+            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=1.0)
+            for ref in ready:
+                self._settle(ref)
+            self.progress.show(len(self.in_flight))
+            if self.budget_hit and not self.in_flight:
+                return "stopped: budget reached"
+        return "finished"
+
+    def _submit(self) -> None:
+        while self.queue and len(self.in_flight) < self.spec.max_in_flight and not self.budget_hit:
+            r = self.queue.pop(0)
+            m = self.manifest_runs[r.run_id]
+            m["attempts"] += 1
+            k = self.sent % len(self.pool.actors)
+            handle = self.pool.actors[k]
+            ref = handle.run.remote(r.scenario.model_dump(mode="json"), r.config.model_dump(mode="json"), r.sample_index,
+                                    self.retry_failed or m["attempts"] > 1)
+            self.in_flight[ref] = (r, k, handle)
+            self.stats["submitted"] += 1
+            self.sent += 1
+
+    def _settle(self, ref) -> None:
+        ray = self.pool.ray
+        r, k, handle = self.in_flight.pop(ref)
+        m = self.manifest_runs[r.run_id]
+        try:
+            summary = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            # The actor (or its node) died: the run is not at fault. Replace the actor and requeue;
+            # the run resumes from its trace with paid calls served from the cache.
+            self.pool.replace(k, handle, exc)
+            m["attempts"] -= 1
+            self.queue.insert(0, r)
+            return
+        except ray.exceptions.RayError as exc:  # a bug in a run: that run failed, the batch goes on
+            summary = self._failure(r, exc)
+        if summary["status"] == "budget":
+            self.budget_hit = True
+            self.queue.insert(0, r)
+            m["attempts"] -= 1
+            return
+        m["status"], m["error"], m["node_id"] = summary["status"], summary.get("error"), summary.get("node_id")
+        if summary["status"] == "failed" and m["attempts"] <= self.spec.retries:
+            self.queue.append(r)  # retried with its reason kept in the trace
+            return
+        self.progress.add(summary)
+
+    def _failure(self, r: RunSpec, exc: Exception) -> dict[str, Any]:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            # Not the run's fault, and every other run would hit it too: stop the batch, loudly.
+            raise OSError(errno.ENOSPC, f"No space left on device while run {r.run_id} wrote its "
+                          f"results ({cause.filename or self.layout.root})") from None
+        reason = str(cause) if cause is not None else str(exc)
+        return {"status": "failed", "error": reason.splitlines()[0][:500], "node_id": None}
+
+
+def _manifest_entries(runs: list[RunSpec]) -> dict[str, dict[str, Any]]:
+    return {r.run_id: {"run_id": r.run_id, "scenario_id": r.scenario.id, "config": r.config.name,
+                       "replicate": r.sample_index, "status": "pending", "attempts": 0} for r in runs}
+
+
+def _recover_committed(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, manifest_runs: dict[str, dict]) -> int:
+    """Mark committed runs with their stored status; rebuild the table rows of any committed run that lacks them."""
     previous = {m["run_id"]: m for m in read_manifest(layout.root)["runs"]} if (layout.root / "manifest.json").exists() else {}
     rebuilt = 0
     for r in runs:
         stored = layout.stored_result(r.run_id)
-        if stored is not None:
-            manifest_runs[r.run_id]["status"] = stored.status
-            if not all(layout.part(t, r.run_id).exists() for t in TABLES):
-                # Committed, but a crash or a full disk struck before its table rows were written: rebuild them
-                # from the trace, so that no committed run is missing from the tables.
-                node = previous.get(r.run_id, {}).get("node_id") or ""
-                write_parts(layout, spec.name, stored, r.config.model_dump(mode="json"), r.scenario.model_dump(mode="json"), node)
-                rebuilt += 1
+        if stored is None:
+            continue
+        manifest_runs[r.run_id]["status"] = stored.status
+        if not all(layout.part(t, r.run_id).exists() for t in TABLES):
+            # Committed, but a crash or a full disk struck before its table rows were written: rebuild them
+            # from the trace, so that no committed run is missing from the tables.
+            node = previous.get(r.run_id, {}).get("node_id") or ""
+            write_parts(layout, spec.name, stored, r.config.model_dump(mode="json"), r.scenario.model_dump(mode="json"), node)
+            rebuilt += 1
+    return rebuilt
+
+
+def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
+              address: str | None = None, retry_failed: bool = False, quiet: bool = False) -> dict[str, Any]:
+    manifest_runs = _manifest_entries(runs)
+    rebuilt = _recover_committed(spec, runs, layout, manifest_runs)
     todo = [r for r in runs if manifest_runs[r.run_id]["status"] == "pending"
             or (retry_failed and manifest_runs[r.run_id]["status"] == "failed")]
     spec_json = spec.model_dump(mode="json")
@@ -145,95 +264,23 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
     progress = Progress(len(todo), spec.max_cost_usd, stream=open(os.devnull, "w") if quiet else sys.stderr)
     stats = {"runs": len(runs), "skipped": len(runs) - len(todo), "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt}
     t0 = time.perf_counter()
+    state = "finished"
     if todo:
         ray = init_ray(address)
-        n_workers = min(spec.workers, len(todo))
-        actor_cls = ray.remote(num_cpus=0, max_concurrency=max(1, spec.max_in_flight))(RunnerActor)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        node_of: dict[int, str] = {}
-        lost_nodes: set[str] = set()
-
-        def new_actor(k: int):
-            node_of[k] = _pick_node(ray, k, lost_nodes)
-            return actor_cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_of[k], soft=False)).remote(
-                pack_dir, evidence, cache_dir, str(layout.root), spec.name, spec.max_cost_usd)
-
-        actors = [new_actor(k) for k in range(n_workers)]
-        actor_of: dict[Any, int] = {}
-        sent_to: dict[Any, Any] = {}
-        replacements = 0
-        queue = list(todo)
-        in_flight: dict[Any, RunSpec] = {}
-        budget_hit = False
-        state = "finished"
+        pool = ActorPool(ray, spec, layout, pack_dir, evidence, cache_dir, min(spec.workers, len(todo)))
+        dispatch = Dispatch(pool, spec, layout, manifest_runs, todo, progress, stats, retry_failed)
         try:
-            i = 0
-            while queue or in_flight:
-                while queue and len(in_flight) < spec.max_in_flight and not budget_hit:
-                    r = queue.pop(0)
-                    m = manifest_runs[r.run_id]
-                    m["attempts"] += 1
-                    ref = actors[i % n_workers].run.remote(r.scenario.model_dump(mode="json"), r.config.model_dump(mode="json"),
-                                                           r.sample_index, retry_failed or m["attempts"] > 1)
-                    in_flight[ref] = r
-                    actor_of[ref] = i % n_workers
-                    sent_to[ref] = actors[i % n_workers]
-                    stats["submitted"] += 1
-                    i += 1
-                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
-                for ref in ready:
-                    r = in_flight.pop(ref)
-                    m = manifest_runs[r.run_id]
-                    k, handle = actor_of.pop(ref), sent_to.pop(ref)
-                    try:
-                        summary = ray.get(ref)
-                    except ray.exceptions.RayActorError as exc:
-                        # The actor (or its node) died: the run is not at fault. Replace the actor and requeue;
-                        # the run resumes from its trace with paid calls served from the cache.
-                        if actors[k] is handle:  # the first of that actor's runs to report: replace it once
-                            replacements += 1
-                            lost_nodes.add(node_of[k])
-                            if replacements > 3 * n_workers:
-                                raise RuntimeError(f"runner actors keep dying ({replacements} replacements); last error: "
-                                                   f"{str(exc).splitlines()[0][:500]}") from None
-                            actors[k] = new_actor(k)
-                        m["attempts"] -= 1
-                        queue.insert(0, r)
-                        continue
-                    except ray.exceptions.RayError as exc:  # a bug in a run: that run failed, the batch goes on
-                        cause = getattr(exc, "cause", None)
-                        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
-                            # Not the run's fault, and every other run would hit it too: stop the batch, loudly.
-                            raise OSError(errno.ENOSPC, f"No space left on device while run {r.run_id} wrote its "
-                                          f"results ({cause.filename or layout.root})") from None
-                        reason = str(cause) if cause is not None else str(exc)
-                        summary = {"status": "failed", "error": reason.splitlines()[0][:500], "node_id": None}
-                    if summary["status"] == "budget":
-                        budget_hit = True
-                        queue.insert(0, r)
-                        m["attempts"] -= 1
-                        continue
-                    m["status"], m["error"], m["node_id"] = summary["status"], summary.get("error"), summary.get("node_id")
-                    if summary["status"] == "failed" and m["attempts"] <= spec.retries:
-                        queue.append(r)  # retried with its reason kept in the trace
-                        continue
-                    progress.add(summary)
-                progress.show(len(in_flight))
-                if budget_hit and not in_flight:
-                    state = "stopped: budget reached"
-                    break
+            state = dispatch.loop()
         except KeyboardInterrupt:
             state = "interrupted"
             print("\ninterrupted: committed runs are kept; run the same command again to resume", file=sys.stderr)
         finally:
-            progress.show(len(in_flight), force=True)
-            for a in actors:
-                ray.kill(a)
+            progress.show(len(dispatch.in_flight), force=True)
+            pool.kill_all()
             write_manifest(layout, spec_json, list(manifest_runs.values()), state)
     else:
-        write_manifest(layout, spec_json, list(manifest_runs.values()), "finished")
+        write_manifest(layout, spec_json, list(manifest_runs.values()), state)
     stats["tables"] = compact(layout)
     stats["wall_s"] = time.perf_counter() - t0
     stats["status"] = {s: sum(1 for m in manifest_runs.values() if m["status"] == s) for s in ("ok", "failed", "pending")}
     return stats
-

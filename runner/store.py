@@ -120,7 +120,7 @@ def round_rows(result: RunResult, events: list[AnyEvent]) -> list[dict]:
         rows.append({"run_id": result.run_id, "round": e.round, "agent_id": e.agent, "role": e.role,
                      "rho": s.rho, "scorer": s.scorer, "scorer_is_llm": s.is_llm, "jsd_round": js.get(e.round),
                      **{p: getattr(s.scores, p) for p in PILLARS},
-                     **{f"diag_{k}": int(v) for k, v in s.diagnostics.model_dump().items()},
+                     **{f"diag_{k}": int(v) for k, v in sorted(s.diagnostics.model_dump().items())},
                      **{f"audit_{k}": v for k, v in e.audit.items()}, "clips": "; ".join(s.clips)})
     return rows
 

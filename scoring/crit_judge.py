@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from debate.grading import CritScore
+from madbench_gateway import LLMRequest, Message
 from scoring.crit import CritAnswer, apply_caps
 from scoring.prompts import ScorerPrompt, load_scorer_prompt
 from scoring.rubric import Rubric, load_rubric
@@ -38,7 +39,6 @@ def finish(task: CritTask, answer: CritAnswer, scorer: str, is_llm: bool, rubric
 
 def crit_request(task: CritTask, rubric: Rubric, model: str, temperature: float = 0.0, max_tokens: int | None = None):
     """The gateway request for one CRIT call: identical for every model; providers adapt only the transport."""
-    from madbench_gateway import LLMRequest, Message
     system, user = render_crit(task, rubric)
     return LLMRequest(model=model, temperature=temperature, max_tokens=max_tokens,
                       response_schema=CritAnswer.model_json_schema(),

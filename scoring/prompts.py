@@ -9,21 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
-from pydantic import BaseModel, ConfigDict, ValidationError
 
-from debate.profiles import _compile
-from madbench_data.errors import InputError, format_validation_error
+from madbench_data.errors import InputError
 from madbench_data.paths import CONFIGS_DIR
-from madbench_data.scenario import read_yaml
+from madbench_data.templates import PromptSpec, compile_template, load_yaml_model
 
 SCORING_DIR = CONFIGS_DIR / "scoring"
-
-
-class PromptFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    system: str
-    variables: list[str]
-    template: str
 
 
 @dataclass(frozen=True)
@@ -43,11 +34,8 @@ def load_scorer_prompt(name: str, allowed: frozenset[str], directory: str | None
     path = Path(directory or SCORING_DIR) / f"{name}.yaml"
     if not path.is_file():
         raise InputError(path, "scorer prompt not found", "restore it from the repository")
-    try:
-        spec = PromptFile.model_validate(read_yaml(path))
-    except ValidationError as exc:
-        raise InputError(path, format_validation_error(exc), "fix the listed fields") from None
-    template = _compile(spec.template, set(spec.variables), set(allowed), f"{path}: template")
-    _compile(spec.system, set(), set(), f"{path}: system")
+    spec = load_yaml_model(path, PromptSpec)
+    template = compile_template(spec.template, set(spec.variables), f"{path}: template", set(allowed))
+    compile_template(spec.system, set(), f"{path}: system", set())
     digest = hashlib.sha256((spec.system + "\0" + spec.template).encode()).hexdigest()
     return ScorerPrompt(spec.system, frozenset(spec.variables), template, str(path), digest)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from debate.grading import PILLARS, PillarScores
 from madbench_data.errors import InputError, format_validation_error
 from madbench_data.paths import CONFIGS_DIR
-from madbench_data.scenario import read_yaml
+from madbench_data.templates import read_yaml
 
 RUBRICS_DIR = CONFIGS_DIR / "rubrics"
 

@@ -12,12 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from debate.grading import CritDiagnostics, PillarExplanations, PillarScores
 from debate.schemas import Proposal, ReceivedCritique, Revision
+from madbench_data.memo import PRICE_FEATURE_KEYS
 from scoring.audit import audit_turn
 from scoring.crit import CritAnswer, cap_for, pillar_counts
 
 BASE = 0.90
-PRICE_FIELDS = {"PX", "RET20", "RET60", "RET120", "RET252", "VOL20", "VOL60", "DVOL60", "DD60", "MDD1Y", "SHARPE",
-                "BETA", "SMA20", "SMA50", "SMA200", "MOM200", "MOM12_1", "IDMOM", "TREND", "RS60", "ADVOL", "CSZ"}
 
 
 class CritTask(BaseModel):
@@ -35,7 +34,7 @@ class CritTask(BaseModel):
 def overreach(task: CritTask) -> int:
     def price_only(ids):
         fields = [i.strip("[]").split("-", 1)[1] if "-" in i else i for i in ids]
-        return bool(fields) and all(f in PRICE_FIELDS for f in fields)
+        return bool(fields) and all(f in PRICE_FEATURE_KEYS for f in fields)
     return sum(1 for c in task.argument.claims if c.reasoning_type == "causal" and price_only(c.evidence_ids))
 
 

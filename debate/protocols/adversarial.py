@@ -17,6 +17,7 @@ from debate.context import RunContext
 from debate.outcome import Outcome
 from debate.protocols.desks import stage_task
 from debate.protocols.staged import ask_stage, known_ids_check
+from debate.schemas import Claim, PositionRationale, Proposal
 from debate.stage_schemas import Attack, CIOVerdict, FactBase, Rebuttal, RiskScorecard, Thesis
 
 P = "adversarial"
@@ -43,7 +44,6 @@ def thesis_as_proposal(thesis: Thesis, universe: list[str]):
     B<n> becomes C<n>; a claim moves the tickers its text names; each held ticker is supported by the claims
     that name it.
     """
-    from debate.schemas import Claim, PositionRationale, Proposal
     named = {c.claim_id: [t for t in universe if t in c.text.replace(",", " ").split()] for c in thesis.claims}
     claims = [Claim(claim_id="C" + c.claim_id[1:], claim_text=c.text, claim_type="thesis", reasoning_type="observational",
                     evidence_ids=c.evidence_ids, impacts_positions=named[c.claim_id], confidence=c.strength)

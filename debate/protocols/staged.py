@@ -11,31 +11,29 @@ a ``turn`` event, like the paper protocol's.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from functools import lru_cache
 from typing import Any, Callable, Literal
 
 import jinja2
-import yaml
-from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict
 
 from debate.context import RunContext, constraints_text, raise_if
 from debate.events import Turn
+from debate.request_schemas import constrained_schema
 from debate.schemas import Holding
 from debate.task import StageTask
 from debate.validation import check_allocation, parse_json, schema_outline
 from madbench_data.errors import InputError
-from madbench_data.memo import EvidenceItem
+from madbench_data.memo import PRICE_FEATURE_KEYS, EvidenceItem
 from madbench_data.paths import CONFIGS_DIR
+from madbench_data.templates import PromptSpec, compile_template, load_yaml_model
 
 PROTOCOL_PROMPTS = CONFIGS_DIR / "protocols"
-_ENV = SandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 # -- memo slices (the desks' scopes) -------------------------------------------------------------
 
-TECHNICAL_FIELDS = {"PX", "RET20", "RET60", "RET120", "RET252", "MOM200", "MOM12_1", "SMA20", "SMA50", "SMA200", "TREND",
-                    "VOL20", "VOL60", "RS60", "BETA", "DD60", "MDD1Y", "ADVOL", "DVOL60", "IDMOM", "SHARPE"}
 SENTIMENT = re.compile(r"^(SENT|SVOL|EC\d+)$")
 Slice = Literal["fundamentals", "technicals", "sentiment", "macro"]
 SLICES: tuple[str, ...] = ("fundamentals", "technicals", "sentiment", "macro")
@@ -45,7 +43,7 @@ def slice_of(item_id: str) -> str:
     head, _, field = item_id.partition("-")
     if head == "L1":
         return "macro"
-    if field in TECHNICAL_FIELDS:
+    if field in PRICE_FEATURE_KEYS:
         return "technicals"
     if SENTIMENT.match(field):
         return "sentiment"
@@ -70,17 +68,10 @@ def render_items(items: list[EvidenceItem]) -> str:
 
 # -- prompts -------------------------------------------------------------------------------------
 
-class StagePrompt(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    system: str
-    variables: list[str]
-    template: str
-
-
 class ProtocolPrompts(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: int
-    stages: dict[str, StagePrompt]
+    stages: dict[str, PromptSpec]
 
 
 @lru_cache(maxsize=16)
@@ -88,72 +79,19 @@ def load_prompts(protocol: str) -> tuple[ProtocolPrompts, dict[str, jinja2.Templ
     path = PROTOCOL_PROMPTS / f"{protocol}.yaml"
     if not path.is_file():
         raise InputError(path, "protocol prompt file not found", f"add configs/protocols/{protocol}.yaml")
-    prompts = ProtocolPrompts.model_validate(yaml.safe_load(path.read_text()))
-    compiled = {}
-    for name, stage in prompts.stages.items():
-        from jinja2 import meta
-        used = meta.find_undeclared_variables(_ENV.parse(stage.template))
-        undeclared = sorted(used - set(stage.variables))
-        if undeclared:  # a template using what it does not declare would fail only at run time: fail at load
-            raise InputError(path, f"stages.{name}.template uses undeclared variable(s) {', '.join(undeclared)}",
-                             "declare them under `variables` (and make the protocol supply them)")
-        compiled[name] = _ENV.from_string(stage.template)
+    prompts = load_yaml_model(path, ProtocolPrompts)
+    # a template using what it does not declare would fail only at run time: fail at load
+    compiled = {name: compile_template(stage.template, set(stage.variables), f"{path}: stages.{name}.template")
+                for name, stage in prompts.stages.items()}
     return prompts, compiled
 
 
 def prompt_files_hash(protocol: str) -> str:
-    import hashlib
     path = PROTOCOL_PROMPTS / f"{protocol}.yaml"
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
 
 # -- asking a stage ------------------------------------------------------------------------------
-
-#: Array bounds for constrained decoders (validation does not rely on them): they keep a small model
-#: from looping inside a list until its budget is spent.
-STAGE_ARRAY_BOUNDS = {"evidence_ids": 4, "key_points": 3, "points": 3, "favoured_tickers": 3, "facts": 6,
-                      "open_questions": 2, "claims": 4, "would_change": 2, "concessions": 2, "agreements": 3,
-                      "disagreements": 3, "unresolved": 3, "invalidation_conditions": 2, "evidence_gaps": 2,
-                      "disputes": 2, "caps": 4}
-
-
-def constrained_schema(schema_model: type[BaseModel], universe: list[str], evidence_ids: set[str],
-                       enums: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """The stage's JSON schema with the universe's tickers and the visible evidence IDs as enums, and arrays
-    bounded, so a constrained decoder cannot name an outside ticker or an unseen ID. Validation still checks
-    both exactly (not every provider enforces schemas)."""
-    import copy
-    schema = copy.deepcopy(schema_model.model_json_schema())
-    tickers = {"type": "string", "enum": list(universe)}
-    ids = {"type": "array", "items": {"type": "string", "enum": sorted(evidence_ids)}} if 0 < len(evidence_ids) <= 300 else None
-
-    def walk(node):
-        if isinstance(node, dict):
-            props = node.get("properties", {})
-            for name, sub in props.items():
-                if enums and name in enums:
-                    props[name] = {"type": "string", "enum": list(enums[name])}
-                elif name == "ticker":
-                    props[name] = dict(tickers)
-                elif name in ("favoured_tickers",):
-                    props[name] = {"type": "array", "items": dict(tickers)}
-                elif name == "evidence_ids" and ids is not None:
-                    props[name] = {**copy.deepcopy(ids), **({"minItems": sub["minItems"]} if "minItems" in sub else {})}
-                elif name == "evidence_ids" and not evidence_ids and "minItems" not in sub:
-                    props[name] = {"type": "array", "items": {"type": "string"}, "maxItems": 0}  # nothing citable
-                elif name == "metric_id" and ids is not None:
-                    props[name] = dict(ids["items"])
-                elif name in ("signals", "views"):  # one entry per ticker
-                    props[name] = {**sub, "minItems": len(universe), "maxItems": len(universe)}
-                if isinstance(props[name], dict) and props[name].get("type") == "array" and name in STAGE_ARRAY_BOUNDS:
-                    props[name]["maxItems"] = min(props[name].get("maxItems", 99), STAGE_ARRAY_BOUNDS[name])
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-    walk(schema)
-    return schema
 
 def known_ids_check(answer: BaseModel, allowed: set[str], what: str = "the evidence you were shown") -> list[str]:
     """Every evidence ID anywhere in the answer must be one the stage could see."""

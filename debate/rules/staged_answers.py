@@ -42,6 +42,7 @@ from debate.stage_schemas import (
     WeightCap,
 )
 from debate.task import StageTask
+from debate.validation import cap_weights
 
 SIGN = {"strong_buy": 1, "buy": 1, "neutral": 0, "sell": -1, "strong_sell": -1}
 
@@ -245,7 +246,6 @@ def risk_team(task: StageTask) -> RiskView:
 
 def portfolio_manager(task: StageTask) -> PMDecision:
     """The trader's book under the neutral risk analyst's caps, where the held names can carry them."""
-    from debate.validation import cap_weights
     plan = dict(task.inputs["plan"])
     neutral = next(v for v in task.inputs["risk"] if v["stance"] == "neutral")
     held = [t for t, w in plan.items() if w > 0]

@@ -12,7 +12,7 @@ import pandas as pd
 from eval.report import figures
 from eval.report.collect import load_report_data
 from eval.stats.analysis import analyse
-from eval.stats.frame import json_safe, ok_runs
+from eval.stats.frame import batch_order, json_safe, ok_runs
 from madbench_data.atomic import atomic_write_text
 
 HERE = Path(__file__).parent
@@ -42,7 +42,6 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
     data = load_report_data(root, max_traces)
     runs = data.runs
     if compare is None:
-        from eval.stats.frame import batch_order
         compare = batch_order(root, runs)
     analysis = analyse(runs, str(Path(root) / "runs.parquet"), compare, None, correction, data.rounds if len(data.rounds) else None)
     configs = analysis.configs

@@ -15,6 +15,7 @@ from eval.stats.paired import PairedComparison, all_pairs
 from eval.stats.regress import RankDeficient, ols
 from eval.stats.tables import ComparisonTable, comparison_table
 from madbench_data.atomic import atomic_write
+from madbench_data.markdown import markdown_table
 
 DEFAULT_METRICS = ["sharpe", "total_return_pct", "excess_return_pct", "sortino", "volatility", "max_drawdown_pct", "rho_bar"]
 PILLAR_COLUMNS = ["crit_logical_validity", "crit_evidential_support", "crit_alternative_consideration", "crit_causal_alignment"]
@@ -59,7 +60,6 @@ class Analysis:
 
 
 def _md(df: pd.DataFrame) -> str:
-    from madbench_data.markdown import markdown_table
     return markdown_table(df) if len(df) else "(none)"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -50,7 +52,6 @@ def ordered_configs(runs: pd.DataFrame, compare: list[str] | None, where: str) -
 
 def json_safe(value):
     """JSON has no NaN or infinity: they become null (an undefined statistic, not a zero)."""
-    import math
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
@@ -62,7 +63,6 @@ def json_safe(value):
 
 def batch_order(results_dir: str | Path, runs: pd.DataFrame) -> list[str] | None:
     """The batch file's config order (from manifest.json), for table columns; None without a manifest."""
-    import json
     manifest = Path(results_dir) / "manifest.json"
     if not manifest.exists():
         return None

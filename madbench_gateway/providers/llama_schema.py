@@ -140,7 +140,7 @@ def _id_prefix(claim_id: dict[str, Any]) -> str:
 
 
 #: Lists whose items are alternatives (a critique per peer, a response per critique received; see
-#: ``debate.validation.request_schema``). Other models may skip some; the local model answers each once.
+#: ``debate.request_schemas.request_schema``). Other models may skip some; the local model answers each once.
 ONE_EACH_LISTS = ("critiques", "critique_responses")
 
 

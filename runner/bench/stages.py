@@ -8,20 +8,35 @@ overhead under 10 ms median per uncached call and under 1 ms per cache hit.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
+import httpx
 import numpy as np
 
+from eval.backtest import backtest, evaluate, holding_window, simulate
 from madbench_data.errors import InputError
+from madbench_data.market.calendar import quarter_range
+from madbench_data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
+from madbench_data.memo import build_memo
 from madbench_data.paths import CONFIGS_DIR
+from madbench_data.scenario import load_scenarios
+from madbench_data.scenario_gen import eligible_tickers
+from madbench_gateway import Gateway, LLMRequest, Message, ModelSpec, RateLimits, ResponseCache
+from runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
+from runner.bench.throughput import bench_cache, bench_throughput, peak_rss_mb
+from runner.execute import init_ray, run_batch
+from runner.pipeline import run_debate
+from runner.sim.provider import SimProvider
+from runner.store import BatchLayout
 
 
 def bench_memo(pack_dir, evidence, scenarios_path, repeats: int = 3) -> dict:
-    from madbench_data.market.pack import load_pack
-    from madbench_data.memo import build_memo
-    from madbench_data.scenario import load_scenarios
 
     t0 = time.perf_counter()
     pack = load_pack(pack_dir, evidence)
@@ -43,10 +58,6 @@ def bench_backtest(pack_dir, n: int = 10_000, tickers: int = 20, windows: int = 
     Reports the vectorised path (one matrix product per window) and, on a
     sample, the per-call path that `madbench backtest` takes.
     """
-    from eval.backtest import backtest, evaluate, holding_window, simulate
-    from madbench_data.market.calendar import quarter_range
-    from madbench_data.market.pack import load_pack
-    from madbench_data.scenario_gen import eligible_tickers
 
     pack = load_pack(pack_dir)
     rng = np.random.default_rng(seed)
@@ -83,13 +94,11 @@ HEADLINE = ["efficiency", "requests_per_min", "limit_rpm", "share_429", "wall_s"
 
 
 def run_bench(args) -> int:
-    from madbench_data.market.pack import resolve_evidence_dirs, resolve_pack_dir
     for name in ("runs", "concurrency", "serial_runs"):  # before the pack: bad arguments are named first
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')}", f"must be ≥ 1, got {getattr(args, name)}", "give a positive count")
     pack = resolve_pack_dir(args.pack)
     if args.what in ("throughput", "cache"):
-        from runner.bench.throughput import bench_cache, bench_throughput
         if args.what == "cache":
             out = bench_cache(args.runs, args.pack, args.scenarios)
         else:
@@ -121,14 +130,8 @@ def bench_gateway(n: int = 200, cache_dir=None) -> dict:
     limiter, cache, key and validation work); the end-to-end figures include
     litellm's own request building, which a raw httpx call does not pay.
     """
-    import asyncio
-    import os
-    import tempfile
 
-    import httpx
 
-    from madbench_gateway import Gateway, LLMRequest, Message, ModelSpec, RateLimits, ResponseCache
-    from runner.sim.provider import SimProvider
 
     os.environ.setdefault("MADBENCH_BENCH_KEY", "bench-placeholder-key")
 
@@ -180,17 +183,7 @@ def bench_runner(in_flight: int = 200) -> dict:
     the manifest and compaction. Starting Ray itself (once per batch) is reported apart.
     Peak memory is the summed RSS of the driver and every Ray process, sampled every 0.2 s.
     """
-    import asyncio
-    import tempfile
-    from pathlib import Path
 
-    from madbench_data.market.pack import load_pack, resolve_pack_dir
-    from madbench_gateway import Gateway
-    from runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
-    from runner.bench.throughput import peak_rss_mb
-    from runner.execute import init_ray, run_batch
-    from runner.pipeline import run_debate
-    from runner.store import BatchLayout
 
     path = CONFIGS_DIR / "batches" / "rules-35.yaml"
     spec, base = load_batch(path)

@@ -21,7 +21,18 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import psutil
+
+from madbench_data.market.pack import load_pack, resolve_pack_dir
 from madbench_data.paths import PROJECT_ROOT
+from madbench_data.scenario import load_scenarios
+from madbench_gateway.models import ModelSpec, RateLimits
+from runner.batch import BatchSpec, expand, resolve_configs, resolve_scenarios
+from runner.execute import init_ray, run_batch
+from runner.sim.provider import SimConfig, SimProvider
+from runner.store import BatchLayout
 
 ROOT = PROJECT_ROOT
 SCENARIOS = ROOT / "configs" / "scenarios" / "market-35.yaml"
@@ -31,7 +42,6 @@ DEBATE = ROOT / "configs" / "debate" / "causal-debate-3.yaml"
 @contextmanager
 def peak_rss_mb():
     """Yield a one-item list holding the peak summed RSS (MB) of this process and every Ray process, sampled at 5 Hz."""
-    import psutil
     peak, stop = [0.0], threading.Event()
 
     def sample():
@@ -54,9 +64,6 @@ def peak_rss_mb():
 
 
 def _runs(n: int, model, in_flight: int, pack_dir: str, scenarios: Path):
-    from madbench_data.market.pack import load_pack
-    from madbench_data.scenario import load_scenarios
-    from runner.batch import BatchSpec, expand, resolve_configs, resolve_scenarios
     per = len(load_scenarios(scenarios))
     spec = BatchSpec(name="bench", scenarios={"file": str(scenarios)}, configs=[str(DEBATE)], grid={"rounds": [1]},
                      model=model, replicates=max(1, math.ceil(n / per)), max_in_flight=in_flight, workers=2, retries=0)
@@ -67,26 +74,21 @@ def _runs(n: int, model, in_flight: int, pack_dir: str, scenarios: Path):
 
 
 def _model(url: str, rpm: float | None, tpm: float | None, concurrency: int, max_requests: int | None = None):
-    from madbench_gateway.models import ModelSpec, RateLimits
     return ModelSpec(model="openai/madbench-sim", api_base=url, send_context=True,
                      limits=RateLimits(rpm=rpm, tpm=tpm, max_concurrency=max_requests or max(8, 3 * concurrency)))
 
 
 def _batch(spec, runs, root: Path, cache: Path, pack_dir: str, **over) -> dict:
-    from runner.execute import run_batch
-    from runner.store import BatchLayout
     return run_batch(spec.model_copy(update=over), runs, BatchLayout(root), pack_dir, [], str(cache), quiet=True)
 
 
 def _pct(xs, q: float) -> float:
-    import numpy as np
     return float(np.percentile(xs, q * 100)) if len(xs) else float("nan")
 
 
 def sustained_rpm(admitted: list[float], window_s: float = 60.0) -> float:
     """Median admitted requests over every full 60-s window (1-s steps) of the batch: the rate the provider
     saw in steady state, apart from the ramp-down when fewer runs remain than the limit can feed."""
-    import numpy as np
     t = np.sort(np.asarray(admitted))
     if len(t) < 2 or t[-1] - t[0] < window_s:
         return float("nan")
@@ -97,11 +99,7 @@ def sustained_rpm(admitted: list[float], window_s: float = 60.0) -> float:
 
 def bench_throughput(runs: int = 100, rpm: float = 600, tpm: float | None = None, latency_median: float = 2.0,
                      concurrency: int = 32, serial_runs: int = 3, pack: str | None = None, scenarios: str | None = None) -> dict:
-    import pandas as pd
 
-    from madbench_data.market.pack import resolve_pack_dir
-    from runner.execute import init_ray
-    from runner.sim.provider import SimConfig, SimProvider
     pack_dir = str(resolve_pack_dir(pack))
     scen = Path(scenarios) if scenarios else SCENARIOS
     init_ray(None)
@@ -156,11 +154,7 @@ def bench_throughput(runs: int = 100, rpm: float = 600, tpm: float | None = None
 
 def bench_cache(runs: int = 100, pack: str | None = None, scenarios: str | None = None) -> dict:
     """Fill a cache with a finished batch (fast provider), then replay it into a new results dir: time and HTTP calls."""
-    import pandas as pd
 
-    from madbench_data.market.pack import resolve_pack_dir
-    from runner.execute import init_ray
-    from runner.sim.provider import SimConfig, SimProvider
     pack_dir = str(resolve_pack_dir(pack))
     scen = Path(scenarios) if scenarios else SCENARIOS
     init_ray(None)

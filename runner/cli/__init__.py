@@ -6,25 +6,26 @@ traceback: they are bugs, not user errors.
 
 Each command group is one module of this package exposing ``register(sub)``,
 which adds its subcommands to the top-level subparsers and sets each one's
-``func`` (``args -> exit code``). Adding a group is one module plus one entry
-in ``GROUPS``, whose order is the order of ``madbench --help``.
+``func`` (``args -> exit code``). ``runner.cli.commands`` lists the groups as
+data (module path, commands, one-line descriptions), so start-up imports only
+the group that owns the command being run: `madbench --help` and
+`madbench --version` import none. Adding a group is one module plus one entry
+in ``commands.GROUPS``, whose order is the order of ``madbench --help``.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import sys
+from collections.abc import Iterable
 from importlib import metadata
 
 from madbench_data.errors import InputError
-from runner.cli import backtest, bench, data, debate, demo, llm, report, run, score, sim, stats
-from runner.cli.common import EXIT_DISK_FULL, EXIT_INPUT
+from runner.cli.commands import EXIT_DISK_FULL, EXIT_INPUT, GROUPS, Group, command_parser, command_word, group_of
 
 __all__ = ["EXIT_DISK_FULL", "EXIT_INPUT", "GROUPS", "build_parser", "main", "version"]
-
-#: The command groups, in the order `madbench --help` lists them.
-GROUPS = (demo, run, data, debate, backtest, score, stats, report, llm, sim, bench)
 
 
 def version() -> str:
@@ -45,13 +46,21 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(full: Iterable[Group] | None = None) -> argparse.ArgumentParser:
+    """The parser tree. ``full``: the groups whose commands get their full arguments (each group's module is
+    imported and its ``register`` called); every other command is a bare entry with its one-line description.
+    None (the default): every group, the complete tree."""
+    full = set(GROUPS if full is None else full)
     parser = argparse.ArgumentParser(prog="madbench",
                                      description="Batch runner for multi-agent LLM debate experiments on portfolio allocation.")
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="run `madbench COMMAND --help` for its options")
-    for group in GROUPS:
-        group.register(sub)
+    for group in GROUPS:  # in help order
+        if group in full:
+            importlib.import_module(group.module).register(sub)
+        else:
+            for name in group.commands:
+                command_parser(sub, name)
     _describe(parser)
     return parser
 
@@ -68,7 +77,9 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    owner = group_of(command_word(argv))
+    args = build_parser([owner] if owner else []).parse_args(argv)
     try:
         return args.func(args)
     except InputError as exc:

@@ -9,11 +9,12 @@ from eval.backtest import backtest, backtest_positions, holding_window
 from eval.baselines import BASELINES, baseline_metrics, baseline_weights
 from madbench_data.errors import InputError
 from madbench_data.market.calendar import Quarter
+from runner.cli.commands import command_parser
 from runner.cli.common import add_pack_args, csv_list, load_pack
 
 
 def register(sub) -> None:
-    p = sub.add_parser("backtest", help="hold an allocation through a quarter and print its metrics")
+    p = command_parser(sub, "backtest")
     p.add_argument("--quarter", required=True, help="invest quarter, e.g. 2023Q2")
     p.add_argument("--tickers", required=True, help="comma-separated universe")
     p.add_argument("--weights", default=None, help="equal | ivol | minvar | FILE.json ({ticker: weight})")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from runner.bench.stages import run_bench
+from runner.cli.commands import command_parser
 from runner.cli.common import ROOT, add_pack_args
 
 WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache"]
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="benchmarks: memo, backtest, gateway, runner, throughput against a simulated provider, cached replay")
+    p = command_parser(sub, "bench")
     p.add_argument("what", choices=WHAT, help="which benchmark: " + ", ".join(WHAT))
     p.add_argument("--scenarios", default=str(ROOT / "configs" / "scenarios" / "market-35.yaml"),
                    help="scenario file for `bench memo`, `throughput` and `cache` (default configs/scenarios/market-35.yaml)")

@@ -1,4 +1,4 @@
-"""Helpers shared by the command groups: exit codes, the pack arguments, small parsers."""
+"""Helpers shared by the command groups: the pack arguments, small parsers (the exit codes are in ``commands``)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,6 @@ import argparse
 from madbench_data.market.pack import Pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench_data.market.pack import load_pack as _load_pack
 from madbench_data.paths import PROJECT_ROOT
-
-#: Bad input (a missing file, a malformed value): one line on stderr.
-EXIT_INPUT = 2
-#: The disk filled up; committed results are intact and the same command resumes.
-EXIT_DISK_FULL = 3
 
 #: The project checkout (configs/ lives here).
 ROOT = PROJECT_ROOT

@@ -13,11 +13,12 @@ from madbench_data.market.pack import resolve_pack_dir
 from madbench_data.memo import build_memo
 from madbench_data.scenario import dump_scenarios, find_scenario, load_scenarios
 from madbench_data.scenario_gen import draw_scenarios, draw_stats
+from runner.cli.commands import command_parser
 from runner.cli.common import add_pack_args, csv_list, load_pack
 
 
 def register(sub) -> None:
-    data = sub.add_parser("data", help="market data packs: check one, fetch one online")
+    data = command_parser(sub, "data")
     dsub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION", help="what to do with a pack")
     p = dsub.add_parser("check", help="validate a pack (schema, duplicates, gaps, coverage) and print a coverage summary")
     p.add_argument("--pack", help="pack directory (else $MADBENCH_PACK, else ../shared/data/market)")
@@ -31,7 +32,7 @@ def register(sub) -> None:
                    help="raw download cache (default ~/.cache/madbench/raw)")
     p.set_defaults(func=cmd_data_fetch)
 
-    sc = sub.add_parser("scenarios", help="scenario files: draw seeded random scenarios from a pack")
+    sc = command_parser(sub, "scenarios")
     ssub = sc.add_subparsers(dest="scenarios_command", required=True, metavar="ACTION", help="what to do with scenarios")
     p = ssub.add_parser("make", help="draw seeded random scenarios spread over quarters and sectors")
     p.add_argument("--quarters", required=True, help="inclusive range, e.g. 2021Q4:2025Q3")
@@ -43,7 +44,7 @@ def register(sub) -> None:
     add_pack_args(p)
     p.set_defaults(func=cmd_scenarios_make)
 
-    p = sub.add_parser("memo", help="print the point-in-time memo of one scenario")
+    p = command_parser(sub, "memo")
     p.add_argument("scenario_id", help="the scenario's id in the --scenarios file")
     p.add_argument("--scenarios", required=True, help="scenario YAML file")
     p.add_argument("--json", action="store_true", help="print the evidence items as JSON instead of the text")

@@ -4,19 +4,41 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
 
 from debate.config_file import load_debate_config
+from debate.events import (
+    Backtest,
+    ControllerStep,
+    Crit,
+    Divergence,
+    Event,
+    Final,
+    Intervention,
+    InterventionCheck,
+    LLMCall,
+    LLMFailure,
+    MemoShown,
+    RunEnd,
+    RunStart,
+    Turn,
+    parse_event,
+)
 from debate.trace import read_trace
-from madbench_data.errors import InputError
+from madbench_data.errors import InputError, format_validation_error
 from madbench_data.scenario import find_scenario, load_scenarios
 from madbench_gateway import Gateway, ModelRouting, ResponseCache, resolve_cache_dir
+from runner.cli.commands import EXIT_INPUT, command_parser
 from runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack
 from runner.pipeline import run_debate
 
 
 def register(sub) -> None:
-    p = sub.add_parser("debate", help="run one debate on one scenario, with its backtest")
+    p = command_parser(sub, "debate")
     p.add_argument("scenario_id", help="the scenario's id in the --scenarios file")
     p.add_argument("--scenarios", required=True, help="scenario YAML file")
     p.add_argument("--config", required=True, help="debate config, e.g. configs/debate/causal-debate-3.yaml")
@@ -29,7 +51,7 @@ def register(sub) -> None:
     add_pack_args(p)
     p.set_defaults(func=cmd_debate)
 
-    p = sub.add_parser("trace", help="inspect a run's trace")
+    p = command_parser(sub, "trace")
     t = p.add_subparsers(dest="trace_cmd", required=True, metavar="ACTION", help="what to do with the trace")
     p = t.add_parser("show", help="render a run's trace readably")
     p.add_argument("run_dir", help="a run directory (holding trace.jsonl) or the trace file itself")
@@ -94,63 +116,110 @@ def cmd_trace_show(args) -> int:
     readout = read_trace(path)
     for problem in readout.problems:
         print(f"! {problem}")
-    for e in readout.events:
-        print(render_event(e, args.responses))
-    return 0
+    unreadable = 0
+    for record in readout.events:
+        try:
+            event = parse_event(record)
+        except ValidationError as exc:  # written by another version, or edited: shown, never guessed at
+            unreadable += 1
+            print(f"! {path}: event {record.get('seq')} ({record.get('event')!r}) matches no trace event model: "
+                  f"{format_validation_error(exc)}")
+            continue
+        print(render_event(event, args.responses))
+    return EXIT_INPUT if unreadable else 0
 
 
-def render_event(e: dict, responses: bool = False) -> str:
-    kind = e["event"]
-    if kind == "run_start":
-        c = e["config"]
-        agents = ", ".join(f"{a.get('id') or a['role']}({a['tier']})" for a in c["agents"])
-        return (f"== run {e['run_id']} attempt {e['attempt']}{' (resumed)' if e['resumed'] else ''}: config {c['name']} "
-                f"[{agents}] rounds={c['rounds']} aggregation={c['aggregation']} scenario {e['scenario']['id']} "
-                f"replicate {e['sample_index']}")
-    if kind == "memo":
-        return f"   memo {e['sha256'][:12]} as of {e['as_of']}, {e['n_items']} evidence items"
-    if kind == "llm_call":
-        tag = "cache" if e["cached"] else f"{e['latency_s']:.2f}s"
-        retries = [a for a in e["attempts"] if a["kind"] != "ok"]
-        line = (f"   call r{e['round']} {e['agent']:<12} {e['label']:<16} {e['model_used']}{'' if e['is_llm'] else ' (non-LLM)'} "
-                f"[{tag}, {e['prompt_tokens']}+{e['completion_tokens']} tok" + (f", {len(retries)} retries" if retries else "") + "]")
-        if responses:
-            line += "\n      " + e["response"][:2000].replace("\n", "\n      ")
-        return line
-    if kind == "llm_failure":
-        return f"   FAILED r{e['round']} {e['agent']} {e['label']}: {e['reason']}"
-    if kind == "turn":
-        w = e.get("weights") or {}
-        held = ", ".join(f"{t} {x:.2f}" for t, x in sorted(w.items(), key=lambda kv: -kv[1]) if x > 0)
-        extra = ""
-        out = e["output"]
-        if e["phase"] == "critique":
-            extra = "; ".join(f"→{c['target_agent']}:{c['target_claim']} ({c['objection_confidence']:.2f})" for c in out["critiques"])
-        elif e["phase"] == "revise":
-            extra = ", ".join(f"{r['from_agent']}:{r['target_claim']} {r['disposition']}" for r in out["critique_responses"])
-        notes = f" | policy: {'; '.join(e['policy_notes'])}" if e.get("policy_notes") else ""
-        return f"   {e['phase']:<8} r{e['round']} {e['agent']:<12} {held} {extra}{notes}".rstrip()
-    if kind == "crit":
-        s = e["score"]
-        p = s["scores"]
-        clips = f" clipped: {'; '.join(s['clips'])}" if s["clips"] else ""
-        return (f"   CRIT     r{e['round']} {e['agent']:<12} rho {s['rho']:.3f} (P1 {p['logical_validity']:.2f} P2 {p['evidential_support']:.2f} "
-                f"P3 {p['alternative_consideration']:.2f} P4 {p['causal_alignment']:.2f}) by {s['scorer']}{clips}")
-    if kind == "divergence":
-        return f"   JSD      {e['phase']} r{e['round']}: {e['jsd']:.4f} (cash spread {e['cash_spread']:.3f})"
-    if kind == "controller":
-        s = e["step"]
-        return (f"   PID      r{e['round']}: rho_bar {s['rho_bar']:.3f} JS {s['js']:.3f} e {s['error']:+.3f} u {s['u']:+.3f} "
-                f"beta {s['beta_before']:.2f}→{s['beta_after']:.2f} quadrant {s['quadrant']}" + (" EARLY STOP" if s["early_stop"] else ""))
-    if kind in ("intervention", "intervention_check"):
-        body = {k: v for k, v in e.items() if k not in ("seq", "prev", "event", "t")}
-        return f"   {kind.upper():<8} " + json.dumps(body)
-    if kind == "final":
-        held = ", ".join(f"{t} {x:.3f}" for t, x in sorted(e["weights"].items(), key=lambda kv: -kv[1]) if x > 0)
-        return f"   FINAL    ({e['method']}) {held}" + (f", cash {e['cash']:.3f}" if e["cash"] else "")
-    if kind == "backtest":
-        m = e["metrics"]
-        return f"   BACKTEST return {m['total_return_pct']:.2f}% excess {m['excess_return_pct']:.2f}% Sharpe {_f(m['sharpe'])}"
-    if kind == "run_end":
-        return f"== end: {e['status']}" + (f" ({e['error']})" if e.get("error") else "")
-    return f"   {kind} " + json.dumps({k: v for k, v in e.items() if k not in ("seq", "prev", "t")})[:300]
+def render_event(e: Event, responses: bool = False) -> str:
+    """One trace event as a line (an LLM call with ``responses`` also gets its raw response, indented)."""
+    line = _RENDERERS.get(type(e), _render_other)(e)
+    if responses and isinstance(e, LLMCall):
+        line += "\n      " + (e.response or "")[:2000].replace("\n", "\n      ")
+    return line
+
+
+def _fields(e: Event, *leave_out: str) -> dict:
+    """The event's fields as written in its trace line (the hash-chain fields and ``leave_out`` left out)."""
+    return {k: v for k, v in {"event": e.event, **e.model_dump(mode="json", exclude_unset=True)}.items()
+            if k not in ("seq", "prev", "t", *leave_out)}
+
+
+def _render_other(e: Event) -> str:
+    return f"   {e.event} " + json.dumps(_fields(e), sort_keys=True)[:300]
+
+
+def _run_start(e: RunStart) -> str:
+    c = e.config
+    agents = ", ".join(f"{a.get('id') or a['role']}({a['tier']})" for a in c["agents"])
+    return (f"== run {e.run_id} attempt {e.attempt}{' (resumed)' if e.resumed else ''}: config {c['name']} "
+            f"[{agents}] rounds={c['rounds']} aggregation={c['aggregation']} scenario {e.scenario['id']} "
+            f"replicate {e.sample_index}")
+
+
+def _memo(e: MemoShown) -> str:
+    return f"   memo {e.sha256[:12]} as of {e.as_of}, {e.n_items} evidence items"
+
+
+def _llm_call(e: LLMCall) -> str:
+    tag = "cache" if e.cached else f"{e.latency_s:.2f}s"
+    retries = [a for a in e.attempts if a["kind"] != "ok"]
+    return (f"   call r{e.round} {e.agent:<12} {e.label:<16} {e.model_used}{'' if e.is_llm else ' (non-LLM)'} "
+            f"[{tag}, {e.prompt_tokens}+{e.completion_tokens} tok" + (f", {len(retries)} retries" if retries else "") + "]")
+
+
+def _llm_failure(e: LLMFailure) -> str:
+    return f"   FAILED r{e.round} {e.agent} {e.label}: {e.reason}"
+
+
+def _turn(e: Turn) -> str:
+    held = ", ".join(f"{t} {x:.2f}" for t, x in sorted((e.weights or {}).items(), key=lambda kv: -kv[1]) if x > 0)
+    extra = ""
+    if e.phase == "critique":
+        extra = "; ".join(f"→{c['target_agent']}:{c['target_claim']} ({c['objection_confidence']:.2f})" for c in e.output["critiques"])
+    elif e.phase == "revise":
+        extra = ", ".join(f"{r['from_agent']}:{r['target_claim']} {r['disposition']}" for r in e.output["critique_responses"])
+    notes = f" | policy: {'; '.join(e.policy_notes)}" if e.policy_notes else ""
+    return f"   {e.phase:<8} r{e.round} {e.agent:<12} {held} {extra}{notes}".rstrip()
+
+
+def _crit(e: Crit) -> str:
+    s, p = e.score, e.score.scores
+    clips = f" clipped: {'; '.join(s.clips)}" if s.clips else ""
+    return (f"   CRIT     r{e.round} {e.agent:<12} rho {s.rho:.3f} (P1 {p.logical_validity:.2f} P2 {p.evidential_support:.2f} "
+            f"P3 {p.alternative_consideration:.2f} P4 {p.causal_alignment:.2f}) by {s.scorer}{clips}")
+
+
+def _divergence(e: Divergence) -> str:
+    spread = "n/a" if e.cash_spread is None else f"{e.cash_spread:.3f}"
+    return f"   JSD      {e.phase} r{e.round}: {e.jsd:.4f} (cash spread {spread})"
+
+
+def _controller(e: ControllerStep) -> str:
+    s = e.step
+    return (f"   PID      r{e.round}: rho_bar {s['rho_bar']:.3f} JS {s['js']:.3f} e {s['error']:+.3f} u {s['u']:+.3f} "
+            f"beta {s['beta_before']:.2f}→{s['beta_after']:.2f} quadrant {s['quadrant']}" + (" EARLY STOP" if s["early_stop"] else ""))
+
+
+def _intervention(e: Intervention | InterventionCheck) -> str:
+    return f"   {e.event.upper():<8} " + json.dumps(_fields(e, "event"), sort_keys=True)
+
+
+def _final(e: Final) -> str:
+    held = ", ".join(f"{t} {x:.3f}" for t, x in sorted(e.weights.items(), key=lambda kv: -kv[1]) if x > 0)
+    return f"   FINAL    ({e.method}) {held}" + (f", cash {e.cash:.3f}" if e.cash else "")
+
+
+def _backtest(e: Backtest) -> str:
+    m = e.metrics
+    return f"   BACKTEST return {m['total_return_pct']:.2f}% excess {m['excess_return_pct']:.2f}% Sharpe {_f(m['sharpe'])}"
+
+
+def _run_end(e: RunEnd) -> str:
+    return f"== end: {e.status}" + (f" ({e.error})" if e.error else "")
+
+
+#: How `trace show` renders each event model; any other (RCA, EarlyStop, Conviction, Reflection) is its JSON fields.
+_RENDERERS: dict[type[Event], Callable[[Any], str]] = {
+    RunStart: _run_start, MemoShown: _memo, LLMCall: _llm_call, LLMFailure: _llm_failure, Turn: _turn, Crit: _crit,
+    Divergence: _divergence, ControllerStep: _controller, Intervention: _intervention, InterventionCheck: _intervention,
+    Final: _final, Backtest: _backtest, RunEnd: _run_end,
+}

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from runner.cli.commands import command_parser
 from runner.cli.common import CACHE_DIR_HELP, add_pack_args
 from runner.cli.run import cmd_run
 from runner.demo import run_demo
 
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="the main job on the embedded defaults: the rules-35 and quickstart batches")
+    p = command_parser(sub, "demo")
     p.add_argument("--scenarios", default=None,
                    help="not used by the batch demo (accepted for old scripts); run your own scenarios with `madbench run`")
     p.add_argument("--out", default="results", help="parent of the batches' results directories (default results)")

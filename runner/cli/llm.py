@@ -23,6 +23,7 @@ from madbench_gateway import (
 )
 from madbench_gateway.errors import OutputInvalid
 from madbench_gateway.local_model import LocalServer
+from runner.cli.commands import command_parser
 from runner.cli.common import CACHE_DIR_HELP
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -39,7 +40,7 @@ def parse_duration(text: str, where: str) -> float:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("llm", help="send requests through the gateway")
+    p = command_parser(sub, "llm")
     llm = p.add_subparsers(dest="llm_cmd", required=True, metavar="ACTION", help="what to send")
     p = llm.add_parser("ask", help="one request through the full gateway (limiter, cache, retries, validation)")
     p.add_argument("--model", required=True, help="litellm model string (openai/gpt-4o-mini, ollama/llama3, …) or local/gemma3-270m")
@@ -59,7 +60,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the response and its metadata as one JSON object")
     p.set_defaults(func=cmd_llm_ask)
 
-    p = sub.add_parser("cache", help="inspect or prune the LLM response cache")
+    p = command_parser(sub, "cache")
     cache = p.add_subparsers(dest="cache_cmd", required=True, metavar="ACTION", help="what to do with the cache")
     p = cache.add_parser("stats", help="entries, size, and hits/misses by model")
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
@@ -71,7 +72,7 @@ def register(sub) -> None:
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     p.set_defaults(func=cmd_cache_prune)
 
-    p = sub.add_parser("model", help="the embedded offline model (Gemma 3 270M behind llama.cpp)")
+    p = command_parser(sub, "model")
     model = p.add_subparsers(dest="model_cmd", required=True, metavar="ACTION", help="what to do with the model's server")
     p = model.add_parser("serve", help="start the local model server and keep it up until Ctrl-C")
     p.add_argument("--name", default="gemma3-270m", help=LOCAL_NAME_HELP)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from eval.report.page import build_report
+from runner.cli.commands import command_parser
 from runner.cli.common import csv_list
 
 
 def register(sub) -> None:
-    p = sub.add_parser("report", help="write a self-contained report.html (tables, plots, trace explorer) for a results dir")
+    p = command_parser(sub, "report")
     p.add_argument("results_dir", help="a results directory written by `madbench run`")
     p.add_argument("--out", help="output file (default RESULTS_DIR/report.html)")
     p.add_argument("--compare", help="comma-separated configs, in column order (default: all)")

@@ -12,13 +12,14 @@ from madbench_data.scenario import check_against_pack
 from madbench_gateway import resolve_cache_dir
 from madbench_gateway.providers.litellm_provider import LiteLLMProvider
 from runner.batch import _rel, expand, load_batch, resolve_configs, resolve_scenarios
+from runner.cli.commands import command_parser
 from runner.cli.common import add_pack_args
 from runner.execute import run_batch
 from runner.store import BatchLayout, read_manifest
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="run a batch of scenario x config x replicate debates on Ray (resumable)")
+    p = command_parser(sub, "run")
     p.add_argument("batch", help="batch YAML, e.g. configs/batches/rules-35.yaml")
     p.add_argument("--address", help="join a Ray cluster (else $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--results", "--results-dir", dest="results_dir", help="parent of the batch's results directory (default: the batch's results_dir)")
@@ -29,7 +30,7 @@ def register(sub) -> None:
     add_pack_args(p)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("status", help="progress and outcome of a batch (running or finished)")
+    p = command_parser(sub, "status")
     p.add_argument("results_dir", help="a batch results directory, e.g. results/rules-35")
     p.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     p.set_defaults(func=cmd_status)

@@ -9,6 +9,7 @@ from pathlib import Path
 from madbench_data.errors import InputError
 from madbench_data.markdown import markdown_table
 from madbench_gateway import Gateway, ModelSpec, ResponseCache, resolve_cache_dir
+from runner.cli.commands import command_parser
 from runner.cli.common import CACHE_DIR_HELP
 from scoring.agreement import audit_agreement, pillar_agreement
 from scoring.crit import PILLARS
@@ -17,7 +18,7 @@ from scoring.rubric import load_rubric
 
 
 def register(sub) -> None:
-    p = sub.add_parser("rescore", help="re-score the stored traces of finished runs (no debate is re-run)")
+    p = command_parser(sub, "rescore")
     p.add_argument("results_dir", help="a batch results directory or a `madbench debate --out` directory")
     p.add_argument("--scorer", required=True, help="model for CRIT: rules (non-LLM), local/gemma3-270m, openai/gpt-4o-mini, …")
     p.add_argument("--rubric", default="uniform", help="rubric name in configs/rubrics/ or a file (default uniform)")

@@ -6,11 +6,12 @@ import signal
 import threading
 
 from madbench_data.errors import InputError
+from runner.cli.commands import command_parser
 from runner.sim.provider import SimConfig, SimProvider
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sim", help="a simulated OpenAI-compatible provider (rate limits, latency) for trying setups offline")
+    p = command_parser(sub, "sim")
     sim = p.add_subparsers(dest="sim_cmd", required=True, metavar="ACTION", help="what to do with the simulated provider")
     p = sim.add_parser("serve", help="serve the simulated provider until Ctrl-C; debate turns get rule-based answers",
                        description="Serve madbench's simulated OpenAI-compatible provider until Ctrl-C. It enforces its own "

@@ -11,11 +11,12 @@ from eval.stats.analysis import analyse
 from eval.stats.frame import batch_order, json_safe, load_runs
 from eval.stats.power import power_table
 from madbench_data.errors import InputError
+from runner.cli.commands import command_parser
 from runner.cli.common import csv_list
 
 
 def register(sub) -> None:
-    p = sub.add_parser("stats", help="summaries, paired tests, paper-style tables, correlations and OLS over runs.parquet")
+    p = command_parser(sub, "stats")
     p.add_argument("results_dir", nargs="?", help="a results directory written by `madbench run`")
     p.add_argument("--from-parquet", metavar="FILE", help="any Parquet with config, scenario_id (replicate) and metric columns")
     p.add_argument("--compare", help="comma-separated configs, in column order (default: all, in run order)")
@@ -25,7 +26,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print paired comparisons and per-configuration summaries as JSON records")
     p.set_defaults(func=cmd_stats)
 
-    p = sub.add_parser("power", help="scenarios needed for a paired test to detect an effect")
+    p = command_parser(sub, "power")
     p.add_argument("--metric", default="sharpe", help="name of the metric (for the printout)")
     p.add_argument("--effect", type=float, required=True, help="mean paired difference to detect, e.g. 0.14")
     p.add_argument("--sd", type=float, required=True, help="standard deviation of the paired differences, e.g. 0.37")

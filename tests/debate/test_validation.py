@@ -2,8 +2,9 @@
 
 import pytest
 
+from debate.request_schemas import request_schema
 from debate.schemas import Holding, Proposal
-from debate.validation import TurnRules, cap_weights, check_allocation, parse_json, request_schema, validate_turn
+from debate.validation import TurnRules, cap_weights, check_allocation, parse_json, validate_turn
 from madbench_data.scenario import Constraints
 from madbench_gateway.errors import OutputInvalid
 

@@ -1,6 +1,10 @@
-"""The parser tree: every command and argument documented, one registry of command groups, --version."""
+"""The parser tree: every command and argument documented, one registry of command groups, --version;
+start-up imports only the group that owns the command being run."""
 
 import argparse
+import importlib
+import json
+import pkgutil
 import subprocess
 import sys
 from importlib import metadata
@@ -9,6 +13,7 @@ import pytest
 
 import runner.cli
 from runner.cli import GROUPS, build_parser, main
+from runner.cli.commands import COMMANDS, command_word, group_of
 
 TOP_LEVEL = {"demo", "run", "status", "data", "scenarios", "memo", "debate", "trace", "backtest", "rescore", "stats", "power",
              "report", "llm", "cache", "model", "sim", "bench"}
@@ -54,14 +59,69 @@ def test_every_leaf_command_has_a_function_and_the_tree_is_complete():
 
 
 def test_one_registry_of_groups_each_with_one_register_function():
-    assert len(GROUPS) == len(set(GROUPS))
+    assert len(GROUPS) == len({g.module for g in GROUPS})
     for group in GROUPS:
-        assert group.__name__.startswith("runner.cli.")
-        assert callable(group.register)
-        assert [n for n in vars(group) if n.startswith("register")] == ["register"]
+        module = importlib.import_module(group.module)
+        assert group.module.startswith("runner.cli.")
+        assert callable(module.register)
+        assert [n for n in vars(module) if n.startswith("register")] == ["register"]
     # every command-group module of the package is in the registry
-    modules = {m.name for m in __import__("pkgutil").iter_modules(runner.cli.__path__)} - {"common", "__main__"}
-    assert {g.__name__.rsplit(".", 1)[1] for g in GROUPS} == modules
+    modules = {m.name for m in pkgutil.iter_modules(runner.cli.__path__)} - {"common", "commands", "__main__"}
+    assert {g.module.rsplit(".", 1)[1] for g in GROUPS} == modules
+    assert set(COMMANDS) == TOP_LEVEL and sum(len(g.commands) for g in GROUPS) == len(COMMANDS)  # no command in two groups
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: g.module)
+def test_each_group_registers_exactly_its_registry_commands_with_their_descriptions(group):
+    sub = argparse.ArgumentParser(prog="madbench").add_subparsers(dest="command")
+    importlib.import_module(group.module).register(sub)
+    assert list(sub.choices) == list(group.commands)  # nothing missing, nothing unlisted, in help order
+    for choice in sub._choices_actions:
+        assert choice.help == group.commands[choice.dest], choice.dest
+        assert sub.choices[choice.dest].description == group.commands[choice.dest], choice.dest
+
+
+def test_the_top_level_help_is_the_same_without_importing_any_group():
+    assert build_parser([]).format_help() == build_parser().format_help()
+
+
+def test_the_command_word_picks_its_group():
+    assert command_word(["--version"]) is None and command_word([]) is None
+    assert command_word(["--help", "status", "x"]) == "status"
+    assert group_of("status").module == "runner.cli.run" and group_of("trace").module == "runner.cli.debate"
+    assert group_of("nope") is None and group_of(None) is None
+
+
+STARTUP = """
+import json, sys
+from runner.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+groups = {%s}
+print(json.dumps({"groups": sorted(groups & set(sys.modules)), "pandas": "pandas" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize("argv, groups", [(["--help"], []), (["--version"], []), (["run", "--help"], ["runner.cli.run"]),
+                                          (["trace", "show", "--help"], ["runner.cli.debate"])], ids=" ".join)
+def test_start_up_imports_only_the_group_of_the_command(argv, groups):
+    """A behaviour test, not a timing one: a fresh interpreter, then which modules parsing left loaded."""
+    code = STARTUP % ", ".join(repr(g.module) for g in GROUPS)
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    loaded = json.loads(out.stdout.splitlines()[-1])
+    assert loaded["groups"] == groups
+    if not groups:
+        assert not loaded["pandas"]
+
+
+def test_an_unknown_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["no-such-command"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'no-such-command'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("path", [p for p, _ in walk(build_parser())], ids=lambda p: " ".join(p) or "madbench")

@@ -1,11 +1,15 @@
 """The demo and the one-debate CLI on a synthetic pack (the local-model step is covered in tests/runner/gateway)."""
 
+import gzip
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
+from debate.events import Divergence, MemoShown
+from debate.trace import TraceWriter
 from runner.cli import main
 from tests.conftest import requires_shared
 
@@ -46,3 +50,40 @@ def test_debate_cli_prints_allocation_and_trace_show_renders(make_pack, tmp_path
     for marker in ("== run", "propose", "critique", "revise", "CRIT", "PID", "JSD", "FINAL    (judge)", "BACKTEST", "== end: ok"):
         assert marker in shown, marker
     assert main(["trace", "show", str(tmp_path)]) == 2
+
+
+STORED = Path(__file__).parents[1] / "debate" / "data"
+
+
+@pytest.mark.parametrize("name, markers", [
+    ("a7", ["INTERVENTION_CHECK {", "early_stop {", "PID      r1", "CRIT     r1"]),
+    ("causal-debate-3-rca", ["rca {", "judge    r2 judge", "FINAL    (judge)"]),
+    ("desks", ["conviction {", "desk     r"]),
+    ("tradingagents", ["reflection {", "portfolio_manager"]),
+])
+def test_trace_show_renders_every_typed_event_of_stored_traces(tmp_path, capsys, name, markers):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(gzip.decompress((STORED / f"trace-v0.1-{name}.jsonl.gz").read_bytes()))
+    n_events = len(trace.read_text().splitlines())
+    assert main(["trace", "show", str(tmp_path)]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert len(shown) == n_events and shown[0].startswith("== run") and shown[-1] == "== end: ok"
+    assert not [line for line in shown if line.startswith("!")]
+    for marker in markers:
+        assert any(marker in line for line in shown), marker
+    assert main(["trace", "show", str(trace), "--responses"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) > n_events  # each call's response, indented under it
+
+
+def test_trace_show_reports_an_event_that_matches_no_model(tmp_path, capsys):
+    trace = tmp_path / "trace.jsonl"
+    with TraceWriter(trace, fsync=False) as w:
+        w.write(MemoShown(sha256="ab" * 32, as_of="2021-06-30", n_items=3, ids=[]))
+        w.write(Divergence(phase="propose", round=0, jsd=0.25, cash_spread=None))
+    lines = trace.read_text().splitlines(keepends=True)
+    last = json.loads(lines[-1])
+    trace.write_text(lines[0] + json.dumps({**last, "bogus": 1}, sort_keys=True) + "\n")  # the last line: the chain still holds
+    assert main(["trace", "show", str(trace)]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "   memo abababababab as of 2021-06-30, 3 evidence items"
+    assert out[1].startswith("! ") and "event 1 ('divergence') matches no trace event model" in out[1] and "bogus: unknown key" in out[1]

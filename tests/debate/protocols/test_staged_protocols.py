@@ -191,7 +191,7 @@ def test_protocols_batch_gives_a_paired_comparison_table(tmp_path, capsys):
 
 
 def test_stage_schemas_sent_to_constrained_decoders_carry_the_universe_and_visible_ids():
-    from debate.protocols.staged import constrained_schema
+    from debate.request_schemas import constrained_schema
     from debate.stage_schemas import Attack, DeskReport
     desk = constrained_schema(DeskReport, ["AAA", "BBB"], {"AAA-RET60", "L1-VIX"})
     assert desk["$defs"]["TickerSignal"]["properties"]["ticker"]["enum"] == ["AAA", "BBB"]

@@ -207,7 +207,7 @@ def test_llama_cpp_form_turns_bounded_numbers_into_enums_and_leaves_others():
 
 
 def test_llama_cpp_form_lists_each_ticker_exactly_once_in_per_ticker_lists():
-    from debate.protocols.staged import constrained_schema
+    from debate.request_schemas import constrained_schema
     from debate.stage_schemas import DeskReport
     from madbench_gateway.providers.litellm_provider import response_format
     schema = constrained_schema(DeskReport, ["MS", "T", "XOM"], {"MS-RET60"})
@@ -220,7 +220,8 @@ def test_llama_cpp_form_lists_each_ticker_exactly_once_in_per_ticker_lists():
 def test_llama_cpp_form_fixes_claim_ids_and_answers_each_critique_once():
     import json
 
-    from debate.validation import TurnRules, request_schema
+    from debate.request_schemas import request_schema
+    from debate.validation import TurnRules
     from madbench_data.scenario import Constraints
     from madbench_gateway.providers.litellm_provider import response_format
     from madbench_gateway.providers.llama_schema import LOCAL_CLAIMS
@@ -248,7 +249,8 @@ def test_llama_cpp_form_allocations_hold_something_on_a_weight_grid():
     import itertools
     import json
 
-    from debate.validation import TurnRules, request_schema
+    from debate.request_schemas import request_schema
+    from debate.validation import TurnRules
     from madbench_data.scenario import Constraints
     from madbench_gateway.providers.litellm_provider import response_format
     from madbench_gateway.providers.llama_schema import WEIGHT_GRID
@@ -300,7 +302,7 @@ print(json.dumps(seen))
 
 
 def test_llama_cpp_form_keeps_the_claim_id_prefix_a_stage_schema_names():
-    from debate.protocols.staged import constrained_schema
+    from debate.request_schemas import constrained_schema
     from debate.stage_schemas import Thesis
     from madbench_gateway.providers.litellm_provider import response_format
     thesis = response_format(constrained_schema(Thesis, ["MS", "T", "XOM"], {"MS-RET60"}), "json_object_schema")["schema"]
@@ -311,7 +313,8 @@ def test_llama_cpp_form_leaves_the_request_schema_untouched():
     """The request schema is part of the cache key: the adaptation works on its own copy."""
     import copy
 
-    from debate.validation import TurnRules, request_schema
+    from debate.request_schemas import request_schema
+    from debate.validation import TurnRules
     from madbench_data.scenario import Constraints
     from madbench_gateway.providers.litellm_provider import response_format
     rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), {"MS-RET60"},

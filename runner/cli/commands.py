@@ -1,0 +1,97 @@
+"""What `madbench` offers, as data: the command groups, their commands and each command's one-line description.
+
+This module imports nothing but the standard library, so `madbench --help` lists every command without
+importing any command group (whose modules import pandas, pydantic models, Ray, ...). ``main`` imports only
+the group that owns the command being run (``Group.module``); the others stay one-line entries.
+
+A group module creates each of its commands with ``command_parser(sub, name)``, which takes the one-line
+description from here: this is its only source. A new group is one module of this package, with one
+``register(sub)`` function, plus one entry in ``GROUPS``, whose order is the order of `madbench --help`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Any
+
+#: Bad input (a missing file, a malformed value): one line on stderr.
+EXIT_INPUT = 2
+#: The disk filled up; committed results are intact and the same command resumes.
+EXIT_DISK_FULL = 3
+
+
+@dataclass(frozen=True)
+class Group:
+    """One command group: the module whose ``register(sub)`` adds its commands, and those commands."""
+    #: The module to import, e.g. "runner.cli.run".
+    module: str
+    #: Command name -> its one-line description, in the order `madbench --help` lists them.
+    commands: dict[str, str] = field(compare=False)
+
+
+#: The command groups, in the order `madbench --help` lists them.
+GROUPS: tuple[Group, ...] = (
+    Group("runner.cli.demo", {
+        "demo": "the main job on the embedded defaults: the rules-35 and quickstart batches",
+    }),
+    Group("runner.cli.run", {
+        "run": "run a batch of scenario x config x replicate debates on Ray (resumable)",
+        "status": "progress and outcome of a batch (running or finished)",
+    }),
+    Group("runner.cli.data", {
+        "data": "market data packs: check one, fetch one online",
+        "scenarios": "scenario files: draw seeded random scenarios from a pack",
+        "memo": "print the point-in-time memo of one scenario",
+    }),
+    Group("runner.cli.debate", {
+        "debate": "run one debate on one scenario, with its backtest",
+        "trace": "inspect a run's trace",
+    }),
+    Group("runner.cli.backtest", {
+        "backtest": "hold an allocation through a quarter and print its metrics",
+    }),
+    Group("runner.cli.score", {
+        "rescore": "re-score the stored traces of finished runs (no debate is re-run)",
+    }),
+    Group("runner.cli.stats", {
+        "stats": "summaries, paired tests, paper-style tables, correlations and OLS over runs.parquet",
+        "power": "scenarios needed for a paired test to detect an effect",
+    }),
+    Group("runner.cli.report", {
+        "report": "write a self-contained report.html (tables, plots, trace explorer) for a results dir",
+    }),
+    Group("runner.cli.llm", {
+        "llm": "send requests through the gateway",
+        "cache": "inspect or prune the LLM response cache",
+        "model": "the embedded offline model (Gemma 3 270M behind llama.cpp)",
+    }),
+    Group("runner.cli.sim", {
+        "sim": "a simulated OpenAI-compatible provider (rate limits, latency) for trying setups offline",
+    }),
+    Group("runner.cli.bench", {
+        "bench": "benchmarks: memo, backtest, gateway, runner, throughput against a simulated provider, cached replay",
+    }),
+)
+
+#: Every command's one-line description, in help order.
+COMMANDS: dict[str, str] = {name: text for g in GROUPS for name, text in g.commands.items()}
+_OWNER: dict[str, Group] = {name: g for g in GROUPS for name in g.commands}
+
+
+def group_of(command: str | None) -> Group | None:
+    """The group that owns ``command``; None for no command or an unknown one."""
+    return _OWNER.get(command) if command else None
+
+
+def command_word(argv: list[str]) -> str | None:
+    """The command `madbench` is asked to run: the first argument not starting with '-' (the top level
+    has no option taking a value); None when there is none (`madbench --help`, `madbench --version`)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def command_parser(sub: argparse._SubParsersAction, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """The subparser of command ``name``, with its one-line description from ``COMMANDS`` as both its entry in
+    `madbench --help` and the opening of its own --help; ``kwargs`` go to ``add_parser``."""
+    text = COMMANDS[name]
+    return sub.add_parser(name, help=text, description=text, **kwargs)
