@@ -36,7 +36,7 @@ from runner.wiring import install_rule_answers
 from scoring.crit_judge import load_crit_prompt
 from scoring.debate_scorer import scorer_for
 from scoring.prompts import load_scorer_prompt
-from scoring.rca import RCA_VARIABLES
+from scoring.rca_judge import RCA_VARIABLES
 from scoring.rubric import load_rubric
 
 install_rule_answers()  # every gateway that runs a debate can answer ``rules/…`` models

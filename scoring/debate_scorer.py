@@ -13,7 +13,7 @@ from scoring.audit import audit_turn
 from scoring.crit import CritAnswer
 from scoring.crit_judge import crit_request, finish, load_crit_prompt
 from scoring.prompts import load_scorer_prompt
-from scoring.rca import RCA_VARIABLES, RCATask
+from scoring.rca_judge import RCA_VARIABLES, RCATask
 from scoring.rubric import Rubric, load_rubric
 from scoring.rules_scorer import CritTask
 

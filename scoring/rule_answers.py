@@ -14,12 +14,12 @@ from pydantic import BaseModel
 from debate.rules import ANALYSTS, respond
 from debate.rules.staged_answers import answer as answer_stage
 from debate.task import AgentTask
-from scoring import rca, rules_scorer
+from scoring import rca_judge, rules_scorer
 
 HANDLERS: dict[str, Callable[[dict], BaseModel]] = {
     **{name: (lambda ctx, n=name: respond(n, AgentTask.model_validate(ctx))) for name in [*ANALYSTS, "judge"]},
     "crit": lambda ctx: rules_scorer.score(rules_scorer.CritTask.model_validate(ctx)),
-    "rca": lambda ctx: rca.rules_verdict(rca.RCATask.model_validate(ctx)),
+    "rca": lambda ctx: rca_judge.rules_verdict(rca_judge.RCATask.model_validate(ctx)),
     "stage": answer_stage,
 }
 

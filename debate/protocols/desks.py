@@ -19,7 +19,7 @@ from debate.context import RunContext
 from debate.events import Conviction
 from debate.outcome import Outcome
 from debate.protocols.staged import SLICES, ask_stage, known_ids_check, memo_slice, record_local, tickers_check
-from debate.rules.base import fix_rounding
+from debate.rules.analyst import fix_rounding
 from debate.stage_schemas import Argument, DebateMap, DeskReport, Ruling, Synthesis, TickerSignal, TickerView
 from debate.task import StageTask
 from debate.validation import cap_weights

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from debate.rules.base import RuleAnalyst
+from debate.rules.analyst import RuleAnalyst
 from debate.rules.devils_advocate import DevilsAdvocate
 from debate.rules.judge import judge
 from debate.rules.macro import MacroAnalyst

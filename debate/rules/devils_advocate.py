@@ -1,4 +1,4 @@
-from debate.rules.base import EvidenceView, Factor, RuleAnalyst
+from debate.rules.analyst import EvidenceView, Factor, RuleAnalyst
 
 
 class DevilsAdvocate(RuleAnalyst):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from debate.rules.base import fix_rounding
+from debate.rules.analyst import fix_rounding
 from debate.schemas import Holding, JudgeDecision
 from debate.task import AgentTask
 from debate.validation import cap_weights

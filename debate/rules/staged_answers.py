@@ -11,7 +11,7 @@ import math
 
 from pydantic import BaseModel
 
-from debate.rules.base import EvidenceView, allocate, fix_rounding, score_tickers
+from debate.rules.analyst import EvidenceView, allocate, fix_rounding, score_tickers
 from debate.rules.macro import regime
 from debate.rules.sentiment import SentimentAnalyst
 from debate.rules.technical import TechnicalAnalyst

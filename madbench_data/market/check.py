@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from madbench_data.errors import InputError
-from madbench_data.market.macro import RELEASES
+from madbench_data.market.macro_series import RELEASES
 from madbench_data.market.pack import read_table
 from madbench_data.market.table_specs import ALL_TABLES, EVIDENCE_TABLES, REQUIRED_TABLES
 

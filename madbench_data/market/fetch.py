@@ -18,7 +18,7 @@ import pandas as pd
 
 from madbench_data.atomic import atomic_write_bytes
 from madbench_data.errors import InputError
-from madbench_data.market.macro import RELEASES
+from madbench_data.market.macro_series import RELEASES
 from madbench_data.market.write import write_pack
 
 FRED_CSV = "https://fred.stlouisfed.org/graph/fredgraph.csv?id={series}"

@@ -15,7 +15,7 @@ import pandas as pd
 
 from madbench_data.errors import InputError
 from madbench_data.market.calendar import Quarter, TradingCalendar
-from madbench_data.market.macro import PublishedSeries
+from madbench_data.market.macro_series import PublishedSeries
 from madbench_data.market.table_specs import (
     ALL_TABLES,
     EVIDENCE_TABLES,

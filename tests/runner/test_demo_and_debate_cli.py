@@ -1,4 +1,4 @@
-"""The demo and the one-debate CLI on a synthetic pack (the local-model step is covered in tests/runner/gateway)."""
+"""The demo and the one-debate CLI on a synthetic pack (the local-model step is covered in tests/madbench_gateway)."""
 
 import gzip
 import json

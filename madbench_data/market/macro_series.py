@@ -71,7 +71,7 @@ def period_end(dates: pd.Series | pd.DatetimeIndex, frequency: str) -> pd.Dateti
 
 def release_of(series: str) -> Release:
     if series not in RELEASES:
-        raise KeyError(f"no release lag is declared for macro series {series!r}; add it to madbench_data.market.macro.RELEASES")
+        raise KeyError(f"no release lag is declared for macro series {series!r}; add it to madbench_data.market.macro_series.RELEASES")
     return RELEASES[series]
 
 

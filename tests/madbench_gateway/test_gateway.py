@@ -294,7 +294,7 @@ print(json.dumps(seen))
 ''')
     import os
     from pathlib import Path
-    root = str(Path(__file__).resolve().parents[3])
+    root = str(Path(__file__).resolve().parents[2])
     env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=root, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
