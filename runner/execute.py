@@ -25,6 +25,7 @@ from madbench_gateway import Budget, Gateway, ResponseCache
 from madbench_gateway.errors import BudgetExhausted
 from runner.batch import BatchSpec, RunSpec
 from runner.pipeline import run_debate
+from runner.progress import Progress
 from runner.store import TABLES, BatchLayout, compact, read_manifest, write_manifest, write_parts
 
 
@@ -64,39 +65,8 @@ class RunnerActor:
                 "node_id": self.node_id, "wall_s": time.perf_counter() - t0}
 
 
-class Progress:
-    def __init__(self, total: int, budget: float | None, stream=sys.stderr):
-        self.total, self.budget, self.stream = total, budget, stream
-        self.done = self.failed = self.calls = self.cached = self.tokens = 0
-        self.cost = 0.0
-        self.t0 = time.monotonic()
-        self.last = 0.0
-
-    def add(self, summary: dict[str, Any]) -> None:
-        if summary["status"] == "ok":
-            self.done += 1
-        else:
-            self.failed += 1
-        t = summary.get("totals") or {}
-        self.calls += t.get("calls", 0)
-        self.cached += t.get("cached", 0)
-        self.tokens += t.get("prompt_tokens", 0) + t.get("completion_tokens", 0)
-        self.cost += t.get("cost_usd", 0.0) or 0.0
-
-    def show(self, running: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last < 2.0:
-            return
-        self.last = now
-        el = now - self.t0
-        finished = self.done + self.failed
-        eta = (self.total - finished) * el / finished if finished else float("nan")
-        hit = self.cached / self.calls if self.calls else 0.0
-        budget = f"/{self.budget:.2f}" if self.budget else ""
-        bar = "#" * int(30 * finished / max(1, self.total))
-        print(f"\r[{bar:<30}] {finished}/{self.total} done {self.done} failed {self.failed} running {running} | "
-              f"{self.calls / el if el else 0:.1f} calls/s, cache {hit:.0%}, {self.tokens} tok, ${self.cost:.4f}{budget} | "
-              f"ETA {eta:.0f} s   ", end="" if not force else "\n", file=self.stream, flush=True)
+#: Seconds between manifest rewrites during a batch (what `madbench status` reads).
+STATUS_INTERVAL_S = 2.0
 
 
 def init_ray(address: str | None, num_cpus: int | None = None):
@@ -163,6 +133,8 @@ class Dispatch:
     def __init__(self, pool: ActorPool, spec: BatchSpec, layout: BatchLayout, manifest_runs: dict[str, dict],
                  todo: list[RunSpec], progress: Progress, stats: dict[str, Any], retry_failed: bool):
         self.pool, self.spec, self.layout, self.manifest_runs = pool, spec, layout, manifest_runs
+        self.spec_json = spec.model_dump(mode="json")
+        self.last_status = 0.0
         self.progress, self.stats, self.retry_failed = progress, stats, retry_failed
         self.queue = list(todo)
         self.in_flight: dict[Any, tuple[RunSpec, int, Any]] = {}  # ref → (run, actor index, actor handle)
@@ -177,15 +149,24 @@ class Dispatch:
             for ref in ready:
                 self._settle(ref)
             self.progress.show(len(self.in_flight))
+            self._publish_status()
             if self.budget_hit and not self.in_flight:
                 return "stopped: budget reached"
         return "finished"
+
+    def _publish_status(self) -> None:
+        """Rewrite the manifest every few seconds, so that `madbench status` sees the runs in flight."""
+        now = time.monotonic()
+        if now - self.last_status >= STATUS_INTERVAL_S:
+            self.last_status = now
+            write_manifest(self.layout, self.spec_json, list(self.manifest_runs.values()), "running")
 
     def _submit(self) -> None:
         while self.queue and len(self.in_flight) < self.spec.max_in_flight and not self.budget_hit:
             r = self.queue.pop(0)
             m = self.manifest_runs[r.run_id]
             m["attempts"] += 1
+            m["in_flight_since"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             k = self.sent % len(self.pool.actors)
             handle = self.pool.actors[k]
             ref = handle.run.remote(r.scenario.model_dump(mode="json"), r.config.model_dump(mode="json"), r.sample_index,
@@ -198,6 +179,7 @@ class Dispatch:
         ray = self.pool.ray
         r, k, handle = self.in_flight.pop(ref)
         m = self.manifest_runs[r.run_id]
+        m.pop("in_flight_since", None)
         try:
             summary = ray.get(ref)
         except ray.exceptions.RayActorError as exc:
@@ -261,7 +243,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             or (retry_failed and manifest_runs[r.run_id]["status"] == "failed")]
     spec_json = spec.model_dump(mode="json")
     write_manifest(layout, spec_json, list(manifest_runs.values()), "running")
-    progress = Progress(len(todo), spec.max_cost_usd, stream=open(os.devnull, "w") if quiet else sys.stderr)
+    progress = Progress(len(todo), spec.max_cost_usd, enabled=not quiet)
     stats = {"runs": len(runs), "skipped": len(runs) - len(todo), "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt}
     t0 = time.perf_counter()
     state = "finished"
@@ -275,11 +257,14 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             state = "interrupted"
             print("\ninterrupted: committed runs are kept; run the same command again to resume", file=sys.stderr)
         finally:
-            progress.show(len(dispatch.in_flight), force=True)
+            progress.close(len(dispatch.in_flight))
+            for m in manifest_runs.values():
+                m.pop("in_flight_since", None)
             pool.kill_all()
             write_manifest(layout, spec_json, list(manifest_runs.values()), state)
     else:
         write_manifest(layout, spec_json, list(manifest_runs.values()), state)
+    stats["state"] = state
     stats["tables"] = compact(layout)
     stats["wall_s"] = time.perf_counter() - t0
     stats["status"] = {s: sum(1 for m in manifest_runs.values() if m["status"] == s) for s in ("ok", "failed", "pending")}

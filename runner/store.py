@@ -65,6 +65,25 @@ def write_manifest(layout: BatchLayout, spec: dict[str, Any], runs: list[dict[st
     atomic_write_text(layout.root / "manifest.json", json.dumps(body, indent=1))
 
 
+def current_step(trace_path: Path) -> str:
+    """What a run in flight is doing now, from the last whole line of its trace (read from the end, cheaply)."""
+    if not trace_path.exists():
+        return "starting"
+    with open(trace_path, "rb") as fh:
+        fh.seek(0, 2)
+        fh.seek(max(0, fh.tell() - 65536))
+        lines = fh.read().splitlines()
+    for raw in reversed(lines):
+        try:
+            e = json.loads(raw)
+        except json.JSONDecodeError:
+            continue  # a torn or partial line: look at the one before
+        where = " ".join(str(e[k]) for k in ("agent", "label") if e.get(k) is not None)
+        rnd = f" round {e['round']}" if e.get("round") is not None else ""
+        return f"{e.get('event')}{': ' + where if where else ''}{rnd}"
+    return "starting"
+
+
 def read_manifest(root: str | Path) -> dict[str, Any]:
     return json.loads((Path(root) / "manifest.json").read_text())
 

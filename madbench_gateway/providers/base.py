@@ -34,6 +34,10 @@ class Provider(Protocol):
         seconds of imports sends its request late, bunched with later ones, and a provider that counts arrivals
         over a sliding minute answers the bunch with 429s a minute later."""
 
+    def preflight(self, spec: ModelSpec, temperature: float | None, max_tokens: int | None) -> list[str]:
+        """What would make every call to ``spec`` fail, found without a call: a missing key, a parameter the model
+        refuses. One line per problem; empty when none."""
+
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         """What stands for the endpoint in the cache key (a stable name, not an ephemeral port)."""
 

@@ -92,6 +92,27 @@ class LiteLLMProvider:
     def warm(self) -> None:
         import_litellm()
 
+    def preflight(self, spec: ModelSpec, temperature: float | None, max_tokens: int | None) -> list[str]:
+        litellm = import_litellm()
+        problems = []
+        if spec.api_key_env is not None:
+            if not os.environ.get(spec.api_key_env):
+                problems.append(f"{spec.model}: environment variable {spec.api_key_env} (its api_key_env) is not set")
+        elif not spec.api_base:  # a self-hosted endpoint takes no key; a hosted one reads the provider's variable
+            missing = litellm.validate_environment(model=spec.model).get("missing_keys") or []
+            if missing:
+                problems.append(f"{spec.model}: no API key: export {' or '.join(missing)} (or name another variable "
+                                "with api_key_env in the model spec)")
+        try:
+            model, provider, _, _ = litellm.get_llm_provider(spec.model)
+            litellm.utils.get_optional_params(model=model, custom_llm_provider=provider, temperature=temperature,
+                                              max_tokens=max_tokens)
+        except litellm.UnsupportedParamsError as exc:
+            problems.append(f"{spec.model}: {str(exc).split(' To drop')[0].replace('litellm.UnsupportedParamsError: ', '')}")
+        except litellm.BadRequestError as exc:  # litellm cannot tell the provider: every call would fail the same way
+            problems.append(f"{spec.model}: {str(exc).splitlines()[0][:300]}")
+        return problems
+
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return spec.api_base
 

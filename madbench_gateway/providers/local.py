@@ -48,6 +48,9 @@ class LocalModelProvider:
     def warm(self) -> None:
         self._inner.warm()
 
+    def preflight(self, spec: ModelSpec, temperature: float | None, max_tokens: int | None) -> list[str]:
+        return []  # no key, and every parameter is accepted
+
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return spec.api_base or f"local://{Path(ensure_model_file(spec.model.split('/', 1)[1])).name}"
 

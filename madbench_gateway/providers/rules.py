@@ -34,6 +34,9 @@ class RulesProvider:
     def warm(self) -> None:
         pass  # nothing slow, and no limiter
 
+    def preflight(self, spec: ModelSpec, temperature: float | None, max_tokens: int | None) -> list[str]:
+        return []  # no key, and every parameter is accepted
+
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return None
 

@@ -23,7 +23,16 @@ from collections.abc import Iterable
 from importlib import metadata
 
 from madbench_data.errors import InputError
-from runner.cli.commands import EXIT_DISK_FULL, EXIT_INPUT, GROUPS, Group, command_parser, command_word, group_of
+from runner.cli.commands import (
+    EXIT_DISK_FULL,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    GROUPS,
+    Group,
+    command_parser,
+    command_word,
+    group_of,
+)
 
 __all__ = ["EXIT_DISK_FULL", "EXIT_INPUT", "GROUPS", "build_parser", "main", "version"]
 
@@ -87,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     except BrokenPipeError:  # `madbench memo ... | head`
         return 0
+    except KeyboardInterrupt:  # before a batch started, or in a command without its own handling
+        print("\nmadbench: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise

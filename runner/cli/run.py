@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from madbench_data.errors import InputError
 from madbench_data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench_data.memo import build_memo
-from madbench_data.scenario import check_against_pack
 from madbench_gateway import resolve_cache_dir
 from madbench_gateway.providers.litellm_provider import LiteLLMProvider
 from runner.batch import _rel, expand, load_batch, resolve_configs, resolve_scenarios
-from runner.cli.commands import command_parser
+from runner.cli.commands import EXIT_INTERRUPTED, EXIT_RUNS_FAILED, command_parser
 from runner.cli.common import add_pack_args
 from runner.execute import run_batch
-from runner.store import BatchLayout, read_manifest
+from runner.preflight import preflight, preflight_error
+from runner.store import BatchLayout, current_step, read_manifest
 
 
 def register(sub) -> None:
@@ -42,9 +44,7 @@ def prepare(args):
     pack_dir = resolve_pack_dir(args.pack or (str(_rel(base, spec.pack)) if spec.pack else None))
     evidence = resolve_evidence_dirs(args.evidence or [str(_rel(base, e)) for e in spec.evidence] or None)
     pack = load_pack(pack_dir, evidence)
-    scenarios = resolve_scenarios(spec, base, pack, args.batch)
-    for s in scenarios:
-        check_against_pack(s, pack, f"{args.batch}: scenario {s.id}")
+    scenarios = resolve_scenarios(spec, base, pack, args.batch)  # checked against the pack by the preflight
     configs = resolve_configs(spec, base, args.batch)
     runs = expand(spec, scenarios, configs)
     cache_dir = resolve_cache_dir(args.cache_dir, _rel(base, spec.cache_dir) if spec.cache_dir else None)
@@ -86,17 +86,56 @@ def dry_run(spec, runs, pack) -> dict:
             "estimated_cost_usd": round(cost, 2), "models_without_price": sorted(unknown)}
 
 
+def retry_command(args) -> str:
+    """The exact command that re-runs this batch's failed runs (the options this one was given, plus --retry-failed)."""
+    words = ["madbench", "run", args.batch]
+    for flag, value in (("--results-dir", args.results_dir), ("--cache-dir", args.cache_dir), ("--pack", args.pack),
+                        ("--address", args.address)):
+        if value:
+            words += [flag, str(value)]
+    for e in args.evidence or []:
+        words += ["--evidence", str(e)]
+    return shlex.join(words + ["--retry-failed"])
+
+
+def failure_summary(runs: list[dict], limit_lines: int = 3) -> list[str]:
+    """Failed runs grouped by reason (the first lines of each distinct one), most frequent first."""
+    groups: dict[str, list[str]] = {}
+    for r in runs:
+        if r["status"] == "failed":
+            reason = "\n".join(str(r.get("error") or "no reason recorded").splitlines()[:limit_lines])
+            groups.setdefault(reason, []).append(r["run_id"])
+    out = []
+    for reason, ids in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        out.append(f"  {len(ids)} run(s), e.g. {ids[0]}:")
+        out += [f"    {line}" for line in reason.splitlines()]
+    return out
+
+
 def cmd_run(args) -> int:
     spec, runs, root, pack, pack_dir, evidence, cache_dir = prepare(args)
+    problems = preflight(runs, pack, args.batch, Path(cache_dir), root)
+    if problems:
+        raise preflight_error(problems, args.batch)
     if args.dry_run:
         print(json.dumps(dry_run(spec, runs, pack), indent=1))
         return 0
     layout = BatchLayout(root)
     stats = run_batch(spec, runs, layout, str(pack_dir), [str(e) for e in evidence], str(cache_dir), args.address,
                       args.retry_failed, args.quiet)
+    status = stats["status"]
     print(f"batch {spec.name}: {stats['runs']} runs ({stats['skipped']} already done, {stats['submitted']} submitted) in "
-          f"{stats['wall_s']:.1f} s; status {stats['status']}; rows {stats['tables']}; results in {root}")
-    return 0 if stats["status"]["failed"] == 0 else 1
+          f"{stats['wall_s']:.1f} s; {status['ok']} ok, {status['failed']} failed, {status['pending']} pending; "
+          f"state {stats['state']}; rows {stats['tables']}; results in {root}")
+    if status["failed"]:
+        print(f"{status['failed']} run(s) failed:", file=sys.stderr)
+        print("\n".join(failure_summary(read_manifest(root)["runs"])), file=sys.stderr)
+        print(f"retry them with:\n  {retry_command(args)}", file=sys.stderr)
+    if stats["state"] == "interrupted" and status["pending"]:
+        return EXIT_INTERRUPTED
+    if status["failed"]:
+        return EXIT_RUNS_FAILED
+    return 0 if status["pending"] == 0 else EXIT_RUNS_FAILED
 
 
 def cmd_status(args) -> int:
@@ -107,18 +146,25 @@ def cmd_status(args) -> int:
     runs = m["runs"]
     counts = {s: sum(1 for r in runs if r["status"] == s) for s in ("ok", "failed", "pending")}
     committed = sum(1 for r in runs if (root / "runs" / f"{r['run_id']}.json").exists())
+    flying = [r for r in runs if r.get("in_flight_since")]
+    layout = BatchLayout(root)
+    in_flight = [{"run_id": r["run_id"], "config": r["config"], "scenario_id": r["scenario_id"],
+                  "since": r["in_flight_since"], "step": current_step(layout.trace_path(r["run_id"]))} for r in flying]
     by_config: dict[str, dict[str, int]] = {}
     for r in runs:
         by_config.setdefault(r["config"], {"ok": 0, "failed": 0, "pending": 0})[r["status"]] += 1
     if args.json:
         print(json.dumps({"batch": m["spec"]["name"], "state": m["state"], "updated": m["updated"], **counts,
-                          "committed": committed, "by_config": by_config}, indent=1))
+                          "committed": committed, "in_flight": in_flight, "by_config": by_config}, indent=1))
         return 0
     print(f"batch {m['spec']['name']}: {m['state']} (updated {m['updated']}); {len(runs)} runs: "
-          f"{counts['ok']} ok, {counts['failed']} failed, {counts['pending']} pending; {committed} results committed")
+          f"{counts['ok']} ok, {counts['failed']} failed, {counts['pending']} pending ({len(in_flight)} in flight); "
+          f"{committed} results committed")
     for cfg, c in by_config.items():
         print(f"  {cfg:<30} ok {c['ok']:>4}  failed {c['failed']:>4}  pending {c['pending']:>4}")
-    for r in runs:
-        if r["status"] == "failed":
-            print(f"  failed {r['run_id']} ({r['config']} on {r['scenario_id']}): {r.get('error')}")
+    for r in in_flight:
+        print(f"  in flight {r['run_id']} ({r['config']} on {r['scenario_id']}, since {r['since']}): {r['step']}")
+    if counts["failed"]:
+        print(f"  {counts['failed']} failed:")
+        print("\n".join("  " + line for line in failure_summary(runs)))
     return 0
