@@ -1,14 +1,19 @@
 """Interventions registry: one module per intervention, one entry here.
 
-Each intervention declares a pydantic ``Params`` model (unknown keys rejected)
-and pure trigger functions; the protocol calls them at its hook points.
+Each intervention declares a pydantic ``Params`` model (unknown keys rejected), pure trigger functions,
+and the hooks it needs (``debate.interventions.hooks``: ``after_revision``, ``after_revise_round``,
+``after_crit``). The protocol calls, at each hook point, every configured intervention that implements
+that hook, in config order (``hooks_at``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from pydantic import BaseModel, ValidationError
 
 from debate.interventions import crit_causal, js_collapse, rca
+from debate.interventions.hooks import HOOKS
 from madbench_data.errors import InputError, format_validation_error
 
 INTERVENTIONS = {
@@ -24,3 +29,18 @@ def parse_intervention(cfg, where: str) -> BaseModel:
         return module.Params.model_validate(cfg.model_dump(exclude={"name"}))
     except ValidationError as exc:
         raise InputError(where, format_validation_error(exc), f"see debate/interventions/{cfg.name}.py for its parameters") from None
+
+
+def configured(interventions: Iterable, where: str = "config") -> list[tuple[str, BaseModel]]:
+    """A config's interventions as (name, parsed Params), in config order.
+
+    A name given twice counts once, at its first place, with its last parameters."""
+    params = {iv.name: parse_intervention(iv, where) for iv in interventions}
+    return list(params.items())
+
+
+def hooks_at(point: str, active: list[tuple[str, BaseModel]]) -> list[tuple[Callable, BaseModel]]:
+    """(hook, Params) of every intervention in ``active`` that implements hook ``point``, in ``active``'s order."""
+    if point not in HOOKS:
+        raise ValueError(f"unknown hook point {point!r}: use one of {', '.join(HOOKS)}")
+    return [(getattr(INTERVENTIONS[name], point), p) for name, p in active if hasattr(INTERVENTIONS[name], point)]

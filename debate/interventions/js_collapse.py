@@ -5,11 +5,22 @@ JS_prop < min_js_prop (nothing to collapse). The retried revision must stay
 within revision limits relative to the agent's revision input: at most
 ``max_changed_tickers`` tickers changed, each by at most ``max_change_pts``
 points; a violation is fed back to the model like any validation error.
+
+Hook: ``after_revise_round`` (debates of two or more agents): checks the trigger, and when it fires
+re-runs every agent's revise with its role's nudge, up to ``max_retries`` times while it still fires.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from debate.context import raise_if
+from debate.events import InterventionCheck
+from debate.interventions.hooks import Debate, fired
+from debate.validation import Validated
 
 DEFAULT_NUDGES = {
     "macro": "Your macro reading was yours for a reason. Keep the regime call unless the critiques showed evidence against it.",
@@ -59,3 +70,29 @@ def limit_violations(before: dict[str, float], after: dict[str, float], p: Param
             problems.append(f"change no weight by more than {p.max_change_pts:g} points "
                             f"({', '.join(f'{t} {d:+.1f}' for t, d in sorted(big.items()))})")
     return problems
+
+
+def _within_limits(before: dict[str, float], p: Params) -> Callable[[Validated], None]:
+    return lambda v: raise_if(limit_violations(before, v.weights, p))
+
+
+async def after_revise_round(debate: Debate, p: Params, round_: int) -> None:
+    """Check for a collapse of divergence; on one, nudge every agent and revise again under revision limits."""
+    if len(debate.agents) < 2:
+        return
+    collapsed, reason = triggered(debate.js_in, debate.js_rev, p)
+    debate.ctx.trace.write(InterventionCheck(name="js_collapse", round=round_, fired=collapsed, reason=reason,
+                                             js_prop=debate.js_in, js_rev=debate.js_rev))
+    if not collapsed:
+        return
+    fired(debate, {"name": "js_collapse", "round": round_, "reason": reason},
+          "nudge every agent and re-run revise under revision limits")
+    caps = {"max_changed_tickers": p.max_changed_tickers, "max_change_pts": p.max_change_pts}
+    for attempt in range(1, p.max_retries + 1):
+        outs = await asyncio.gather(*[
+            debate.revise(a, [nudge(a.role, p)], f"revise:js{attempt}", _within_limits(debate.current[a.agent_id].weights, p), caps)
+            for a in debate.agents])
+        debate.revisions = dict(zip([a.agent_id for a in debate.agents], outs))
+        debate.js_rev = debate.revision_divergence(round_)
+        if not triggered(debate.js_in, debate.js_rev, p)[0]:
+            break

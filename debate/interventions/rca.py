@@ -1,12 +1,20 @@
 """RCA consistency retries: a judge checks that a turn follows from its own reasoning; on failure the
 turn is retried with feedback whose tone escalates with β, and the last escalation reframes the task
-as an optimisation problem."""
+as an optimisation problem.
+
+Hook: ``after_revision`` (when ``revise`` is among its phases) — every revise turn, including the
+re-revisions other interventions ask for, is checked and retried up to ``max_retries`` times.
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from debate.events import Intervention
+from debate.interventions.hooks import Debate, RevisionRequest, fired
+from debate.validation import Validated
 
 OPTIMISATION_FRAMING = ("Treat this as an optimisation problem: choose weights that maximise your expected "
                         "risk-adjusted return given only the evidence you cited, subject to the constraints, "
@@ -26,3 +34,26 @@ def feedback(level: int, beta: float, judge_feedback: str, p: Params) -> str:
     tone = ("Please reconsider" if beta < 0.34 else "This is inconsistent; fix it" if beta < 0.67
             else "Your answer contradicts its own reasoning. Rewrite it so that it does not")
     return f"{tone}: {judge_feedback}"
+
+
+async def after_revision(debate: Debate, p: Params, request: RevisionRequest, out: Validated) -> Validated:
+    """Check the revision with the RCA judge; retry it with escalating feedback until it is consistent."""
+    if "revise" not in p.phases:
+        return out
+    a, t = request.agent, request.round
+    before, received = debate.current[a.agent_id].value, debate.received[a.agent_id]
+    for level in range(1, p.max_retries + 1):
+        verdict = await debate.ctx.rca(a, "revise", t, before, out.value, received)
+        if verdict.ok:
+            return out
+        fb = feedback(level, debate.beta, verdict.feedback or verdict.reason, p)
+        record = {"name": "rca", "round": t, "agent": a.agent_id, "level": level,
+                  "verdict": verdict.verdict, "reason": verdict.reason}
+        fired(debate, record, "retry revise with feedback", feedback=fb)
+        out = await debate.ask_revision(request.with_nudge(fb, f"{request.label}:rca{level}"))
+    final = await debate.ctx.rca(a, "revise", t, before, out.value, received)
+    if not final.ok:
+        debate.ctx.trace.write(Intervention(name="rca", round=t, agent=a.agent_id, level=p.max_retries + 1,
+                                            verdict=final.verdict, reason=final.reason,
+                                            action="kept last revision (retries exhausted)"))
+    return out

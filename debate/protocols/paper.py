@@ -1,6 +1,10 @@
 """The paper's protocol (PAPER_NOTES §2–3): propose, then T rounds of critique → revise → CRIT → PID,
 with interventions at their hook points, then a judge or the mean.
 
+``PaperDebate`` holds one run's state and has one method per phase. Interventions are hooks
+(``debate.interventions.hooks``): at each hook point the debate calls every configured intervention
+that implements that hook, in config order, through the registry.
+
 Agents within a phase run concurrently; their events are written in agent
 order once the phase completes, so a replay writes the same trace.
 """
@@ -8,17 +12,17 @@ order once the phase completes, so a replay writes the same trace.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
 from debate.config import AgentConfig
-from debate.context import RunContext, raise_if
-from debate.control import PIDState, cash_spread, jsd, pairwise_js, pid_step
-from debate.events import ControllerStep, Divergence, EarlyStop, Intervention, InterventionCheck
-from debate.interventions import crit_causal as crit_causal_mod
-from debate.interventions import js_collapse as js_mod
-from debate.interventions import parse_intervention
-from debate.interventions import rca as rca_mod
+from debate.context import RunContext
+from debate.control import PIDState, PIDStep, cash_spread, jsd, pairwise_js, pid_step
+from debate.events import ControllerStep, Divergence, EarlyStop
+from debate.grading import CritScore
+from debate.interventions import configured, hooks_at
+from debate.interventions.hooks import HOOKS, RevisionRequest
 from debate.outcome import Outcome
 from debate.schemas import CritiqueItem
 from debate.task import ReceivedCritique
@@ -46,6 +50,10 @@ def _divergence(ctx: RunContext, phase: str, round_: int, outputs: dict[str, Val
     return value
 
 
+def _jsd(outputs: dict[str, Validated], ids: list[str]) -> float:
+    return jsd([outputs[a].weights for a in ids], [outputs[a].value.cash_weight for a in ids])
+
+
 def mean_allocation(ctx: RunContext, finals: dict[str, Validated]) -> tuple[dict[str, float], float, list[str]]:
     """Unweighted mean of the final allocations, made feasible for max_tickers if the union exceeds it."""
     n = len(finals)
@@ -63,152 +71,170 @@ def mean_allocation(ctx: RunContext, finals: dict[str, Validated]) -> tuple[dict
     return weights, cash, notes
 
 
-async def run(ctx: RunContext) -> Outcome:
-    cfg = ctx.config
-    agents = cfg.agents
-    params = {iv.name: parse_intervention(iv, "config") for iv in cfg.interventions}
-    state = PIDState(beta=cfg.pid.beta0)
-    outcome_iv: list[dict] = []
+class PaperDebate:
+    """One run of the paper protocol: the per-run state, one method per phase."""
+
+    def __init__(self, ctx: RunContext):
+        self.ctx, self.cfg = ctx, ctx.config
+        self.agents: list[AgentConfig] = ctx.config.agents
+        active = configured(self.cfg.interventions)
+        self._hooks = {point: hooks_at(point, active) for point in HOOKS}
+        self.state = PIDState(beta=self.cfg.pid.beta0)
+        self.round = self.rounds_run = 0
+        self.current: dict[str, Validated] = {}
+        self.revisions: dict[str, Validated] = {}
+        self.received: dict[str, list[tuple[str, CritiqueItem]]] = {}
+        self.js_in = self.js_rev = 0.0
+        self.js_log: dict[str, float] = {}
+        self.rho_by_round: list[float] = []
+        self.interventions: list[dict] = []
+
+    @property
+    def beta(self) -> float:
+        return self.state.beta
+
+    @property
+    def ids(self) -> list[str]:
+        return [a.agent_id for a in self.agents]
+
+    def agent(self, agent_id: str) -> AgentConfig:
+        return next(a for a in self.agents if a.agent_id == agent_id)
+
+    async def run(self) -> Outcome:
+        await self.propose()
+        for t in range(1, self.cfg.rounds + 1):
+            if await self.debate_round(t):
+                break
+        return await self.aggregate()
 
     # -- propose
-    async def propose(a: AgentConfig) -> Validated:
-        task = ctx.base_task(a.agent_id, a.role, "propose", 1, state.beta)
-        return await ctx.ask(a, "propose", 1, task, {})
 
-    props = dict(zip([a.agent_id for a in agents], await asyncio.gather(*[propose(a) for a in agents])))
-    current = props
-    js_prev = _divergence(ctx, "propose", 0, props) if len(agents) > 1 else 0.0
-    rho_by_round: list[float] = []
-    js_log = {"propose": js_prev}
+    async def propose(self) -> None:
+        outs = await asyncio.gather(*[self._propose(a) for a in self.agents])
+        self.current = dict(zip(self.ids, outs))
+        self.js_log["propose"] = _divergence(self.ctx, "propose", 0, self.current) if len(self.agents) > 1 else 0.0
+        if self.cfg.rounds == 0 and self.cfg.score_rounds:
+            scores = await asyncio.gather(*[self.ctx.crit(a, 0, self.current[a.agent_id].value, []) for a in self.agents])
+            self.rho_by_round.append(sum(s.rho for s in scores) / len(scores))
 
-    if cfg.rounds == 0 and cfg.score_rounds:
-        scores = await asyncio.gather(*[ctx.crit(a, 0, props[a.agent_id].value, []) for a in agents])
-        rho_by_round.append(sum(s.rho for s in scores) / len(scores))
+    async def _propose(self, a: AgentConfig) -> Validated:
+        task = self.ctx.base_task(a.agent_id, a.role, "propose", 1, self.beta)
+        return await self.ctx.ask(a, "propose", 1, task, {})
 
-    rounds_run = 0
-    for t in range(1, cfg.rounds + 1):
-        rounds_run = t
-        js_in = jsd([current[a.agent_id].weights for a in agents],
-                    [current[a.agent_id].value.cash_weight for a in agents]) if len(agents) > 1 else 0.0
-        received: dict[str, list[tuple[str, CritiqueItem]]] = {a.agent_id: [] for a in agents}
+    # -- one round: critique → revise → [after_revise_round] → CRIT → [after_crit] → controller
 
-        # -- critique
-        async def critique(a: AgentConfig):
-            targets = cfg.targets_of(a.agent_id)
-            if not targets:
-                return None
-            peer_claims = {p: {c.claim_id for c in current[p].value.claims} for p in targets}
-            task = ctx.base_task(a.agent_id, a.role, "critique", t, state.beta, own=current[a.agent_id].value,
-                                 peers={p: current[p].value for p in targets})
-            return await ctx.ask(a, "critique", t, task, {"peers": _peer_view(ctx, current, a),
-                                                          "tone": ctx.profiles[a.agent_id].tone(state.beta)},
-                                 peer_claims=peer_claims)
+    async def debate_round(self, t: int) -> bool:
+        """Run round ``t``; True when the controller stops the debate early."""
+        self.round = self.rounds_run = t
+        self.js_in = _jsd(self.current, self.ids) if len(self.agents) > 1 else 0.0
+        await self.critique_round(t)
+        await self.revise_round(t)
+        for hook, p in self._hooks["after_revise_round"]:
+            await hook(self, p, t)
+        step = await self.score_round(t)
+        self.js_log[f"revise_{t}"] = self.js_rev
+        self.current = self.revisions
+        return self.early_stop(t, step)
 
-        crits = await asyncio.gather(*[critique(a) for a in agents])
-        for a, c in zip(agents, crits):
+    async def critique_round(self, t: int) -> None:
+        self.received = {a.agent_id: [] for a in self.agents}
+        crits = await asyncio.gather(*[self.critique(a, t) for a in self.agents])
+        for a, c in zip(self.agents, crits):
             if c is None:
                 continue
             for item in c.value.critiques:
-                received[item.target_agent].append((a.agent_id, item))
+                self.received[item.target_agent].append((a.agent_id, item))
 
-        # -- revise (with the RCA consistency loop when enabled)
-        async def revise(a: AgentConfig, nudges: list[str], label: str, extra=None, limits: dict | None = None) -> Validated:
-            mine = received[a.agent_id]
-            task = ctx.base_task(a.agent_id, a.role, "revise", t, state.beta, own=current[a.agent_id].value,
-                                 critiques_received=[ReceivedCritique(from_agent=f, item=i) for f, i in mine],
-                                 nudges=nudges, revision_limits=limits)
-            variables = {"own": current[a.agent_id].value.model_dump_json(indent=1), "nudges": nudges,
-                         "critiques": [{"from_agent": f, **i.model_dump()} for f, i in mine]}
-            out = await ctx.ask(a, "revise", t, task, variables, extra_check=extra, label=label)
-            if "rca" in params and "revise" in params["rca"].phases:
-                p: rca_mod.Params = params["rca"]
-                for level in range(1, p.max_retries + 1):
-                    verdict = await ctx.rca(a, "revise", t, current[a.agent_id].value, out.value, mine)
-                    if verdict.ok:
-                        break
-                    fb = rca_mod.feedback(level, state.beta, verdict.feedback or verdict.reason, p)
-                    record = {"name": "rca", "round": t, "agent": a.agent_id, "level": level,
-                              "verdict": verdict.verdict, "reason": verdict.reason}
-                    ctx.trace.write(Intervention(**record, action="retry revise with feedback", feedback=fb))
-                    outcome_iv.append(record)
-                    task = task.model_copy(update={"nudges": [*nudges, fb]})
-                    out = await ctx.ask(a, "revise", t, task, {**variables, "nudges": [*nudges, fb]},
-                                        extra_check=extra, label=f"{label}:rca{level}")
-                else:
-                    final = await ctx.rca(a, "revise", t, current[a.agent_id].value, out.value, mine)
-                    if not final.ok:
-                        ctx.trace.write(Intervention(name="rca", round=t, agent=a.agent_id, level=p.max_retries + 1,
-                                       verdict=final.verdict, reason=final.reason, action="kept last revision (retries exhausted)"))
-            return out
+    async def critique(self, a: AgentConfig, t: int) -> Validated | None:
+        targets = self.cfg.targets_of(a.agent_id)
+        if not targets:
+            return None
+        current = self.current
+        peer_claims = {p: {c.claim_id for c in current[p].value.claims} for p in targets}
+        task = self.ctx.base_task(a.agent_id, a.role, "critique", t, self.beta, own=current[a.agent_id].value,
+                                  peers={p: current[p].value for p in targets})
+        variables = {"peers": _peer_view(self.ctx, current, a), "tone": self.ctx.profiles[a.agent_id].tone(self.beta)}
+        return await self.ctx.ask(a, "critique", t, task, variables, peer_claims=peer_claims)
 
-        revs = dict(zip([a.agent_id for a in agents], await asyncio.gather(*[revise(a, [], "revise") for a in agents])))
-        js_rev = _divergence(ctx, "revise", t, revs) if len(agents) > 1 else 0.0
+    async def revise_round(self, t: int) -> None:
+        outs = await asyncio.gather(*[self.revise(a, [], "revise") for a in self.agents])
+        self.revisions = dict(zip(self.ids, outs))
+        self.js_rev = self.revision_divergence(t)
 
-        # -- JS collapse (A7/A8): after revise, before CRIT
-        if "js_collapse" in params and len(agents) > 1:
-            p: js_mod.Params = params["js_collapse"]
-            fired, reason = js_mod.triggered(js_in, js_rev, p)
-            ctx.trace.write(InterventionCheck(name="js_collapse", round=t, fired=fired, reason=reason,
-                           js_prop=js_in, js_rev=js_rev))
-            if fired:
-                record = {"name": "js_collapse", "round": t, "reason": reason}
-                ctx.trace.write(Intervention(**record, action="nudge every agent and re-run revise under revision limits"))
-                outcome_iv.append(record)
+    async def revise(self, a: AgentConfig, nudges: list[str], label: str,
+                     extra_check: Callable[[Validated], None] | None = None, limits: dict | None = None) -> Validated:
+        """One agent's revise turn in the current round, then every ``after_revision`` hook."""
+        mine = self.received[a.agent_id]
+        own = self.current[a.agent_id].value
+        task = self.ctx.base_task(a.agent_id, a.role, "revise", self.round, self.beta, own=own,
+                                  critiques_received=[ReceivedCritique(from_agent=f, item=i) for f, i in mine],
+                                  nudges=nudges, revision_limits=limits)
+        variables = {"own": own.model_dump_json(indent=1), "nudges": nudges,
+                     "critiques": [{"from_agent": f, **i.model_dump()} for f, i in mine]}
+        request = RevisionRequest(agent=a, round=self.round, task=task, variables=variables, label=label,
+                                  extra_check=extra_check)
+        out = await self.ask_revision(request)
+        for hook, p in self._hooks["after_revision"]:
+            out = await hook(self, p, request, out)
+        return out
 
-                def limits(a):
-                    before = current[a.agent_id].weights
-                    return lambda v: raise_if(js_mod.limit_violations(before, v.weights, p))
+    async def ask_revision(self, request: RevisionRequest) -> Validated:
+        return await self.ctx.ask(request.agent, "revise", request.round, request.task, request.variables,
+                                  extra_check=request.extra_check, label=request.label)
 
-                for attempt in range(1, p.max_retries + 1):
-                    caps = {"max_changed_tickers": p.max_changed_tickers, "max_change_pts": p.max_change_pts}
-                    revs = dict(zip([a.agent_id for a in agents], await asyncio.gather(*[
-                        revise(a, [js_mod.nudge(a.role, p)], f"revise:js{attempt}", limits(a), caps) for a in agents])))
-                    js_rev = _divergence(ctx, "revise", t, revs)
-                    if not js_mod.triggered(js_in, js_rev, p)[0]:
-                        break
+    def revision_divergence(self, round_: int) -> float:
+        """JS divergence of this round's revisions, traced (0 for a single agent, untraced)."""
+        return _divergence(self.ctx, "revise", round_, self.revisions) if len(self.agents) > 1 else 0.0
 
-        # -- CRIT on the revisions
-        scores = {}
-        if cfg.score_rounds:
-            got = await asyncio.gather(*[ctx.crit(a, t, revs[a.agent_id].value, received[a.agent_id]) for a in agents])
-            scores = {s.agent_id: s for s in got}
-            if "crit_causal" in params:
-                p = params["crit_causal"]
-                for agent_id in crit_causal_mod.targets({k: s.scores.causal_alignment for k, s in scores.items()}, p):
-                    a = next(x for x in agents if x.agent_id == agent_id)
-                    record = {"name": "crit_causal", "round": t, "agent": agent_id,
-                              "reason": f"P4 {scores[agent_id].scores.causal_alignment:.2f} < {p.p4_threshold:g}"}
-                    ctx.trace.write(Intervention(**record, action="nudge, re-run revise and CRIT"))
-                    outcome_iv.append(record)
-                    for attempt in range(1, p.max_retries + 1):
-                        revs[agent_id] = await revise(a, [p.nudge], f"revise:crit_causal{attempt}")
-                        scores[agent_id] = await ctx.crit(a, t, revs[agent_id].value, received[agent_id], label=f"crit:retry{attempt}")
-                        if scores[agent_id].scores.causal_alignment >= p.p4_threshold:
-                            break
-                js_rev = _divergence(ctx, "revise", t, revs) if len(agents) > 1 else 0.0
-            rho_bar = sum(s.rho for s in scores.values()) / len(scores)
-            rho_by_round.append(rho_bar)
-            state, step = pid_step(state, rho_bar, js_rev, cfg.pid)
-            ctx.trace.write(ControllerStep(round=t, step=step.model_dump(), state=state.model_dump()))
-        js_log[f"revise_{t}"] = js_rev
-        current = revs
-        if scores and step.early_stop:
-            ctx.trace.write(EarlyStop(round=t, reason=f"JS {js_rev:.4f} < ε and |Δρ̄| < Δρ"))
-            break
+    async def score_round(self, t: int) -> PIDStep | None:
+        """CRIT on the revisions, the ``after_crit`` hooks, then the controller (None when rounds are unscored)."""
+        if not self.cfg.score_rounds:
+            return None
+        got = await asyncio.gather(*[self.ctx.crit(a, t, self.revisions[a.agent_id].value, self.received[a.agent_id])
+                                     for a in self.agents])
+        scores: dict[str, CritScore] = {s.agent_id: s for s in got}
+        for hook, p in self._hooks["after_crit"]:
+            await hook(self, p, t, scores)
+        return self.controller_step(t, scores)
+
+    def controller_step(self, t: int, scores: dict[str, CritScore]) -> PIDStep:
+        rho_bar = sum(s.rho for s in scores.values()) / len(scores)
+        self.rho_by_round.append(rho_bar)
+        self.state, step = pid_step(self.state, rho_bar, self.js_rev, self.cfg.pid)
+        self.ctx.trace.write(ControllerStep(round=t, step=step.model_dump(), state=self.state.model_dump()))
+        return step
+
+    def early_stop(self, t: int, step: PIDStep | None) -> bool:
+        if step is None or not step.early_stop:
+            return False
+        self.ctx.trace.write(EarlyStop(round=t, reason=f"JS {self.js_rev:.4f} < ε and |Δρ̄| < Δρ"))
+        return True
 
     # -- aggregation
-    if cfg.aggregation == "judge":
-        roles = {a.agent_id: a.role for a in agents}
-        finals = [{"agent_id": k, "role": roles[k], "output": v.value.model_dump_json(indent=1)} for k, v in current.items()]
-        task = ctx.base_task("judge", "judge", "judge", rounds_run, state.beta, peers={k: v.value for k, v in current.items()})
-        decision = await ctx.ask(None, "judge", rounds_run, task, {"finals": finals})
-        weights, cash, notes, method = decision.weights, decision.value.cash_weight, decision.notes, "judge"
-    else:
-        weights, cash, notes = mean_allocation(ctx, current)
-        method = "mean" if len(agents) > 1 else "single"
-    return Outcome(weights=weights, cash=cash, method=method, rounds_run=rounds_run,
-                   rho_bar=rho_by_round[-1] if rho_by_round else None, rho_by_round=rho_by_round, js=js_log,
-                   interventions=outcome_iv, notes=notes)
+
+    async def aggregate(self) -> Outcome:
+        if self.cfg.aggregation == "judge":
+            weights, cash, notes = await self.judge()
+            method = "judge"
+        else:
+            weights, cash, notes = mean_allocation(self.ctx, self.current)
+            method = "mean" if len(self.agents) > 1 else "single"
+        rho = self.rho_by_round
+        return Outcome(weights=weights, cash=cash, method=method, rounds_run=self.rounds_run,
+                       rho_bar=rho[-1] if rho else None, rho_by_round=rho, js=self.js_log,
+                       interventions=self.interventions, notes=notes)
+
+    async def judge(self) -> tuple[dict[str, float], float, list[str]]:
+        roles = {a.agent_id: a.role for a in self.agents}
+        finals = [{"agent_id": k, "role": roles[k], "output": v.value.model_dump_json(indent=1)} for k, v in self.current.items()]
+        task = self.ctx.base_task("judge", "judge", "judge", self.rounds_run, self.beta,
+                                  peers={k: v.value for k, v in self.current.items()})
+        decision = await self.ctx.ask(None, "judge", self.rounds_run, task, {"finals": finals})
+        return decision.weights, decision.value.cash_weight, decision.notes
 
 
-__all__ = ["run"]
+async def run(ctx: RunContext) -> Outcome:
+    return await PaperDebate(ctx).run()
+
+
+__all__ = ["PaperDebate", "mean_allocation", "run"]
