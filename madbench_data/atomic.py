@@ -2,18 +2,58 @@
 
 A reader (or a resumed batch) therefore sees either the old file or the whole
 new one, never a half-written file.
+
+The temporary file comes from ``tempfile.mkstemp``, which creates it ``0600``
+whatever the umask. Before the rename it is given the mode an ordinary
+``open(path, "w")`` would have: ``0o666 & ~umask`` (``0644`` under the usual
+``022``), so colleagues on shared storage can read the results when the umask
+lets them, and nobody can when it does not (``077`` gives ``0600``).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
+_UMASK_LOCK = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the OS allows.
+
+    Linux reports it in ``/proc/self/status``. Elsewhere ``os.umask`` is the only
+    way, and it sets while it reads: the value is swapped for the strict ``077``
+    for an instant (a file another thread creates in that instant is made more
+    private, never less) and restored, under a lock so two readers do not race.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode a newly created regular file gets under the current umask."""
+    return 0o666 & ~current_umask()
+
+
+def dir_mode() -> int:
+    """The mode a newly created directory gets under the current umask (for ``tempfile.mkdtemp``'s 0700)."""
+    return 0o777 & ~current_umask()
+
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp_path)`` and atomically move the result onto ``path``."""
+    """Call ``write(tmp_path)`` and atomically move the result onto ``path`` (mode ``0o666 & ~umask``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -21,6 +61,8 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     tmp_path = Path(tmp)
     try:
         write(tmp_path)
+        # after write(): a writer may have replaced the temporary file rather than written into it
+        os.chmod(tmp_path, file_mode())
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)

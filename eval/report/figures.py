@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from debate.grading import PILLARS
+from eval.stats.degenerate import Degenerate, check_predictor
 from eval.stats.paired import PairedComparison
 
 if TYPE_CHECKING:  # plotly loads in ~0.4 s: imported where a figure is built, not at `madbench --help`
@@ -59,7 +60,11 @@ def paired_differences(pairs: list[PairedComparison], metric: str) -> go.Figure:
 
 
 def quality_scatter(ok: pd.DataFrame, configs: list[str], x: str = "rho_bar", y: str = "sharpe") -> go.Figure:
-    """ρ̄ against performance per configuration, with the pooled OLS line y = a + b·x."""
+    """ρ̄ against performance per configuration, with the pooled OLS line y = a + b·x.
+
+    No line where the data cannot give a slope (``eval.stats.degenerate``: fewer than 3 points, x with fewer
+    than 3 distinct values, a constant y); the title says why instead.
+    """
     import plotly.graph_objects as go
     import statsmodels.api as sm
     fig, col = go.Figure(), colours(configs)
@@ -69,7 +74,11 @@ def quality_scatter(ok: pd.DataFrame, configs: list[str], x: str = "rho_bar", y:
                                  text=g["scenario_id"], hovertemplate=f"%{{text}}<br>{x} %{{x:.3f}}<br>{y} %{{y:.3f}}<extra>{c}</extra>"))
     data = ok[[x, y]].dropna()
     title = f"{y} against {x}"
-    if len(data) >= 3 and data[x].nunique() > 1:
+    try:
+        check_predictor(data[x], data[y], x, y)
+    except Degenerate as exc:
+        title += f" (no OLS line: {exc})"
+    else:
         fit = sm.OLS(data[y], sm.add_constant(data[x])).fit()
         xs = np.linspace(data[x].min(), data[x].max(), 50)
         fig.add_trace(go.Scatter(x=xs, y=fit.params.iloc[0] + fit.params.iloc[1] * xs, mode="lines", name="OLS fit (pooled)",

@@ -8,11 +8,12 @@ from pathlib import Path
 import pandas as pd
 
 from eval.stats.beats import beats_baseline
-from eval.stats.correlate import agent_rho_correlations, delta_correlations, quality_correlations
+from eval.stats.correlate import agent_rho_correlations, computed, delta_correlations, not_computed, quality_correlations
+from eval.stats.degenerate import Degenerate
 from eval.stats.describe import summarise
 from eval.stats.frame import check_runs, ok_runs, ordered_configs
 from eval.stats.paired import PairedComparison, all_pairs
-from eval.stats.regress import RankDeficient, ols
+from eval.stats.regress import RankDeficient, build_formula, ols
 from eval.stats.tables import ComparisonTable, comparison_table
 from madbench_data.atomic import atomic_write
 from madbench_data.markdown import markdown_table
@@ -41,18 +42,42 @@ class Analysis:
         if self.beats:
             parts += ["## Beats 1/N (binomial, one-sided)", "", _md(pd.DataFrame(self.beats)), ""]
         if self.correlations:
-            parts += ["## Reasoning quality against performance", "", _md(pd.DataFrame(self.correlations)), ""]
+            parts += ["## Reasoning quality against performance", ""]
+            if self.computed_correlations:
+                parts += [_md(pd.DataFrame(self.computed_correlations)), ""]
+            if self.skipped_correlations:
+                parts += [self.skipped_heading + " (every row and its reason: correlations.csv)", "",
+                          *[f"- {line}" for line in self.skipped_correlations], ""]
+        heading = f"## OLS `{self.ols_formula}`" if self.ols_formula else "## OLS"
         if self.ols_table is not None:
-            parts += [f"## OLS `{self.ols_formula}`", "", _md(self.ols_table), ""]
+            parts += [heading, "", _md(self.ols_table), ""]
         elif self.ols_note:
-            parts += ["## OLS", "", self.ols_note, ""]
+            parts += [heading, "", self.ols_note, ""]
         return "\n".join(parts)
+
+    @property
+    def computed_correlations(self) -> list[dict]:
+        return computed(self.correlations)
+
+    @property
+    def skipped_correlations(self) -> list[str]:
+        """Why the other rows were not computed, one line per reason (``correlate.not_computed``)."""
+        return not_computed(self.correlations)
+
+    @property
+    def skipped_heading(self) -> str:
+        n, total = len(self.correlations) - len(self.computed_correlations), len(self.correlations)
+        if n == total:
+            return f"None of the {total} correlations could be computed"
+        return f"Not computed: {n} of {total} correlations"
 
     def write_csvs(self, out: Path) -> list[Path]:
         frames = {"summary": pd.DataFrame(self.summaries), "paired": pd.DataFrame([p.record() for p in self.pairs]),
                   "beats_1n": pd.DataFrame(self.beats), "correlations": pd.DataFrame(self.correlations)}
         if self.ols_table is not None:
             frames["ols"] = self.ols_table
+        else:  # a table from an earlier fit must not stand beside statistics that refuse one
+            (out / "ols.csv").unlink(missing_ok=True)
         written = []
         for name, frame in frames.items():
             written.append(atomic_write(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
@@ -101,7 +126,8 @@ def try_ols(analysis: Analysis, ok: pd.DataFrame) -> None:
     if len(complete) < 4:
         analysis.ols_note = f"skipped: only {len(complete)} run(s) with both sharpe and rho_bar"
         return
+    analysis.ols_formula = build_formula(ok, "sharpe", "rho_bar", ablation, "config")
     try:
         analysis.ols_formula, _, analysis.ols_table = ols(ok, ablation=ablation, treatment="config")
-    except RankDeficient as exc:  # shown in the output in place of the table
+    except (Degenerate, RankDeficient) as exc:  # e.g. a two-valued rho_bar: shown in place of the table, never a slope
         analysis.ols_note = f"not fitted: {exc}"

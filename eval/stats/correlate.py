@@ -3,6 +3,10 @@
 Pooled over all runs, within each ablation (batch) and within each condition
 (config); and on paired deltas, Δρ̄ = ρ̄_A − ρ̄_B against ΔSharpe = Sharpe_A − Sharpe_B
 over shared scenarios, which removes the scenario's own difficulty.
+
+A row is computed only when the data can carry it (``eval.stats.degenerate``: at least 3 pairs, a predictor
+with at least 3 distinct values, a response that varies); otherwise its statistics are NaN and its ``note``
+says why ("n/a: rho_bar is constant (0.900)"). ``not_computed`` groups those reasons for printing.
 """
 
 from __future__ import annotations
@@ -10,21 +14,31 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from eval.stats.degenerate import Degenerate, check_predictor
 from eval.stats.paired import paired_arrays
 
+NOTE_PREFIX = "n/a: "
 
-def correlate(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Pearson r and Spearman ρ with their two-sided p; NaN when n < 3 or either side is constant."""
+
+def correlate(x: np.ndarray, y: np.ndarray, x_name: str = "x", y_name: str = "y") -> dict:
+    """Pearson r and Spearman ρ with their two-sided p, and a ``note``: empty when computed, else why not.
+
+    Not computed (NaN, never 0) with fewer than 3 pairs, a predictor ``x`` with fewer than 3 distinct values
+    or a constant ``y`` (``eval.stats.degenerate``).
+    """
     from scipy import stats
     x, y = np.asarray(x, float), np.asarray(y, float)
     keep = np.isfinite(x) & np.isfinite(y)
     x, y = x[keep], y[keep]
     nan = float("nan")
-    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return {"n": int(len(x)), "pearson_r": nan, "pearson_p": nan, "spearman_rho": nan, "spearman_p": nan}
+    try:
+        check_predictor(x, y, x_name, y_name)
+    except Degenerate as exc:
+        return {"n": int(len(x)), "pearson_r": nan, "pearson_p": nan, "spearman_rho": nan, "spearman_p": nan,
+                "note": f"{NOTE_PREFIX}{exc}"}
     pr, sr = stats.pearsonr(x, y), stats.spearmanr(x, y)
     return {"n": int(len(x)), "pearson_r": float(pr.statistic), "pearson_p": float(pr.pvalue),
-            "spearman_rho": float(sr.statistic), "spearman_p": float(sr.pvalue)}
+            "spearman_rho": float(sr.statistic), "spearman_p": float(sr.pvalue), "note": ""}
 
 
 def quality_correlations(runs: pd.DataFrame, xs: list[str], ys: list[str], groupings: dict[str, str | None]) -> list[dict]:
@@ -36,7 +50,7 @@ def quality_correlations(runs: pd.DataFrame, xs: list[str], ys: list[str], group
             for x in xs:
                 for y in ys:
                     if x in g.columns and y in g.columns:
-                        rows.append({"x": x, "y": y, "scope": label, "group": name, **correlate(g[x], g[y])})
+                        rows.append({"x": x, "y": y, "scope": label, "group": name, **correlate(g[x], g[y], x, y)})
     return rows
 
 
@@ -44,7 +58,7 @@ def agent_rho_correlations(runs: pd.DataFrame, rounds: pd.DataFrame, ys: list[st
     """Per-role ρ in the final scored round against the run's performance."""
     last = rounds.loc[rounds.groupby("run_id")["round"].transform("max") == rounds["round"]]
     merged = last.merge(runs[["run_id", *ys]], on="run_id")
-    return [{"x": f"rho[{role}]", "y": y, "scope": "role", "group": role, **correlate(g["rho"], g[y])}
+    return [{"x": f"rho[{role}]", "y": y, "scope": "role", "group": role, **correlate(g["rho"], g[y], f"rho[{role}]", y)}
             for role, g in merged.groupby("role", sort=True) for y in ys]
 
 
@@ -57,5 +71,33 @@ def delta_correlations(runs: pd.DataFrame, pairs: list[tuple[str, str]], x: str 
             both = runs[runs[x].notna() & runs[y].notna()]
             xa, xb, _, _ = paired_arrays(both, a, b, x)
             ya, yb, _, _ = paired_arrays(both, a, b, y)
-        rows.append({"x": f"Δ{x}", "y": f"Δ{y}", "scope": "paired", "group": f"{a} − {b}", **correlate(xa - xb, ya - yb)})
+        rows.append({"x": f"Δ{x}", "y": f"Δ{y}", "scope": "paired", "group": f"{a} − {b}", **correlate(xa - xb, ya - yb, f"Δ{x}", f"Δ{y}")})
     return rows
+
+
+def computed(rows: list[dict]) -> list[dict]:
+    """The rows with statistics, without the (then empty) note."""
+    return [{k: v for k, v in r.items() if k != "note"} for r in rows if not r.get("note")]
+
+
+def not_computed(rows: list[dict]) -> list[str]:
+    """One line per reason a row was not computed, naming where it applies and against which y, e.g.
+
+    ``rho_bar takes only 2 distinct values (0.883, 0.900): pooled (all); within condition (a, b); against sharpe, total_return_pct [8 rows]``
+    """
+    grouped: dict[str, dict] = {}
+    for r in rows:
+        if not r.get("note"):
+            continue
+        g = grouped.setdefault(r["note"].removeprefix(NOTE_PREFIX), {"scopes": {}, "ys": [], "n": 0})
+        groups = g["scopes"].setdefault(r["scope"], [])
+        if r["group"] not in groups:
+            groups.append(r["group"])
+        if r["y"] not in g["ys"]:
+            g["ys"].append(r["y"])
+        g["n"] += 1
+    lines = []
+    for reason, g in grouped.items():
+        where = "; ".join(f"{scope} ({', '.join(map(str, groups))})" for scope, groups in g["scopes"].items())
+        lines.append(f"{reason}: {where}; against {', '.join(g['ys'])} [{g['n']} row{'s' if g['n'] != 1 else ''}]")
+    return lines

@@ -24,10 +24,26 @@ def load_runs(path: str | Path) -> pd.DataFrame:
 
 
 def check_runs(runs: pd.DataFrame, where: str, metrics: list[str] | None = None) -> pd.DataFrame:
+    """The columns exist, every pairing key (config, scenario_id, replicate) is filled, and no finished run is there twice."""
     missing = [c for c in (*KEY_COLUMNS, *(metrics or [])) if c not in runs.columns]
     if missing:
         raise InputError(where, f"missing column(s) {', '.join(missing)}; present: {', '.join(map(str, runs.columns))}",
                          "the statistics need config, scenario_id and the metric columns (replicate is optional)")
+    for column in ("config", *pair_keys(runs)):
+        values = runs[column]
+        blank = values.isna()
+        if not pd.api.types.is_numeric_dtype(values):  # an empty or all-blank name is as missing as a null
+            blank |= values.astype(str).str.strip() == ""
+        if blank.any():
+            raise InputError(where, f"column {column} has {int(blank.sum())} missing value(s) (of {len(runs)} rows)",
+                             f"every run needs its {column} to be paired with the other configs; fill or drop those rows")
+    keys = ["config", *pair_keys(runs)]
+    dup = ok_runs(runs).duplicated(keys, keep=False)
+    if dup.any():
+        first = ok_runs(runs)[dup].iloc[0]
+        example = ", ".join(f"{k}={first[k]!s}" for k in keys)
+        raise InputError(where, f"{int(dup.sum())} rows share their {'/'.join(keys)} with another row (e.g. {example})",
+                         "keep one row per run; was the table concatenated twice?")
     return runs
 
 

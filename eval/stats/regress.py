@@ -2,12 +2,17 @@
 
 Fitted with the statsmodels formula API; categorical terms enter only when the
 column has more than one level (a single level is absorbed by the intercept).
+Not fitted (``Degenerate``) when ``x`` takes fewer than 3 distinct values on the complete rows,
+when ``y`` is constant, or with too few rows (``eval.stats.degenerate``); nor (``RankDeficient``)
+when the design is collinear.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+from eval.stats.degenerate import Degenerate, check_predictor
 
 
 class RankDeficient(ValueError):
@@ -28,8 +33,12 @@ def ols(runs: pd.DataFrame, y: str = "sharpe", x: str = "rho_bar", ablation: str
     formula = build_formula(runs, y, x, ablation, treatment)
     used = [c for c in (y, x, ablation, treatment) if c and c in formula]
     data = runs[used].dropna()
+    try:
+        check_predictor(data[x], data[y], x, y)
+    except Degenerate as exc:
+        raise Degenerate(f"{exc} on the {len(data)} complete row(s)") from None
     if len(data) < len(used) + 2:
-        raise ValueError(f"OLS {formula!r} needs more rows than terms; only {len(data)} complete row(s)")
+        raise Degenerate(f"OLS {formula!r} needs more rows than terms; only {len(data)} complete row(s)")
     model = smf.ols(formula, data=data)
     rank = np.linalg.matrix_rank(model.exog)
     if rank < model.exog.shape[1]:

@@ -50,6 +50,9 @@ def test_report_is_self_contained_and_holds_every_section(batch_results, capsys)
     assert debate["crit"] and all(c["explanations"] for c in debate["crit"])  # CRIT reasons are kept in the trace
     assert data["memos"][debate["memo"]["sha256"]].count("[") > 10  # the memo text with its evidence IDs
     assert debate["backtest"]["baselines"]["equal"]["sharpe"] is not None
+    from eval.stats.degenerate import distinct_values
+    if len(distinct_values(runs[runs.status == "ok"].rho_bar)) < 3:  # rule-based analysts: no slope is a finding
+        assert "no OLS line: rho_bar" in html and "<p class=\"note\">not fitted: rho_bar" in html
 
 
 def test_embedded_json_cannot_close_its_script_element():
@@ -98,3 +101,14 @@ def test_rules_35_report_screenshot(tmp_path):
         context.close()
     assert errors == []
     assert (ARTIFACTS / "report-rules-35.png").stat().st_size > 50_000
+
+
+def test_quality_scatter_draws_no_slope_through_a_two_valued_rho_bar():
+    from eval.report.figures import quality_scatter
+    from tests.eval.stats.test_degenerate import rules_like
+    from tests.eval.stats.test_tables_and_models import runs_frame
+    fig = quality_scatter(rules_like(), ["debate", "single", "mean"])
+    assert fig.layout.title.text == "sharpe against rho_bar (no OLS line: rho_bar takes only 2 distinct values (0.883, 0.900))"
+    assert all(t.mode == "markers" for t in fig.data)
+    fig = quality_scatter(runs_frame(), ["debate", "single", "mean"])
+    assert "OLS slope" in fig.layout.title.text and fig.data[-1].name == "OLS fit (pooled)"

@@ -48,3 +48,47 @@ def test_power_cli(capsys):
     out = capsys.readouterr().out
     assert "power 80%:" in out and "power 90%:" in out and "with n = 35: power" in out
     assert main(["power", "--effect", "0.14", "--sd", "0", "--json"]) == 2
+
+
+def test_missing_pairing_keys_are_one_error_line_naming_file_column_and_count(tmp_path, capsys):
+    file = tmp_path / "holes.parquet"
+    df = runs_frame()
+    df.loc[[3, 4, 77], "scenario_id"] = None  # two in one config: once a "duplicate row(s)" traceback
+    df.to_parquet(file)
+    assert main(["stats", "--from-parquet", str(file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{file}: column scenario_id has 3 missing value(s) (of 90 rows)" in err
+    df = runs_frame().assign(replicate=0)
+    df.loc[5, "replicate"] = None
+    df.loc[[1, 2], "config"] = ""
+    df.to_parquet(file)
+    assert main(["stats", "--from-parquet", str(file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "column config has 2 missing value(s)" in err
+    df.loc[[1, 2], "config"] = "debate"
+    df.to_parquet(file)
+    assert main(["stats", "--from-parquet", str(file)]) == 2
+    assert "column replicate has 1 missing value(s)" in capsys.readouterr().err
+
+
+def test_a_run_twice_in_the_table_is_an_input_error(tmp_path, capsys):
+    file = tmp_path / "twice.parquet"
+    df = runs_frame()
+    pd.concat([df, df.iloc[[0, 1]]], ignore_index=True).to_parquet(file)
+    assert main(["stats", "--from-parquet", str(file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "4 rows share their config/scenario_id with another row (e.g. config=debate, scenario_id=s0)" in err
+    failed = df.iloc[[0]].assign(status="failed", sharpe=float("nan"))  # a failed attempt beside the finished run is no duplicate
+    pd.concat([df, failed], ignore_index=True).to_parquet(file)
+    assert main(["stats", "--from-parquet", str(file), "--metric", "sharpe"]) == 0
+
+
+def test_stats_on_a_two_valued_rho_bar_prints_no_slope(tmp_path, capsys):
+    from tests.eval.stats.test_degenerate import rules_like
+    file = tmp_path / "rules.parquet"
+    rules_like().to_parquet(file)
+    assert main(["stats", "--from-parquet", str(file), "--metric", "sharpe"]) == 0
+    out = capsys.readouterr().out
+    assert "not fitted: rho_bar takes only 2 distinct values (0.883, 0.900)" in out and "| rho_bar |" not in out
+    assert "correlations could be computed" in out and "| n/a |" not in out

@@ -105,9 +105,19 @@ def test_power_matches_the_noncentral_t():
 
 
 def test_ols_on_a_constant_regressor_says_so_instead_of_fitting():
-    from eval.stats.regress import RankDeficient
+    from eval.stats.degenerate import Degenerate
     df = runs_frame().assign(rho_bar=0.9)
-    with pytest.raises(RankDeficient, match="rank"):
+    with pytest.raises(Degenerate, match=r"rho_bar is constant \(0\.900\) on the 90 complete row"):
         ols(df)
     a = analyse(df, "t", metrics=["sharpe"])
-    assert a.ols_table is None and "not fitted" in a.ols_note and "not fitted" in a.markdown()
+    assert a.ols_table is None and "not fitted: rho_bar is constant" in a.ols_note and "not fitted" in a.markdown()
+
+
+def test_ols_on_a_regressor_collinear_with_the_conditions_is_rank_deficient():
+    from eval.stats.regress import RankDeficient
+    df = runs_frame()
+    df["rho_bar"] = df.config.map({"debate": 0.8, "single": 0.85, "mean": 0.9})  # 3 values, one per config
+    with pytest.raises(RankDeficient, match="rank"):
+        ols(df, treatment="config")
+    a = analyse(df, "t", metrics=["sharpe"])
+    assert a.ols_table is None and a.ols_note.startswith("not fitted: OLS") and "rank" in a.ols_note
