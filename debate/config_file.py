@@ -44,7 +44,12 @@ def check_names(cfg: DebateConfig, where: str) -> None:
         load_profile(agent.role, agent.tier, where=f"{where}: agents[{i}]")
     if cfg.aggregation == "judge":
         load_profile("judge", cfg.judge_tier, where=f"{where}: judge_tier")
+    first: dict[str, int] = {}
     for i, iv in enumerate(cfg.interventions):
+        if iv.name in first:
+            raise InputError(where, f"interventions[{i}].name: {iv.name!r} is listed twice (also interventions[{first[iv.name]}])",
+                             "list each intervention once, with all its parameters in that one entry")
+        first[iv.name] = i
         if iv.name not in INTERVENTIONS:
             raise InputError(where, f"interventions[{i}].name: unknown intervention {iv.name!r}",
                              f"use one of: {', '.join(INTERVENTIONS)}")

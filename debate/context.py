@@ -9,10 +9,11 @@ validated output to the trace. A turn that cannot be completed raises
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from debate.config import AgentConfig, DebateConfig
 from debate.events import LLMCall, LLMFailure, Turn
@@ -24,13 +25,28 @@ from debate.trace import TraceWriter
 from debate.validation import TurnRules, Validated, schema_outline, validate_turn
 from madbench_data.memo import Memo
 from madbench_data.scenario import Constraints, Scenario
-from madbench_gateway import Gateway, GatewayFailure, LLMRequest, Message
+from madbench_gateway import Gateway, GatewayFailure, LLMRequest, Message, Totals
 from madbench_gateway.accounting import Completion
 from madbench_gateway.errors import OutputInvalid
+
+T = TypeVar("T")
 
 
 class DebateFailure(Exception):
     """A turn could not produce a valid answer within its retries; the run fails with this reason."""
+
+
+async def gather_turns(*turns: Awaitable[T]) -> list[T]:
+    """Run turns concurrently, like ``asyncio.gather``; when one fails, the others are cancelled before the error
+    propagates, so a failed run stops calling (and paying for) models and writes nothing after its ``run_end``."""
+    tasks = [asyncio.ensure_future(turn) for turn in turns]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)  # wait until every sibling has stopped
+        raise
 
 
 def constraints_text(c: Constraints) -> str:
@@ -63,6 +79,9 @@ class RunContext:
     #: ``(quarter, weights, where) → metrics`` with ``total_return_pct``, ``spy_return_pct``,
     #: ``excess_return_pct`` and ``sharpe``. The runner supplies it from the backtest (the debate never imports it).
     past_performance: Callable[[Any, dict[str, float], str], Any] | None = None
+    #: This run's calls, tokens and cost: the gateway credits every call asked through ``complete`` here (the
+    #: gateway's own totals are shared by every run on it). One ``llm_call`` or ``llm_failure`` event each.
+    account: Totals = field(default_factory=Totals)
 
     def __post_init__(self):
         for a in self.config.agents:
@@ -94,7 +113,7 @@ class RunContext:
                              temperature=temperature, max_tokens=max_tokens, response_schema=schema,
                              sample_index=self.sample_index, context=context)
         try:
-            c = await self.gateway.complete(request, spec, validate)
+            c = await self.gateway.complete(request, spec, validate, account=self.account)
         except GatewayFailure as exc:
             self.trace.write(LLMFailure(agent=who, phase=phase, round=round_, label=label, reason=exc.reason,
                             attempts=exc.attempts))
@@ -136,8 +155,8 @@ class RunContext:
         return v
 
     async def crit(self, agent: AgentConfig, round_: int, argument, received: list[tuple[str, Any]],
-                   label: str = "crit") -> CritScore:
-        return await self.scorer.crit(self, agent, round_, argument, received, label)
+                   label: str = "crit", before=None) -> CritScore:
+        return await self.scorer.crit(self, agent, round_, argument, received, label, before=before)
 
     async def rca(self, agent: AgentConfig, phase: str, round_: int, before, after,
                   received: list[tuple[str, Any]]) -> RCAVerdict:

@@ -105,7 +105,8 @@ class Crit(Event):
     label: str
     score: CritScore
     audit: dict[str, Any] = Field(default_factory=dict)
-    #: The graded argument and the critiques it received, so ``madbench rescore`` can grade it again.
+    #: What was graded (the argument, the critiques it received and, since 0.2, what it revised and the values of
+    #: the evidence it cites), so ``madbench rescore`` can grade it again without the debate.
     task: dict[str, Any] | None = None
 
 

@@ -73,8 +73,9 @@ class RCAVerdict(BaseModel):
 
 class Scorer(Protocol):
     async def crit(self, ctx: Any, agent: Any, round_: int, argument: Any,
-                   received: list[tuple[str, Any]], label: str = "crit") -> CritScore:
-        """Grade ``argument`` (with the critiques it received) and write the grade to the run's trace."""
+                   received: list[tuple[str, Any]], label: str = "crit", before: Any = None) -> CritScore:
+        """Grade ``argument`` (with the critiques it received and ``before``, what it revised, when it is a
+        revision) and write the grade to the run's trace."""
 
     async def rca(self, ctx: Any, agent: Any, phase: str, round_: int, before: Any, after: Any,
                   received: list[tuple[str, Any]]) -> RCAVerdict:

@@ -1,4 +1,11 @@
-"""Per-call records and their totals (per run, per batch), plus the cost budget."""
+"""Per-call records and their totals (per run, per batch), plus the cost budget.
+
+A ``Totals`` is an account. The gateway keeps one for everything it answered (``Gateway.totals``, its own
+statistics) and adds each call, as it settles, to the account of whoever asked too (``complete(...,
+account=...)``): a run's account counts that run's calls and nothing else, however many runs share the
+gateway. The run's trace has one ``llm_call`` event per answered call and one ``llm_failure`` per failed one,
+written as the call settles, so a run's account and its trace always agree.
+"""
 
 from __future__ import annotations
 
@@ -62,6 +69,11 @@ def total_cost(attempts: list[Attempt]) -> tuple[float | None, bool]:
 
 
 class Totals(BaseModel):
+    """What a set of calls cost. ``calls`` are answered calls (cached or not), ``failed`` the calls that raised
+    ``GatewayFailure``: the two are disjoint. Tokens count every answered call (a cached answer carries the
+    tokens it was first answered with); ``cost_usd`` counts only what was paid for now, so not cached answers.
+    A failed call adds no tokens or cost here (its attempts are in the ``GatewayFailure``; the budget is charged)."""
+
     calls: int = 0
     cached: int = 0
     failed: int = 0
@@ -87,7 +99,6 @@ class Totals(BaseModel):
         self.latency_s += c.latency_s
 
     def add_failure(self, attempts: list[dict[str, Any]]) -> None:
-        self.calls += 1
         self.failed += 1
         self.http_attempts += sum(1 for a in attempts if a.get("latency_s", 0) > 0)
         self.retries += len(attempts)

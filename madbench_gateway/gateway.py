@@ -1,6 +1,6 @@
 """The one path every LLM call takes: cache → limiter → provider → validation.
 
-    completion = await gateway.complete(request, spec, validate)
+    completion = await gateway.complete(request, spec, validate, account=run_totals)
 
 * A cache hit returns without touching the limiter or the network.
 * A miss queues at the limiter of (provider, model, api_base), calls the
@@ -13,6 +13,9 @@
   goes back to the model as feedback, up to ``max_validation_retries``.
 * Only a validated answer is cached. Anything else raises ``GatewayFailure``
   with every attempt and its reason.
+* Every call is counted, as it settles, in the gateway's own ``totals`` and in
+  the caller's ``account`` (a run's ``Totals``): runs that share a gateway each
+  see their own calls only. The budget is charged what was paid, failed calls too.
 """
 
 from __future__ import annotations
@@ -70,7 +73,9 @@ class Gateway:
         return self._prepared[key], provider
 
     async def complete(self, request: LLMRequest, spec: ModelSpec | str | None = None,
-                       validate: Validator = passthrough) -> Completion:
+                       validate: Validator = passthrough, account: Totals | None = None) -> Completion:
+        """One validated answer. ``account`` (the caller's ``Totals``, e.g. one run's) is credited with this call,
+        answered or failed, besides the gateway's own ``totals``."""
         spec, provider = self.prepare(as_spec(spec or request.model))  # may start a local server: not overhead
         t0 = time.perf_counter()
         request = request.model_copy(update={"model": spec.model, "api_base": spec.api_base})
@@ -81,8 +86,7 @@ class Gateway:
         if cacheable:
             hit = self._from_cache(key, request, spec, validate, attempts, t0)
             if hit is not None:
-                self.totals.add(hit)
-                return hit
+                return self._answered(hit, account)
 
         self.budget.check()
         waited = 0.0
@@ -95,8 +99,7 @@ class Gateway:
             except _Exhausted:
                 continue
             except (GatewayFailure, OutputInvalid) as exc:
-                self.totals.add_failure([a.model_dump() for a in attempts])
-                raise GatewayFailure(str(exc), [a.model_dump() for a in attempts]) from None
+                raise self._failed(str(exc), attempts, account) from None
             waited += w
             cost, complete_cost = total_cost(attempts)
             self.budget.charge(cost)
@@ -115,13 +118,27 @@ class Gateway:
                     "content": raw.content, "model_used": raw.model_used, "is_llm": cand_provider.is_llm,
                     "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
                     "cost_usd": completion.cost_usd, "weight_policy": completion.weight_policy}})
-            self.totals.add(completion)
-            return completion
-        self.totals.add_failure([a.model_dump() for a in attempts])
+            return self._answered(completion, account)
         chain = " → ".join(as_spec(c).model for c in [spec, *spec.fallbacks])
         last = next((a.reason for a in reversed(attempts) if a.reason), "no attempt made")
-        raise GatewayFailure(f"every model in the chain gave up ({chain}); last error: {last}",
-                             [a.model_dump() for a in attempts])
+        raise self._failed(f"every model in the chain gave up ({chain}); last error: {last}", attempts, account)
+
+    def _answered(self, completion: Completion, account: Totals | None) -> Completion:
+        # No await between here and the caller's trace write: an account never runs ahead of its trace.
+        for totals in self._accounts(account):
+            totals.add(completion)
+        return completion
+
+    def _failed(self, reason: str, attempts: list[Attempt], account: Totals | None) -> GatewayFailure:
+        """Count a failed call (answers rejected by validation were paid for: the budget is charged) and build its error."""
+        self.budget.charge(total_cost(attempts)[0])
+        records = [a.model_dump() for a in attempts]
+        for totals in self._accounts(account):
+            totals.add_failure(records)
+        return GatewayFailure(reason, records)
+
+    def _accounts(self, account: Totals | None) -> tuple[Totals, ...]:
+        return (self.totals,) if account is None or account is self.totals else (self.totals, account)
 
     def _from_cache(self, key, request, spec, validate, attempts, t0) -> Completion | None:
         seen = len(self.cache.corrupt)

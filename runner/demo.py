@@ -24,6 +24,7 @@ from eval.report.page import build_report
 from madbench_data.atomic import atomic_write_text
 from madbench_data.markdown import markdown_table
 from madbench_data.paths import PROJECT_ROOT
+from runner.store import read_manifest
 
 ROOT = PROJECT_ROOT
 BATCHES = ROOT / "configs" / "batches"
@@ -44,24 +45,27 @@ def run_demo(args: argparse.Namespace, run_batch: Callable[[argparse.Namespace],
     overrides = {"pack": args.pack, "evidence": args.evidence, "cache_dir": args.cache_dir}
     if args.scenarios:
         print("demo: --scenarios is not used by the batch demo; use `madbench run` with your own batch file")
+    codes = []
     for name in batches:
         print(f"\n== batch {name} ({BATCHES / (name + '.yaml')})", flush=True)
-        run_batch(argparse.Namespace(batch=str(BATCHES / f"{name}.yaml"), address=None, results_dir=str(out), dry_run=False,
-                                     retry_failed=False, quiet=False, **overrides))
-    summary = summarise([out / b / "runs.parquet" for b in batches])
+        codes.append(run_batch(argparse.Namespace(batch=str(BATCHES / f"{name}.yaml"), address=None, results_dir=str(out), dry_run=False,
+                                     retry_failed=False, quiet=False, **overrides)))
+    summary = summarise([out / b for b in batches])
     atomic_write_text(out / "summary.md", summary)
     reports = [build_report(out / b) for b in batches]
     print("\n" + summary)
     print(f"\nwrote {out / 'summary.md'} and the reports {', '.join(map(str, reports))} (open in a browser; offline)")
     print(f"runs, rounds and calls tables in {', '.join(str(out / b) for b in batches)}; "
           f"statistics: madbench stats {out / batches[0]}")
-    return 0
+    return max(codes)  # non-zero when a batch had failed or pending runs (their reasons were printed above)
 
 
-def summarise(paths: list[Path]) -> str:
-    runs = pd.concat([pd.read_parquet(p) for p in paths if p.exists()], ignore_index=True)
+def summarise(roots: list[Path]) -> str:
+    runs = pd.concat([pd.read_parquet(r / "runs.parquet") for r in roots if (r / "runs.parquet").exists()], ignore_index=True)
     ok = runs[runs.status == "ok"]
-    lines = [f"# madbench demo: {len(ok)} of {len(runs)} runs ok", "",
+    # Count against the manifests: a run that crashed has no row in runs.parquet, but it is not ok.
+    planned = sum(len(read_manifest(r)["runs"]) for r in roots if (r / "manifest.json").exists())
+    lines = [f"# madbench demo: {len(ok)} of {planned} runs ok", "",
              "Mean (SEM) over scenarios. Rule-based runs are non-LLM; the local model is a 270M base model.", ""]
     rows = []
     for (batch, config), g in ok.groupby(["batch", "config"], sort=False):

@@ -198,6 +198,7 @@ class Dispatch:
             return
         m["status"], m["error"], m["node_id"] = summary["status"], summary.get("error"), summary.get("node_id")
         if summary["status"] == "failed" and m["attempts"] <= self.spec.retries:
+            self.progress.add_spend(summary)  # the failed attempt's calls were paid
             self.queue.append(r)  # retried with its reason kept in the trace
             return
         self.progress.add(summary)

@@ -131,12 +131,11 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         ctx = RunContext(run_id, scenario, memo, constraints, config, gateway, trace,
                          scorer, sample_index, workdir=layout.out_dir,
                          past_performance=_past_performance(pack, scenario))
-        calls_before = gateway.totals.model_copy()
         try:
             outcome = await PROTOCOLS[config.protocol](ctx)
         except DebateFailure as exc:
-            trace.write(RunEnd(status="failed", error=str(exc)))
-            result = RunResult(**base, status="failed", error=str(exc), totals=_delta(gateway, calls_before))
+            result = RunResult(**base, status="failed", error=str(exc), totals=_totals(ctx))
+            trace.write(RunEnd(status="failed", error=str(exc), totals=result.totals))
             atomic_write_text(result_path, result.model_dump_json(indent=1))
             return result
         trace.write(Final(weights=outcome.weights, cash=outcome.cash, method=outcome.method, notes=outcome.notes))
@@ -145,16 +144,17 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         result = RunResult(**base, status="ok", weights=outcome.weights, cash=outcome.cash, method=outcome.method,
                            rounds_run=outcome.rounds_run, rho_bar=outcome.rho_bar, rho_by_round=outcome.rho_by_round,
                            js=outcome.js, interventions=outcome.interventions, notes=outcome.notes, extras=outcome.extras, metrics=metrics,
-                           baselines=baselines, totals=_delta(gateway, calls_before))
+                           baselines=baselines, totals=_totals(ctx))
         trace.write(RunEnd(status="ok", totals=result.totals))
     atomic_write_text(result_path, result.model_dump_json(indent=1))
     return result
 
 
-def _delta(gateway: Gateway, before) -> dict[str, Any]:
-    """This run's share of the gateway's running totals."""
-    now, then = gateway.totals.model_dump(), before.model_dump()
-    return {k: (round(v - then[k], 6) if isinstance(v, float) else v - then[k]) for k, v in now.items()}
+def _totals(ctx: RunContext) -> dict[str, Any]:
+    """This attempt's own calls, tokens and cost (the gateway credits each call of the run to ``ctx.account``):
+    one ``llm_call`` event of this attempt per answered call, one ``llm_failure`` per failed call. A resumed run
+    counts its last attempt, the one the batch tables are built from; replayed calls count as cached."""
+    return ctx.account.model_dump()
 
 
 def _past_performance(pack: Pack, scenario: Scenario):

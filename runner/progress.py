@@ -50,19 +50,24 @@ class Progress:
         self.bar = tqdm(total=total, file=self.stream, unit="run", dynamic_ncols=True, mininterval=0.5) if tty else None
 
     def add(self, summary: dict[str, Any]) -> None:
+        """A run settled (committed ok, or failed for good): count it and what it spent."""
         if summary["status"] == "ok":
             self.done += 1
         else:
             self.failed += 1
+        self.add_spend(summary)
+        if summary.get("wall_s") is not None:
+            self.durations.append(summary["wall_s"])
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def add_spend(self, summary: dict[str, Any]) -> None:
+        """What an attempt spent, also when the run is retried (the budget counts it too)."""
         t = summary.get("totals") or {}
         self.calls += t.get("calls", 0)
         self.cached += t.get("cached", 0)
         self.tokens += t.get("prompt_tokens", 0) + t.get("completion_tokens", 0)
         self.cost += t.get("cost_usd", 0.0) or 0.0
-        if summary.get("wall_s") is not None:
-            self.durations.append(summary["wall_s"])
-        if self.bar is not None:
-            self.bar.update(1)
 
     def line(self, running: int) -> str:
         elapsed = time.monotonic() - self.t0

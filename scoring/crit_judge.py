@@ -3,26 +3,47 @@
 from __future__ import annotations
 
 from debate.grading import CritScore
+from debate.schemas import Revision
 from madbench_gateway import LLMRequest, Message
 from scoring.crit import CritAnswer, apply_caps
 from scoring.prompts import ScorerPrompt, load_scorer_prompt
 from scoring.rubric import Rubric, load_rubric
-from scoring.rules_scorer import CritTask
+from scoring.rules_scorer import CitedEvidence, CritTask
 
-CRIT_VARIABLES = frozenset({"memo_ids", "agent_id", "role", "round", "argument", "critiques", "pillars"})
+CRIT_VARIABLES = frozenset({"memo_ids", "agent_id", "role", "round", "before", "argument", "evidence", "critiques", "pillars"})
 
 
 def load_crit_prompt(directory: str | None = None) -> ScorerPrompt:
     return load_scorer_prompt("crit", CRIT_VARIABLES, directory)
 
 
+def _value_text(value: float | str | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _evidence_lines(evidence: list[CitedEvidence]) -> list[dict[str, str]]:
+    """Each cited item as the prompt shows it: its value as text, its unit unless the value is itself text."""
+    return [{"id": e.id, "label": e.label, "value": _value_text(e.value), "unit": "" if e.unit == "text" else e.unit,
+             "as_of": e.as_of or "n/a"} for e in evidence]
+
+
 def render_crit(task: CritTask, rubric: Rubric | None = None, prompt: ScorerPrompt | None = None) -> tuple[str, str]:
-    """(system, user) for one CRIT request: the same text whichever model is asked."""
+    """(system, user) for one CRIT request: the same text whichever model is asked.
+
+    Like the paper's CRIT judge (App. B.15) it shows what the revision revised (``before``: the proposal in
+    round 1, the previous revision after), the critiques, the revised argument, and the memo values of the
+    evidence the argument cites."""
     prompt = prompt or load_crit_prompt()
     rubric = rubric or load_rubric("uniform")
     pillars = {k: {"label": d.label, "description": d.description} for k, d in rubric.for_role(task.role).items()}
+    before = None if task.before is None else {
+        "kind": "revision from the previous round" if isinstance(task.before, Revision) else "proposal",
+        "text": task.before.model_dump_json(indent=1)}
     user = prompt.render(memo_ids=task.memo_ids, agent_id=task.agent_id, role=task.role, round=task.round, pillars=pillars,
-                         argument=task.argument.model_dump_json(indent=1),
+                         before=before, argument=task.argument.model_dump_json(indent=1),
+                         evidence=_evidence_lines(task.evidence),
                          critiques=[{"from_agent": c.from_agent, "target_claim": c.item.target_claim,
                                      "critique_text": c.item.critique_text} for c in task.critiques])
     return prompt.system, user

@@ -15,7 +15,7 @@ from scoring.crit_judge import crit_request, finish, load_crit_prompt
 from scoring.prompts import load_scorer_prompt
 from scoring.rca_judge import RCA_VARIABLES, RCATask
 from scoring.rubric import Rubric, load_rubric
-from scoring.rules_scorer import CritTask
+from scoring.rules_scorer import CritTask, cited_evidence
 
 
 def scorer_for(config: DebateConfig) -> DebateScorer:
@@ -29,9 +29,12 @@ class DebateScorer:
         self.rubric = rubric
 
     async def crit(self, ctx: RunContext, agent: AgentConfig, round_: int, argument, received: list[tuple[str, Any]],
-                   label: str = "crit") -> CritScore:
+                   label: str = "crit", before=None) -> CritScore:
+        """Grade ``argument`` (a revision, or a proposal graded alone) beside ``before``, what it revised (the agent's
+        proposal in round 1, its previous revision after), the critiques it received and the memo values it cites."""
         task = CritTask(agent_id=agent.agent_id, role=agent.role, round=round_, memo_ids=sorted(ctx.memo_ids),
-                        argument=argument, critiques=[{"from_agent": a, "item": i} for a, i in received])
+                        argument=argument, critiques=[{"from_agent": a, "item": i} for a, i in received], before=before,
+                        evidence=cited_evidence(argument, ctx.memo.items))
         request = crit_request(task, self.rubric, "unused")
         c = await ctx.complete(who=agent.agent_id, role=agent.role, phase="crit", round_=round_,
                                system=request.messages[0].content, user=request.messages[1].content,
@@ -42,9 +45,7 @@ class DebateScorer:
         audit = audit_turn(argument, ctx.memo_ids, received)
         # The task is stored whole so that `madbench rescore` can grade it again without the debate.
         ctx.trace.write(Crit(agent=agent.agent_id, role=agent.role, round=round_, label=label,
-                             score=score, audit=audit.model_dump(),
-                       task={"argument": argument.model_dump(mode="json"),
-                             "critiques": [{"from_agent": a, "item": i.model_dump(mode="json")} for a, i in received]}))
+                             score=score, audit=audit.model_dump(), task=task.stored()))
         return score
 
     async def rca(self, ctx: RunContext, agent: AgentConfig, phase: str, round_: int, before, after,

@@ -34,7 +34,8 @@ def parse_intervention(cfg, where: str) -> BaseModel:
 def configured(interventions: Iterable, where: str = "config") -> list[tuple[str, BaseModel]]:
     """A config's interventions as (name, parsed Params), in config order.
 
-    A name given twice counts once, at its first place, with its last parameters."""
+    A config read from a file never lists a name twice (``debate.config_file.check_names`` rejects that); one
+    built in code that does counts it once, at its first place, with its last parameters."""
     params = {iv.name: parse_intervention(iv, where) for iv in interventions}
     return list(params.items())
 

@@ -36,8 +36,7 @@ async def after_crit(debate: Debate, p: Params, round_: int, scores: dict[str, C
               "nudge, re-run revise and CRIT")
         for attempt in range(1, p.max_retries + 1):
             debate.revisions[agent_id] = await debate.revise(a, [p.nudge], f"revise:crit_causal{attempt}")
-            scores[agent_id] = await debate.ctx.crit(a, round_, debate.revisions[agent_id].value,
-                                                     debate.received[agent_id], label=f"crit:retry{attempt}")
+            scores[agent_id] = await debate.crit(a, round_, label=f"crit:retry{attempt}")
             if scores[agent_id].scores.causal_alignment >= p.p4_threshold:
                 break
     debate.js_rev = debate.revision_divergence(round_)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from debate.config import AgentConfig
 from debate.context import RunContext
 from debate.events import Intervention
+from debate.grading import CritScore
 from debate.schemas import CritiqueItem
 from debate.task import AgentTask
 from debate.validation import Validated
@@ -76,6 +77,10 @@ class Debate(Protocol):
     async def ask_revision(self, request: RevisionRequest) -> Validated: ...
 
     def revision_divergence(self, round_: int) -> float: ...
+
+    async def crit(self, agent: AgentConfig, round_: int, label: str = "crit") -> CritScore:
+        """CRIT on ``agent``'s revision in ``revisions``, beside what it revised (``current``) and the critiques it received."""
+        ...
 
 
 def fired(debate: Debate, record: dict[str, Any], action: str, **trace_only: Any) -> None:

@@ -12,12 +12,11 @@ re-runs every agent's revise with its role's nudge, up to ``max_retries`` times 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.context import raise_if
+from debate.context import gather_turns, raise_if
 from debate.events import InterventionCheck
 from debate.interventions.hooks import Debate, fired
 from debate.validation import Validated
@@ -89,7 +88,7 @@ async def after_revise_round(debate: Debate, p: Params, round_: int) -> None:
           "nudge every agent and re-run revise under revision limits")
     caps = {"max_changed_tickers": p.max_changed_tickers, "max_change_pts": p.max_change_pts}
     for attempt in range(1, p.max_retries + 1):
-        outs = await asyncio.gather(*[
+        outs = await gather_turns(*[
             debate.revise(a, [nudge(a.role, p)], f"revise:js{attempt}", _within_limits(debate.current[a.agent_id].weights, p), caps)
             for a in debate.agents])
         debate.revisions = dict(zip([a.agent_id for a in debate.agents], outs))

@@ -2,15 +2,20 @@
 turn is retried with feedback whose tone escalates with β, and the last escalation reframes the task
 as an optimisation problem.
 
-Hook: ``after_revision`` (when ``revise`` is among its phases) — every revise turn, including the
-re-revisions other interventions ask for, is checked and retried up to ``max_retries`` times.
+Hook: ``after_revision`` — every revise turn, including the re-revisions other interventions ask for, is
+checked and retried up to ``max_retries`` times.
+
+Revise turns only. The paper had a judge for every turn type but found RCA "most promising ... when applied
+to the revise phase", and describes only that one (paper §2.4, §3.4.1; PAPER_NOTES §3 "RCA consistency
+judge"). A proposal check would need a retry with feedback that the propose prompt does not show, so
+``phases: [propose]`` is rejected when the config is read rather than accepted and never run.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from debate.events import Intervention
 from debate.interventions.hooks import Debate, RevisionRequest, fired
@@ -23,8 +28,17 @@ OPTIMISATION_FRAMING = ("Treat this as an optimisation problem: choose weights t
 
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    #: The turn types checked: only ``revise`` is implemented (see the module docstring).
     phases: list[Literal["propose", "revise"]] = Field(default_factory=lambda: ["revise"])
     max_retries: int = Field(2, ge=1, le=5)
+
+    @field_validator("phases")
+    @classmethod
+    def _revise_only(cls, phases: list[str]) -> list[str]:
+        if phases != ["revise"]:
+            raise ValueError(f"{phases} is not supported: RCA checks revise turns only (proposals are not checked, as in the "
+                             "paper's experiments); write phases: [revise] or leave phases out")
+        return phases
 
 
 def feedback(level: int, beta: float, judge_feedback: str, p: Params) -> str:
@@ -38,8 +52,6 @@ def feedback(level: int, beta: float, judge_feedback: str, p: Params) -> str:
 
 async def after_revision(debate: Debate, p: Params, request: RevisionRequest, out: Validated) -> Validated:
     """Check the revision with the RCA judge; retry it with escalating feedback until it is consistent."""
-    if "revise" not in p.phases:
-        return out
     a, t = request.agent, request.round
     before, received = debate.current[a.agent_id].value, debate.received[a.agent_id]
     for level in range(1, p.max_retries + 1):

@@ -8,14 +8,13 @@ contradicts them; the allocation follows the calibrated convictions.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.context import RunContext
+from debate.context import RunContext, gather_turns
 from debate.events import Conviction
 from debate.outcome import Outcome
 from debate.protocols.staged import SLICES, ask_stage, known_ids_check, memo_slice, record_local, tickers_check
@@ -136,7 +135,7 @@ async def run_desks(ctx: RunContext, protocol: str, stage: str = "desk") -> dict
                 known_ids_check(r, allowed, f"the {desk} slice")
         report, _, _ = await ask_stage(ctx, task, DeskReport, {"desk": desk}, check, visible_ids=allowed)
         return report
-    reports = await asyncio.gather(*(one(d) for d in SLICES))
+    reports = await gather_turns(*(one(d) for d in SLICES))
     return dict(zip(SLICES, reports))
 
 

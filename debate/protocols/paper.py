@@ -11,13 +11,12 @@ order once the phase completes, so a replay writes the same trace.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
 from debate.config import AgentConfig
-from debate.context import RunContext
+from debate.context import RunContext, gather_turns
 from debate.control import PIDState, PIDStep, cash_spread, jsd, pairwise_js, pid_step
 from debate.events import ControllerStep, Divergence, EarlyStop
 from debate.grading import CritScore
@@ -110,11 +109,11 @@ class PaperDebate:
     # -- propose
 
     async def propose(self) -> None:
-        outs = await asyncio.gather(*[self._propose(a) for a in self.agents])
+        outs = await gather_turns(*[self._propose(a) for a in self.agents])
         self.current = dict(zip(self.ids, outs))
         self.js_log["propose"] = _divergence(self.ctx, "propose", 0, self.current) if len(self.agents) > 1 else 0.0
         if self.cfg.rounds == 0 and self.cfg.score_rounds:
-            scores = await asyncio.gather(*[self.ctx.crit(a, 0, self.current[a.agent_id].value, []) for a in self.agents])
+            scores = await gather_turns(*[self.ctx.crit(a, 0, self.current[a.agent_id].value, []) for a in self.agents])
             self.rho_by_round.append(sum(s.rho for s in scores) / len(scores))
 
     async def _propose(self, a: AgentConfig) -> Validated:
@@ -138,7 +137,7 @@ class PaperDebate:
 
     async def critique_round(self, t: int) -> None:
         self.received = {a.agent_id: [] for a in self.agents}
-        crits = await asyncio.gather(*[self.critique(a, t) for a in self.agents])
+        crits = await gather_turns(*[self.critique(a, t) for a in self.agents])
         for a, c in zip(self.agents, crits):
             if c is None:
                 continue
@@ -157,7 +156,7 @@ class PaperDebate:
         return await self.ctx.ask(a, "critique", t, task, variables, peer_claims=peer_claims)
 
     async def revise_round(self, t: int) -> None:
-        outs = await asyncio.gather(*[self.revise(a, [], "revise") for a in self.agents])
+        outs = await gather_turns(*[self.revise(a, [], "revise") for a in self.agents])
         self.revisions = dict(zip(self.ids, outs))
         self.js_rev = self.revision_divergence(t)
 
@@ -190,24 +189,31 @@ class PaperDebate:
         """CRIT on the revisions, the ``after_crit`` hooks, then the controller (None when rounds are unscored)."""
         if not self.cfg.score_rounds:
             return None
-        got = await asyncio.gather(*[self.ctx.crit(a, t, self.revisions[a.agent_id].value, self.received[a.agent_id])
-                                     for a in self.agents])
+        got = await gather_turns(*[self.crit(a, t) for a in self.agents])
         scores: dict[str, CritScore] = {s.agent_id: s for s in got}
         for hook, p in self._hooks["after_crit"]:
             await hook(self, p, t, scores)
         return self.controller_step(t, scores)
 
+    async def crit(self, a: AgentConfig, t: int, label: str = "crit") -> CritScore:
+        """CRIT on ``a``'s revision in round ``t``, shown beside what it revised (its proposal in round 1, its
+        previous revision after) and the critiques it received, as the paper's CRIT judge sees it (App. B.15)."""
+        return await self.ctx.crit(a, t, self.revisions[a.agent_id].value, self.received[a.agent_id], label,
+                                   before=self.current[a.agent_id].value)
+
     def controller_step(self, t: int, scores: dict[str, CritScore]) -> PIDStep:
         rho_bar = sum(s.rho for s in scores.values()) / len(scores)
         self.rho_by_round.append(rho_bar)
-        self.state, step = pid_step(self.state, rho_bar, self.js_rev, self.cfg.pid)
+        # s_t compares this round's revisions with what they revised: the proposals in round 1 (control.py).
+        self.state, step = pid_step(self.state, rho_bar, self.js_rev, self.cfg.pid, js_before=self.js_in)
         self.ctx.trace.write(ControllerStep(round=t, step=step.model_dump(), state=self.state.model_dump()))
         return step
 
     def early_stop(self, t: int, step: PIDStep | None) -> bool:
         if step is None or not step.early_stop:
             return False
-        self.ctx.trace.write(EarlyStop(round=t, reason=f"JS {self.js_rev:.4f} < ε and |Δρ̄| < Δρ"))
+        self.ctx.trace.write(EarlyStop(round=t, reason=f"converged: ρ̄ {step.rho_bar:.3f} ≥ ρ*, JS {step.js:.4f} < ε "
+                                                      f"and |Δρ̄| < Δρ"))
         return True
 
     # -- aggregation

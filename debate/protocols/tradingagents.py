@@ -9,14 +9,13 @@ is written as a short reflection and put into this run's trader and manager prom
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.context import RunContext
+from debate.context import RunContext, gather_turns
 from debate.events import Reflection
 from debate.outcome import Outcome
 from debate.protocols.desks import bull_bear, reports_json, run_desks, stage_task
@@ -108,7 +107,7 @@ async def run(ctx: RunContext) -> Outcome:
                                      RiskView, {"plan": json.dumps(plan_w, indent=1), "stance": stance,
                                                 "reports": text["reports"]}, check, label=f"risk:{stance}", enums={"stance": [stance]})
         return view
-    views = await asyncio.gather(*(risk(s) for s in STANCES))
+    views = await gather_turns(*(risk(s) for s in STANCES))
     risk_json = json.dumps([v.model_dump(mode="json") for v in views], indent=1)
     decision, weights, cash = await ask_stage(
         ctx, stage_task(ctx, P, "portfolio_manager", "portfolio_manager", [],

@@ -13,8 +13,8 @@ import pandas as pd
 
 from madbench_data.errors import InputError
 from madbench_data.market.macro_series import RELEASES
-from madbench_data.market.pack import read_table
-from madbench_data.market.table_specs import ALL_TABLES, EVIDENCE_TABLES, REQUIRED_TABLES
+from madbench_data.market.pack import optional_table_path, read_table
+from madbench_data.market.table_specs import ALL_TABLES, EARNINGS_DATES, OPTIONAL_TABLES, REQUIRED_TABLES
 
 
 @dataclass
@@ -66,9 +66,13 @@ def check_pack(root: str | Path) -> CheckReport:
         raise InputError(root, "data pack directory not found", "pass an existing directory to --pack")
     report = CheckReport(root)
     frames: dict[str, pd.DataFrame] = {}
-    for spec in REQUIRED_TABLES + EVIDENCE_TABLES:
-        path = root / spec.filename
-        if not path.exists():
+    for spec in REQUIRED_TABLES + OPTIONAL_TABLES:
+        try:
+            path = root / spec.filename if spec in REQUIRED_TABLES else optional_table_path(root, spec)
+        except InputError as exc:  # an optional table in two places
+            report.problems.append(str(exc))
+            continue
+        if path is None or not path.exists():
             if spec in REQUIRED_TABLES:
                 report.problems.append(f"{path}: required table {spec.name!r} is missing")
             continue
@@ -79,6 +83,10 @@ def check_pack(root: str | Path) -> CheckReport:
             continue
         report.tables[spec.name] = len(frames[spec.name])
         _duplicates(frames[spec.name], spec.key, spec.filename, report)
+        if spec is EARNINGS_DATES:
+            bad = int(pd.to_datetime(frames[spec.name]["date"], errors="coerce").isna().sum())
+            if bad:
+                report.problems.append(f"{path}: {bad} rows whose date is missing or not a date")
     if "prices" in frames:
         prices = frames["prices"]
         if "adj_close" not in prices.columns and "close" not in prices.columns:
@@ -128,8 +136,8 @@ def format_report(r: CheckReport) -> str:
         lines.append(f"macro: {len(mc)} series")
         for s, row in mc.iterrows():
             lines.append(f"  {s:<14} {row['first'].date()} .. {row['last'].date()}  {int(row['obs']):>6} obs  release lag {row['release_lag']}")
-    optional = [s.name for s in EVIDENCE_TABLES if s.name in r.tables]
-    lines.append("evidence tables: " + (", ".join(optional) if optional else "none"))
+    optional = [s.name for s in OPTIONAL_TABLES if s.name in r.tables]
+    lines.append("optional tables: " + (", ".join(optional) if optional else "none"))
     lines += [f"note: {n}" for n in r.notes]
     lines += [f"PROBLEM: {p}" for p in r.problems]
     lines.append("OK" if r.ok else f"{len(r.problems)} problem(s)")

@@ -7,8 +7,10 @@ so loading does the pivots up front and everything downstream is array slicing.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,8 +20,10 @@ from madbench_data.market.calendar import Quarter, TradingCalendar
 from madbench_data.market.macro_series import PublishedSeries
 from madbench_data.market.table_specs import (
     ALL_TABLES,
-    EVIDENCE_TABLES,
+    EARNINGS_DATES,
     MACRO,
+    OPTIONAL_DIR,
+    OPTIONAL_TABLES,
     PRICES,
     REQUIRED_TABLES,
     UNIVERSE,
@@ -78,6 +82,7 @@ class Pack:
     universe: pd.DataFrame
     evidence: dict[str, pd.DataFrame] = field(default_factory=dict)
     evidence_sources: list[Path] = field(default_factory=list)
+    _derived: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         p = self.prices
@@ -101,10 +106,27 @@ class Pack:
         self._evidence_by_ticker = {
             name: {t: g for t, g in _with_sort_keys(df).groupby("ticker", sort=True)} for name, df in self.evidence.items()
         }
+        self._results_dates = _results_dates(self.evidence.get(EARNINGS_DATES.name))
 
     def evidence_for(self, table: str, ticker: str) -> pd.DataFrame | None:
         """Rows of an evidence table for one ticker, with ``_qord`` / ``_date`` sort keys."""
         return self._evidence_by_ticker.get(table, {}).get(ticker)
+
+    def derived(self, key: Any, build: Callable[[], Any]) -> Any:
+        """``build()``, computed once per pack and ``key``: for values that depend only on the pack's
+        tables (which never change after loading), such as the dates the memo gives evidence rows."""
+        if key not in self._derived:
+            self._derived[key] = build()
+        return self._derived[key]
+
+    @property
+    def has_results_dates(self) -> bool:
+        """Whether an ``earnings_dates`` table is attached."""
+        return EARNINGS_DATES.name in self.evidence
+
+    def results_dates(self, ticker: str) -> np.ndarray:
+        """Sorted distinct filing dates (datetime64[ns]) of ``ticker``'s results reports; empty if none."""
+        return self._results_dates.get(ticker, np.array([], dtype="datetime64[ns]"))
 
     def has_ticker(self, ticker: str) -> bool:
         return ticker in self.px.columns
@@ -143,12 +165,40 @@ def _with_sort_keys(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _results_dates(df: pd.DataFrame | None) -> dict[str, np.ndarray]:
+    """Per ticker, the sorted distinct filing dates of an ``earnings_dates`` table."""
+    if df is None:
+        return {}
+    return {str(t): np.unique(g.to_numpy(dtype="datetime64[ns]")) for t, g in df["date"].groupby(df["ticker"].astype(str), sort=True)}
+
+
+def _dated(df: pd.DataFrame, path: Path, column: str = "date") -> pd.DataFrame:
+    """``df`` with ``column`` parsed to dates; a row without a date is an error."""
+    try:
+        dates = pd.to_datetime(df[column]).dt.normalize()
+    except (ValueError, TypeError) as exc:
+        raise InputError(path, f"column {column!r} does not parse as dates: {exc}", "write dates as YYYY-MM-DD") from exc
+    if dates.isna().any():
+        raise InputError(path, f"{int(dates.isna().sum())} rows have no {column!r}", "drop them or fill in the date")
+    return df.assign(**{column: dates})
+
+
+def optional_table_path(directory: Path, spec: TableSpec) -> Path | None:
+    """Where ``directory`` holds the optional table ``spec``: at its top or in its ``optional/`` folder."""
+    found = [p for p in (directory / spec.filename, directory / OPTIONAL_DIR / spec.filename) if p.exists()]
+    if len(found) > 1:
+        raise InputError(found[1], f"table {spec.name!r} is also at {found[0]}", "keep one copy")
+    return found[0] if found else None
+
+
 def _load_evidence_dir(directory: Path, into: dict[str, pd.DataFrame]) -> bool:
     found = False
-    for spec in EVIDENCE_TABLES:
-        path = directory / spec.filename
-        if path.exists():
+    for spec in OPTIONAL_TABLES:
+        path = optional_table_path(directory, spec)
+        if path is not None:
             df = read_table(path, spec)
+            if spec is EARNINGS_DATES:
+                df = _dated(df, path)
             into[spec.name] = pd.concat([into[spec.name], df], ignore_index=True) if spec.name in into else df
             found = True
     return found
@@ -194,7 +244,7 @@ def load_pack(root: str | Path, evidence: list[str | Path] | tuple = ()) -> Pack
         if not d.is_dir():
             raise InputError(d, "evidence directory not found", "pass an existing directory to --evidence")
         if not _load_evidence_dir(d, ev):
-            names = ", ".join(s.filename for s in EVIDENCE_TABLES)
+            names = ", ".join(s.filename for s in OPTIONAL_TABLES)
             raise InputError(d, "holds no evidence table", f"it needs one of {names}")
         sources.append(d)
     return Pack(root=root, prices=prices, macro=macro, universe=universe, evidence=ev, evidence_sources=sources)

@@ -1,8 +1,10 @@
 """The tables a data pack may hold, their columns, and column aliases.
 
 A pack is a directory of Parquet files, one per table. ``prices``, ``macro``
-and ``universe`` are required; the evidence tables are optional and may also
-come from a separate evidence directory (for example ``shared/data/paper``).
+and ``universe`` are required; the evidence tables and ``earnings_dates`` are
+optional and may also come from a separate evidence directory (for example
+``shared/data/paper``). An optional table sits at the top of its directory or
+in its ``optional/`` folder (the market pack keeps ``earnings_dates`` there).
 """
 
 from __future__ import annotations
@@ -66,9 +68,18 @@ ASSET_FEATURES = TableSpec(
     key=("ticker", "quarter"),
 )
 
+# Filing dates of results reports (SEC 8-K Item 2.02), one row per filing. Not shown to agents: the
+# memo uses them to date earnings calls and fundamentals (see madbench_data.memo).
+EARNINGS_DATES = TableSpec("earnings_dates", required=("ticker", "date"), key=("ticker", "date"))
+
 REQUIRED_TABLES = (PRICES, MACRO, UNIVERSE)
 EVIDENCE_TABLES = (FILINGS, EARNINGS_CALLS, NEWS_SENTIMENT, ASSET_FEATURES)
-ALL_TABLES = {t.name: t for t in REQUIRED_TABLES + EVIDENCE_TABLES}
+#: Optional tables that date the evidence rather than being evidence themselves.
+DATING_TABLES = (EARNINGS_DATES,)
+OPTIONAL_TABLES = EVIDENCE_TABLES + DATING_TABLES
+ALL_TABLES = {t.name: t for t in REQUIRED_TABLES + OPTIONAL_TABLES}
+#: The folder of a pack or evidence directory that may hold optional tables.
+OPTIONAL_DIR = "optional"
 
 # Filing text columns, in the order their facts are numbered F1, F2, ...
 FILING_SECTIONS = (

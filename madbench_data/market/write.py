@@ -5,12 +5,14 @@ Either the whole pack appears at ``out`` or nothing does.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 
+from madbench_data.atomic import dir_mode
 from madbench_data.errors import InputError
 from madbench_data.market.table_specs import ALL_TABLES
 
@@ -29,6 +31,7 @@ def write_pack(out: str | Path, tables: dict[str, pd.DataFrame], readme: str | N
             df.to_parquet(tmp / f"{name}.parquet", index=False)
         if readme:
             (tmp / "README.md").write_text(readme, encoding="utf-8")
+        os.chmod(tmp, dir_mode())  # mkdtemp makes it 0700; a pack is shared like any result
         if out.exists():
             out.rmdir()
         tmp.rename(out)

@@ -98,7 +98,7 @@ def cmd_debate(args) -> int:
     for name, b in result.baselines.items():
         print(f"  baseline {name}: return {b['total_return_pct']:.2f}% | Sharpe {_f(b['sharpe'])}")
     t = result.totals
-    print(f"calls: {t['calls']} ({t['cached']} cached, {t['failed']} failed) | tokens {t['prompt_tokens']}+{t['completion_tokens']} | "
+    print(f"calls: {t['calls']} answered ({t['cached']} cached), {t['failed']} failed | tokens {t['prompt_tokens']}+{t['completion_tokens']} | "
           f"cost ${t['cost_usd']:.4f}" + (f" (+{t['calls_with_unknown_cost']} calls of unknown cost)" if t['calls_with_unknown_cost'] else ""))
     print(f"run directory: {run_dir}")
     return 0

@@ -32,6 +32,11 @@ def test_every_ready_config_loads():
     ({"protocol": "parliament"}, "protocol: unknown protocol 'parliament'"),
     ({"interventions": [{"name": "vibes"}]}, "interventions[0].name: unknown intervention 'vibes'"),
     ({"interventions": [{"name": "js_collapse", "treshold": 0.8}]}, "treshold: unknown key"),
+    ({"interventions": [{"name": "rca", "phases": ["propose"]}]},
+     "interventions[0]: phases: Value error, ['propose'] is not supported: RCA checks revise turns only"),
+    ({"interventions": [{"name": "js_collapse"}, {"name": "rca"}, {"name": "js_collapse", "threshold": 0.7}]},
+     "interventions[2].name: 'js_collapse' is listed twice (also interventions[0]) "
+     "(fix: list each intervention once, with all its parameters in that one entry)"),
     ({"roundz": 2}, "roundz: unknown key"),
     ({"pid": {"kp": 1, "rho_star": 0.9}}, "pid.rho_star: unknown key"),
     ({"models": {"default": "premium"}}, "neither a tier"),

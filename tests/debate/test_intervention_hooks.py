@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict
 from debate.config import InterventionConfig
 from debate.interventions import INTERVENTIONS, configured, crit_causal, hooks_at, js_collapse, rca
 from debate.interventions.hooks import HOOKS
+from madbench_data.errors import InputError
 from madbench_gateway import Gateway
 from runner.pipeline import run_debate
 from tests.debate.test_engine import config, events, world  # noqa: F401  (fixture)
@@ -99,8 +100,6 @@ def test_configured_hooks_run_at_their_points_in_config_order_and_unconfigured_o
     assert ("a", "redo kept", 1, True) in log  # the hook's re-asked revision is the round's revision
 
 
-def test_rca_only_on_propose_leaves_revisions_alone(world, tmp_path):  # noqa: F811
-    pack, scenario = world
-    cfg = config("causal-debate-3-rca.yaml", interventions=[InterventionConfig(name="rca", phases=["propose"])])
-    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
-    assert result.status == "ok" and not events(tmp_path / result.run_id, "rca")
+def test_rca_on_proposals_is_rejected_not_ignored():
+    with pytest.raises(InputError, match="RCA checks revise turns only"):
+        configured([InterventionConfig(name="rca", phases=["propose"])])

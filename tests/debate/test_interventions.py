@@ -1,6 +1,7 @@
 """Intervention trigger logic on fixtures."""
 
 import pytest
+from pydantic import ValidationError
 
 from debate.interventions import crit_causal, js_collapse, rca
 
@@ -46,3 +47,12 @@ def test_rca_feedback_escalates_with_beta_and_ends_with_optimisation():
 def test_params_reject_unknown_keys():
     with pytest.raises(Exception):
         js_collapse.Params(treshold=0.8)
+
+
+@pytest.mark.parametrize("phases", [["propose"], ["propose", "revise"], [], ["revise", "revise"]])
+def test_rca_checks_revise_turns_only_and_says_so(phases):
+    """The paper ran RCA on revisions (§2.4, §3.4.1); a proposal check is refused, not accepted and skipped."""
+    with pytest.raises(ValidationError) as err:
+        rca.Params(phases=phases)
+    assert "RCA checks revise turns only" in str(err.value) and "phases: [revise]" in str(err.value)
+    assert rca.Params().phases == rca.Params(phases=["revise"]).phases == ["revise"]

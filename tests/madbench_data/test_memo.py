@@ -57,12 +57,14 @@ def test_as_of_is_last_trading_day_before_quarter(make_pack):
 
 
 def test_monthly_macro_respects_publication_lag(make_pack):
-    """On 2022-03-31 the March CPI is unpublished; February's (released mid-March) is the latest."""
+    """On 2022-03-31 the March CPI is unpublished; February's (released mid-March) is the latest.
+    ``as_of`` is the publication date, ``period`` what the value describes."""
     memo = build_memo(scen(), load_pack(make_pack()))
     cpi = {it.id: it for it in memo.items}["L1-CPI"]
-    assert cpi.as_of == "2022-02-01"
+    assert (cpi.period, cpi.as_of) == ("2022-02", "2022-03-15")  # February's print: month end + 15 days
     ff = {it.id: it for it in memo.items}["L1-FF"]
-    assert ff.as_of == "2022-03-30"  # daily series: one day's release lag
+    assert (ff.period, ff.as_of) == ("2022-03-30", "2022-03-31")  # daily series: one day's release lag
+    assert "[L1-CPI] CPI inflation, year on year: " in memo.text and "value for 2022-02, published 2022-03-15)" in memo.text
 
 
 def test_short_history_reads_na(make_pack):
@@ -87,13 +89,16 @@ def test_evidence_tables_are_point_in_time(make_pack):
             "ticker": ["AAA", "AAA"], "filing_date": ["2022-02-01", "2022-05-01"], "form": ["10-Q", "10-Q"],
             "operating_state": ["Sales rose 5%. Margins held.", "FUTURE FACT. Should not show."],
         })
-        t["earnings_calls"] = pd.DataFrame({"ticker": ["AAA", "AAA"], "quarter": ["2022Q1", "2022Q2"],
+        # The 2022Q1 call comes after its quarter ends on 2022-03-31, the as-of date: it is not public yet.
+        t["earnings_calls"] = pd.DataFrame({"ticker": ["AAA", "AAA"], "quarter": ["2021Q4", "2022Q1"],
                                             "summary": ["Call one said this.", "Later call."], "sentiment": [0.2, 0.9]})
     memo = build_memo(scen(), load_pack(make_pack(edit=add_evidence)))
     items = {it.id: it for it in memo.items}
     assert items["AAA-F1"].value == "Sales rose 5%." and items["AAA-F2"].value == "Margins held."
+    assert items["AAA-F1"].as_of == "2022-02-01"
     assert "AAA-F3" not in items and "FUTURE" not in memo.text
     assert items["AAA-EC1"].value == "Call one said this." and items["AAA-SENT"].value == pytest.approx(0.2)
+    assert "AAA-EC2" not in items and "Later call" not in memo.text
 
 
 # ---------------------------------------------------------------- real data

@@ -1,18 +1,23 @@
 """CRIT caps, ρ, rubrics, the rule-based scorer, and one prompt for every model."""
 
+import gzip
+import json
 from pathlib import Path
 
 import pytest
 
 from debate.grading import CritDiagnostics, PillarScores
+from debate.schemas import Proposal, Revision
+from madbench_data.memo import EvidenceItem
 from madbench_gateway.providers.litellm_provider import merged_messages
 from scoring.crit import apply_caps, cap_for, rho
 from scoring.crit_judge import crit_request, finish
 from scoring.rubric import load_rubric
-from scoring.rules_scorer import CritTask, score
-from tests.scoring.test_audit import MEMO, PLANTED, critique
+from scoring.rules_scorer import CritTask, cited_evidence, score
+from tests.scoring.test_audit import MEMO, PLANTED, claim, critique
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "crit_prompt.txt"
+TRACES = Path(__file__).resolve().parents[1] / "debate" / "data"
 
 
 def diag(**kw):
@@ -35,9 +40,19 @@ def test_inconsistent_llm_score_is_clipped_and_recorded():
     assert rho(capped) == pytest.approx((0.95 + 0.55 + 0.6 + 0.40) / 4)
 
 
-def task(role="technical"):
+ITEMS = [EvidenceItem(id="AAA-RET60", label="60D Return", value=-23.25, unit="percent", as_of="2022-03-31", source="prices"),
+         EvidenceItem(id="AAA-VOL60", label="60D Vol (ann)", value=41.1, unit="percent", as_of="2022-03-31", source="prices"),
+         EvidenceItem(id="BBB-BETA", label="1Y Beta", value=1.2666667, unit="", as_of="2022-03-31", source="prices"),
+         EvidenceItem(id="L1-VIX", label="VIX", value=None, unit="index", as_of=None, source="fred", note="n/a")]
+#: What PLANTED revised: its proposal (a different thesis and allocation, no critique responses).
+PROPOSAL = Proposal(thesis="the proposal's thesis", allocation=[{"ticker": "AAA", "weight": 0.7}, {"ticker": "BBB", "weight": 0.3}],
+                    claims=[claim("C1", ["AAA-VOL60"], ["AAA"])], position_rationale=[{"ticker": "AAA", "supporting_claims": ["C1"]}])
+
+
+def task(role="technical", before=PROPOSAL):
     return CritTask(agent_id=role, role=role, round=1, memo_ids=sorted(MEMO), argument=PLANTED,
-                    critiques=[{"from_agent": "x", "item": critique("C1")}])
+                    critiques=[{"from_agent": "x", "item": critique("C1")}], before=before,
+                    evidence=cited_evidence(PLANTED, ITEMS))
 
 
 def test_rule_scorer_derives_caps_from_the_audit():
@@ -66,3 +81,58 @@ def test_crit_prompt_is_the_same_for_the_local_model_and_a_real_provider():
     # the local transport folds the system text into the user turn without changing it
     merged = merged_messages(local)
     assert merged == [{"role": "user", "content": local.messages[0].content + "\n\n" + local.messages[1].content}]
+
+
+def test_crit_request_shows_the_proposal_beside_the_revision_and_the_cited_evidence_values():
+    """As the paper's CRIT judge (App. B.15): what the revision revised, the critiques, the revision, the evidence text."""
+    user = crit_request(task(), load_rubric("uniform"), "m").messages[1].content
+    proposal_at = user.index("--- What the agent revised: its proposal (context only; do not grade it) ---")
+    revised_at = user.index("--- The agent's revised argument (grade this) ---")
+    evidence_at = user.index("--- Memo values of the evidence the argument cites ---")
+    assert proposal_at < user.index('"thesis": "the proposal\'s thesis"') < revised_at < user.index('"thesis": "t"') < evidence_at
+    # the cited IDs in the memo, first citation first, with label, value, unit and as-of date; unknown IDs have no value
+    lines = user[evidence_at:].splitlines()[1:3]
+    assert lines == ["[AAA-RET60] 60D Return: -23.25 percent (as of 2022-03-31)", "[BBB-BETA] 1Y Beta: 1.26667 (as of 2022-03-31)"]
+    assert "AAA-FAKE]" not in user[evidence_at:] and "AAA-VOL60] 60D Vol" not in user  # cited by the proposal only
+
+
+def test_crit_request_names_a_previous_revision_and_grades_a_lone_proposal_without_one():
+    before = PLANTED.model_copy(update={"thesis": "round one's revision"})
+    user = crit_request(task(before=before), load_rubric("uniform"), "m").messages[1].content
+    assert "--- What the agent revised: its revision from the previous round" in user and "round one's revision" in user
+    alone = crit_request(task(before=None), load_rubric("uniform"), "m").messages[1].content
+    assert "What the agent revised" not in alone and "--- The agent's argument (grade this) ---" in alone
+
+
+def test_cited_evidence_follows_the_claims_and_their_inline_references():
+    turn = Proposal.model_validate({**PROPOSAL.model_dump(), "claims": [
+        {**claim("C1", ["[BBB-BETA]", "GONE-X"], ["AAA"]), "claim_text": "beta [BBB-BETA] and vol [AAA-VOL60] and [L1-VIX]"},
+        claim("C2", ["AAA-RET60", "BBB-BETA"], ["BBB"])]})
+    got = cited_evidence(turn, ITEMS)
+    assert [e.id for e in got] == ["BBB-BETA", "AAA-VOL60", "L1-VIX", "AAA-RET60"]
+    assert got[2].model_dump() == {"id": "L1-VIX", "label": "VIX", "value": None, "unit": "index", "as_of": None}
+    assert "[L1-VIX] VIX: n/a index (as of n/a)" in crit_request(
+        task().model_copy(update={"evidence": got}), load_rubric("uniform"), "m").messages[1].content
+
+
+def test_a_task_stored_in_a_trace_comes_back_whole():
+    t = task()
+    stored = t.stored()
+    assert set(stored) == {"argument", "critiques", "before", "evidence"}
+    back = CritTask.from_stored(t.agent_id, t.role, t.round, t.memo_ids, stored)
+    assert back == t and isinstance(back.argument, Revision) and type(back.before) is Proposal
+
+
+@pytest.mark.parametrize("name", ["a7", "causal-debate-3-rca"])
+def test_crit_tasks_of_v0_1_traces_still_validate_render_and_score(name):
+    """Traces written before ``before`` and ``evidence`` were stored: their crit tasks still re-score."""
+    lines = [json.loads(x) for x in gzip.open(TRACES / f"trace-v0.1-{name}.jsonl.gz", "rt")]
+    memo_ids = next(e for e in lines if e["event"] == "memo")["ids"]
+    crits = [e for e in lines if e["event"] == "crit"]
+    assert crits and all(set(e["task"]) == {"argument", "critiques"} for e in crits)
+    for e in crits:
+        t = CritTask.from_stored(e["agent"], e["role"], e["round"], memo_ids, e["task"])
+        assert t.before is None and t.evidence == []
+        user = crit_request(t, load_rubric("uniform"), "m").messages[1].content
+        assert "--- The agent's argument (grade this) ---" in user
+        assert finish(t, score(t), "rules/crit", False).agent_id == e["agent"]

@@ -1,0 +1,48 @@
+"""``DebateScorer`` in a running debate: CRIT sees what each revision revised and the values of the evidence it cites."""
+
+import asyncio
+
+from debate.schemas import Proposal, Revision
+from madbench_data.memo import build_memo
+from madbench_gateway import Gateway
+from runner.pipeline import run_debate
+from scoring.crit_judge import crit_request
+from scoring.rubric import load_rubric
+from scoring.rules_scorer import CritTask, cited_evidence
+from tests.debate.test_engine import config, events, world  # noqa: F401  (fixture)
+
+
+def test_crit_tasks_carry_the_proposal_then_the_previous_revision_and_the_cited_values(world, tmp_path):  # noqa: F811
+    pack, scenario = world
+    cfg = config("a10.yaml")  # crit_causal re-scores every revision (rule-based P4 0.90 < 0.95): its CRIT too
+    cfg = cfg.model_copy(update={"interventions": [cfg.interventions[0].model_copy(update={"p4_threshold": 0.95})]})
+    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
+    assert result.status == "ok" and result.rounds_run == 2
+    run_dir = tmp_path / result.run_id
+    memo = build_memo(scenario, pack)
+    turns = events(run_dir, "turn")
+    proposals = {e["agent"]: e["output"] for e in turns if e["phase"] == "propose"}
+    crits = events(run_dir, "crit")
+    assert {(e["round"], e["label"]) for e in crits} == {(1, "crit"), (1, "crit:retry1"), (2, "crit"), (2, "crit:retry1")}
+    for e in crits:
+        task = CritTask.from_stored(e["agent"], e["role"], e["round"], sorted(memo.evidence_ids), e["task"])
+        # what the revision revised: the proposal in round 1, the round's input (the last round-1 revision) in round 2
+        if e["round"] == 1:
+            assert e["task"]["before"] == proposals[e["agent"]] and type(task.before) is Proposal
+        else:
+            last = [t for t in turns if t["phase"] == "revise" and t["round"] == 1 and t["agent"] == e["agent"]][-1]
+            assert e["task"]["before"] == last["output"] and isinstance(task.before, Revision)
+        assert task.evidence and task.evidence == cited_evidence(task.argument, memo.items)
+        user = crit_request(task, load_rubric("uniform"), "m").messages[1].content
+        assert task.before.model_dump_json(indent=1) in user
+        shown = next(i for i in memo.items if i.id == task.evidence[0].id)
+        assert f"[{shown.id}] {shown.label}: " in user
+
+
+def test_a_proposal_graded_alone_has_no_before(world, tmp_path):  # noqa: F811
+    """Round 0 (scored proposals without a debate): nothing was revised, the evidence values are still shown."""
+    pack, scenario = world
+    result = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml", score_rounds=True), Gateway(), tmp_path))
+    crits = events(tmp_path / result.run_id, "crit")
+    assert result.status == "ok" and crits and all(e["round"] == 0 and e["task"]["before"] is None for e in crits)
+    assert all(e["task"]["evidence"] for e in crits)
