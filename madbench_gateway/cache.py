@@ -123,6 +123,10 @@ class ResponseCache:
 
     # -- lookups
 
+    def contains(self, key: str) -> bool:
+        """Whether an answer is stored under ``key`` (a presence test: the hit and miss counts are left alone)."""
+        return key in self._store
+
     def get(self, key: str, model: str) -> dict[str, Any] | None:
         try:
             data = self._store.get(key)

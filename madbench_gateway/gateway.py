@@ -72,14 +72,24 @@ class Gateway:
             self._prepared[key] = provider.prepare(spec)
         return self._prepared[key], provider
 
+    def cache_key(self, request: LLMRequest, spec: ModelSpec | str | None = None) -> str:
+        """The key ``complete`` stores this request's answer under (without calling anything)."""
+        prepared, provider = self.prepare(as_spec(spec or request.model))
+        return self._keyed(request, prepared, provider)[1]
+
+    @staticmethod
+    def _keyed(request: LLMRequest, spec: ModelSpec, provider: Provider) -> tuple[LLMRequest, str]:
+        """The request as sent to ``spec``, and its cache key (the endpoint stands in by its stable identity)."""
+        request = request.model_copy(update={"model": spec.model, "api_base": spec.api_base})
+        return request, request.model_copy(update={"api_base": provider.endpoint_identity(spec)}).cache_key()
+
     async def complete(self, request: LLMRequest, spec: ModelSpec | str | None = None,
                        validate: Validator = passthrough, account: Totals | None = None) -> Completion:
         """One validated answer. ``account`` (the caller's ``Totals``, e.g. one run's) is credited with this call,
         answered or failed, besides the gateway's own ``totals``."""
         spec, provider = self.prepare(as_spec(spec or request.model))  # may start a local server: not overhead
         t0 = time.perf_counter()
-        request = request.model_copy(update={"model": spec.model, "api_base": spec.api_base})
-        key = request.model_copy(update={"api_base": provider.endpoint_identity(spec)}).cache_key()
+        request, key = self._keyed(request, spec, provider)
         cacheable = self.use_cache and provider.cacheable
         attempts: list[Attempt] = []
 

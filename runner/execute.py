@@ -15,6 +15,7 @@ import os
 import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 from debate.config import DebateConfig
@@ -93,14 +94,13 @@ def _pick_node(ray, k: int, avoid: set[str]) -> str:
 
 
 class ActorPool:
-    """The batch's runner actors, one per worker, spread over the cluster's nodes; a lost actor is replaced."""
+    """``n_workers`` actors of ``actor_class``, spread over the cluster's nodes; a lost actor is replaced."""
 
-    def __init__(self, ray, spec: BatchSpec, layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
-                 n_workers: int):
+    def __init__(self, ray, actor_class: type, args: tuple, n_workers: int, max_concurrency: int):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         self.ray, self._affinity = ray, NodeAffinitySchedulingStrategy
-        self._cls = ray.remote(num_cpus=0, max_concurrency=max(1, spec.max_in_flight))(RunnerActor)
-        self._args = (pack_dir, evidence, cache_dir, str(layout.root), spec.name, spec.max_cost_usd)
+        self._cls = ray.remote(num_cpus=0, max_concurrency=max(1, max_concurrency))(actor_class)
+        self._args = args
         self.node_of: dict[int, str] = {}
         self.lost_nodes: set[str] = set()
         self.replacements = 0
@@ -131,9 +131,10 @@ class Dispatch:
     """Feeds runs to the actors with at most ``max_in_flight`` outstanding, and settles each as it returns."""
 
     def __init__(self, pool: ActorPool, spec: BatchSpec, layout: BatchLayout, manifest_runs: dict[str, dict],
-                 todo: list[RunSpec], progress: Progress, stats: dict[str, Any], retry_failed: bool):
+                 todo: list[RunSpec], progress: Progress, stats: dict[str, Any], retry_failed: bool,
+                 spec_json: dict[str, Any]):
         self.pool, self.spec, self.layout, self.manifest_runs = pool, spec, layout, manifest_runs
-        self.spec_json = spec.model_dump(mode="json")
+        self.spec_json = spec_json
         self.last_status = 0.0
         self.progress, self.stats, self.retry_failed = progress, stats, retry_failed
         self.queue = list(todo)
@@ -242,7 +243,8 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
     rebuilt = _recover_committed(spec, runs, layout, manifest_runs)
     todo = [r for r in runs if manifest_runs[r.run_id]["status"] == "pending"
             or (retry_failed and manifest_runs[r.run_id]["status"] == "failed")]
-    spec_json = spec.model_dump(mode="json")
+    # The cache this batch really used, resolved: re-scoring and the estimate find it from the manifest.
+    spec_json = spec.model_dump(mode="json") | {"cache_dir": str(Path(cache_dir).resolve())}
     write_manifest(layout, spec_json, list(manifest_runs.values()), "running")
     progress = Progress(len(todo), spec.max_cost_usd, enabled=not quiet)
     stats = {"runs": len(runs), "skipped": len(runs) - len(todo), "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt}
@@ -250,8 +252,9 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
     state = "finished"
     if todo:
         ray = init_ray(address)
-        pool = ActorPool(ray, spec, layout, pack_dir, evidence, cache_dir, min(spec.workers, len(todo)))
-        dispatch = Dispatch(pool, spec, layout, manifest_runs, todo, progress, stats, retry_failed)
+        pool = ActorPool(ray, RunnerActor, (pack_dir, evidence, cache_dir, str(layout.root), spec.name, spec.max_cost_usd),
+                         min(spec.workers, len(todo)), spec.max_in_flight)
+        dispatch = Dispatch(pool, spec, layout, manifest_runs, todo, progress, stats, retry_failed, spec_json)
         try:
             state = dispatch.loop()
         except KeyboardInterrupt:

@@ -29,8 +29,10 @@ def icc2_1(ratings: np.ndarray) -> float:
     return float((msr - mse) / denominator) if denominator > 0 else float("nan")
 
 
-def pillar_agreement(a: pd.DataFrame, b: pd.DataFrame, columns: list[str], keys=("run_id", "round", "agent_id")) -> pd.DataFrame:
-    """Per column: n, Pearson r, Spearman ρ and ICC(2,1) between two scorers on the same turns."""
+def pillar_agreement(a: pd.DataFrame, b: pd.DataFrame, columns: list[str], keys=("run_id", "round", "agent_id"),
+                     names: tuple[str, str] = ("a", "b")) -> pd.DataFrame:
+    """Per column: n, Pearson r, Spearman ρ and ICC(2,1) between two scorers on the same turns, and a ``note``
+    saying why any of them is undefined (NaN): too few turns in common, or a column without variation."""
     from scipy import stats
     merged = a.merge(b, on=list(keys), suffixes=("_a", "_b"))
     rows = []
@@ -38,12 +40,40 @@ def pillar_agreement(a: pd.DataFrame, b: pd.DataFrame, columns: list[str], keys=
         x, y = merged[f"{col}_a"].to_numpy(float), merged[f"{col}_b"].to_numpy(float)
         ok = np.isfinite(x) & np.isfinite(y)
         x, y = x[ok], y[ok]
-        constant = len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0
+        why = undefined_because(x, y, names)
+        corr = why["correlation"] is None
+        icc = icc2_1(np.column_stack([x, y])) if why["icc"] is None else float("nan")
+        if why["icc"] is None and np.isnan(icc):
+            why["icc"] = "ICC undefined: the ANOVA gives a non-positive denominator"
         rows.append({"pillar": col, "n": int(len(x)),
-                     "pearson": float("nan") if constant else float(stats.pearsonr(x, y)[0]),
-                     "spearman": float("nan") if constant else float(stats.spearmanr(x, y)[0]),
-                     "icc2_1": icc2_1(np.column_stack([x, y])) if len(x) >= 2 else float("nan")})
+                     "pearson": float(stats.pearsonr(x, y)[0]) if corr else float("nan"),
+                     "spearman": float(stats.spearmanr(x, y)[0]) if corr else float("nan"),
+                     "icc2_1": icc, "note": "; ".join(dict.fromkeys(v for v in why.values() if v))})
     return pd.DataFrame(rows)
+
+
+def undefined_because(x: np.ndarray, y: np.ndarray, names: tuple[str, str] = ("a", "b")) -> dict[str, str | None]:
+    """Why correlations and ICC(2,1) are undefined on these paired ratings (None where they are defined)."""
+    n = len(x)
+    if n == 0:
+        return {"correlation": "no turns in common", "icc": "no turns in common"}
+    turns = f"{n} turn{'s' * (n != 1)}"
+    if np.ptp(np.concatenate([x, y])) == 0:
+        same = f"both give {x[0]:.3f} on all {turns}: no variance, nothing to agree on"
+        return {"correlation": same, "icc": same}
+    constant = [f"{name} gives {v[0]:.3f} on all {turns}" for name, v in zip(names, (x, y)) if np.ptp(v) == 0]
+    correlation = (f"{turns} in common: correlations need 3" if n < 3
+                   else f"{' and '.join(constant)}: correlations undefined" if constant else None)
+    return {"correlation": correlation, "icc": f"{turns} in common: ICC needs 2" if n < 2 else None}
+
+
+def label_agreement(frames: dict[str, pd.DataFrame], pairs: list[tuple[str, str]], columns: list[str]) -> pd.DataFrame:
+    """``pillar_agreement`` for each pair of score tables (by label), stacked with ``label_a`` and ``label_b``."""
+    out = [pillar_agreement(frames[a], frames[b], columns, names=(a, b)).assign(label_a=a, label_b=b) for a, b in pairs]
+    if not out:
+        return pd.DataFrame(columns=["label_a", "label_b", "pillar", "n", "pearson", "spearman", "icc2_1", "note"])
+    table = pd.concat(out, ignore_index=True)
+    return table[["label_a", "label_b", *[c for c in table.columns if c not in ("label_a", "label_b")]]]
 
 
 #: LLM diagnostic count ↔ the audit counts that measure the same failure mechanically.
@@ -61,5 +91,6 @@ def audit_agreement(scores: pd.DataFrame) -> pd.DataFrame:
         llm = scores[f"diag_{diag}"] > 0
         audit = scores[audit_cols].sum(axis=1) > 0
         rows.append({"failure": diag, "turns": int(len(scores)), "scorer_flags": int(llm.sum()),
-                     "audit_flags": int(audit.sum()), "agreement": float((llm == audit).mean()) if len(scores) else float("nan")})
+                     "audit_flags": int(audit.sum()), "agreement": float((llm == audit).mean()) if len(scores) else float("nan"),
+                     "note": "" if len(scores) else "no turns scored"})
     return pd.DataFrame(rows)

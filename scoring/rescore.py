@@ -1,30 +1,38 @@
-"""Re-score the stored traces of finished runs without re-running any debate.
+"""Re-scoring stored traces: the parts that need no cluster (finding runs, tasks, rows, parts, failure records).
 
-Reads every ``trace.jsonl`` under a results directory (the last attempt of
-each run that ended ``ok``), rebuilds each CRIT task from its ``crit`` event,
-scores it with the given scorer and rubric through the gateway (cached,
-rate-limited), and writes one Parquet part per run under
-``scores/<label>/``. Parts are written atomically and skipped when present,
-so a rescore is resumable and never overwrites; the debate's own scores are
-extracted beside them as ``scores/original/`` (no model call).
+``madbench rescore`` (``runner.rescore_job``) fans the runs found here out over Ray runner actors; each actor
+grades a whole run with ``score_run`` through its gateway (cached, rate-limited). Two layouts are read:
+
+    <results>/traces/<run>.jsonl + runs/<run>.json     a batch (``madbench run``)
+    <results>/**/<run>/trace.jsonl + result.json       single debates (``madbench debate --out``)
+
+A run counts when its result file is committed with status ``ok`` and its trace's last attempt ended ``ok``;
+its CRIT tasks come from that attempt's ``crit`` events. Under ``<results>/scores/``:
+
+    <label>/<run>.parquet          one part per run: written atomically, skipped when present, never overwritten
+    <label>/failed/<run>.json      why a run could not be scored (the next pass retries it, and drops this)
+    original/<run>.parquet         the debate's own scores, extracted from the trace (no model call)
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import json
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from debate.events import Crit, MemoShown, RunEnd, last_attempt
+from debate.events import Crit, MemoShown, RunEnd, RunStart, last_attempt
 from debate.grading import PILLARS, CritScore
 from debate.trace import read_trace
 from debate.validation import parse_json
-from madbench_data.atomic import atomic_write
+from madbench_data.atomic import atomic_write, atomic_write_text
 from madbench_data.errors import InputError
-from madbench_gateway import ModelRouting
+from madbench_gateway import Gateway, GatewayFailure, ModelSpec, Totals
+from scoring.agreement import audit_agreement, label_agreement
 from scoring.audit import audit_turn
 from scoring.crit import CritAnswer
 from scoring.crit_judge import crit_request, finish
@@ -32,6 +40,7 @@ from scoring.rubric import Rubric
 from scoring.rules_scorer import CritTask
 
 ORIGINAL = "original"
+FAILED = "failed"
 
 
 @dataclass
@@ -44,31 +53,66 @@ class StoredRun:
     crit_events: list[Crit]
 
 
+def _traces(root: Path) -> list[tuple[Path, Path]]:
+    """(trace, its commit file) for both layouts."""
+    batch = [(t, root / "runs" / f"{t.stem}.json") for t in sorted((root / "traces").glob("*.jsonl"))]
+    debate = [(t, t.parent / "result.json") for t in sorted(root.rglob("trace.jsonl"))]
+    return batch + debate
+
+
+def read_run(trace: Path, committed: Path) -> StoredRun | str:
+    """The run stored in ``trace`` (its last attempt), or why it cannot be re-scored."""
+    if not committed.exists():
+        return f"{trace}: not committed (no {committed.name}: still running, or interrupted)"
+    try:
+        status = json.loads(committed.read_text()).get("status")
+    except (OSError, ValueError) as exc:
+        return f"{committed}: unreadable result ({exc})"
+    if status != "ok":
+        return f"{trace}: run {status or 'without a status'}"
+    events = last_attempt(read_trace(trace).typed())
+    if not events or not isinstance(events[0], RunStart):
+        return f"{trace}: no run_start"
+    end = next((e for e in events if isinstance(e, RunEnd)), None)
+    if end is None or end.status != "ok":
+        return f"{trace}: last attempt did not end ok ({'no run_end' if end is None else end.status})"
+    memo = next((e for e in events if isinstance(e, MemoShown)), None)
+    if memo is None:
+        return f"{trace}: no memo event"
+    start = events[0]
+    crits = [e for e in events if isinstance(e, Crit) and e.label == "crit" and e.task is not None]
+    return StoredRun(start.run_id, start.scenario["id"], start.config["name"], trace, memo.ids, crits)
+
+
 def find_runs(results_dir: str | Path) -> tuple[list[StoredRun], list[str]]:
+    """Every finished-ok run under ``results_dir`` (either layout), and why each other trace was skipped."""
     root = Path(results_dir)
     if not root.is_dir():
         raise InputError(results_dir, "not a directory", "give a batch results directory or a `madbench debate --out` directory")
-    runs, skipped = [], []
-    for path in sorted(root.rglob("trace.jsonl")):
-        events = last_attempt(read_trace(path).typed())
-        if not events or events[0].event != "run_start":
-            skipped.append(f"{path}: no run_start")
-            continue
-        end = next((e for e in events if isinstance(e, RunEnd)), None)
-        if end is None or end.status != "ok":
-            skipped.append(f"{path}: run not finished ok ({'no run_end' if end is None else end.status})")
-            continue
-        start, memo = events[0], next(e for e in events if isinstance(e, MemoShown))
-        crits = [e for e in events if isinstance(e, Crit) and e.label == "crit" and e.task is not None]
-        runs.append(StoredRun(start.run_id, start.scenario["id"], start.config["name"], path, memo.ids, crits))
+    runs: dict[str, StoredRun] = {}
+    skipped = []
+    for trace, committed in _traces(root):
+        run = read_run(trace, committed)
+        if isinstance(run, str):
+            skipped.append(run)
+        elif run.run_id in runs:
+            skipped.append(f"{trace}: run {run.run_id} already found at {runs[run.run_id].trace}")
+        else:
+            runs[run.run_id] = run
     if not runs:
-        raise InputError(results_dir, f"no finished runs with traces found ({len(skipped)} skipped)", "run a batch or a debate first")
-    return runs, skipped
+        raise InputError(results_dir, f"no finished runs with traces found ({len(skipped)} skipped)",
+                         "give a batch results directory (traces/, runs/) or a `madbench debate --out` directory")
+    return list(runs.values()), skipped
 
 
 def task_of(run: StoredRun, event: Crit) -> CritTask:
-    return CritTask(agent_id=event.agent, role=event.role, round=event.round, memo_ids=run.memo_ids,
-                    argument=event.task["argument"], critiques=event.task["critiques"])
+    """The task a ``crit`` event stored, whole (every field it kept: older traces keep fewer, and still validate)."""
+    return CritTask(agent_id=event.agent, role=event.role, round=event.round, memo_ids=run.memo_ids, **event.task)
+
+
+def crit_requests(run: StoredRun, spec: ModelSpec, rubric: Rubric) -> list:
+    """The gateway request of each of the run's CRIT tasks (what ``score_run`` sends; the dry run prices them)."""
+    return [crit_request(task_of(run, e), rubric, spec.model) for e in run.crit_events]
 
 
 def score_row(run: StoredRun, score: CritScore, task: CritTask, label: str) -> dict[str, Any]:
@@ -83,6 +127,10 @@ def score_row(run: StoredRun, score: CritScore, task: CritTask, label: str) -> d
     return row
 
 
+def part_path(scores_dir: Path, label: str, run_id: str) -> Path:
+    return Path(scores_dir) / label / f"{run_id}.parquet"
+
+
 def write_part(out: Path, rows: list[dict[str, Any]]) -> None:
     table = pd.DataFrame(rows)
     atomic_write(out, lambda p: table.to_parquet(p, index=False))
@@ -91,7 +139,7 @@ def write_part(out: Path, rows: list[dict[str, Any]]) -> None:
 def extract_original(runs: list[StoredRun], scores_dir: Path) -> int:
     written = 0
     for run in runs:
-        part = scores_dir / ORIGINAL / f"{run.run_id}.parquet"
+        part = part_path(scores_dir, ORIGINAL, run.run_id)
         if part.exists() or not run.crit_events:
             continue
         rows = [score_row(run, e.score, task_of(run, e), ORIGINAL) for e in run.crit_events]
@@ -100,33 +148,111 @@ def extract_original(runs: list[StoredRun], scores_dir: Path) -> int:
     return written
 
 
-async def rescore_runs(runs: list[StoredRun], scores_dir: Path, label: str, scorer, rubric: Rubric, gateway,
-                       concurrency: int = 8) -> dict[str, int]:
-    """``scorer`` is a model string or a ModelSpec (rules/auto and rules resolve to rules/crit)."""
-    spec = ModelRouting.single(scorer).resolve("scorer", "crit")
-    sem = asyncio.Semaphore(concurrency)
-    counts = {"runs_scored": 0, "runs_skipped_existing": 0, "turns": 0}
+@dataclass
+class RunScores:
+    """One run graded again: its rows, or the turns that could not be graded (then no row is kept)."""
 
-    async def one(run: StoredRun, event: Crit) -> dict[str, Any]:
+    run_id: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    totals: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors)
+
+    @property
+    def reason(self) -> str | None:
+        return self.errors[0]["reason"] if self.errors else None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+async def score_run(run: StoredRun, label: str, spec: ModelSpec, rubric: Rubric, gateway: Gateway,
+                    limit: asyncio.Semaphore | None = None, reraise: tuple[type[BaseException], ...] = ()) -> RunScores:
+    """Grade every CRIT task of ``run`` with ``spec`` (all at once, at most ``limit`` in flight). A turn whose
+    grading fails (a ``GatewayFailure`` after its validation retries, or any exception) fails the run; the
+    other turns still finish, so their answers are cached for the retry. ``reraise``: exceptions that are
+    not the run's fault (a lost rate-limiter actor) and must reach the caller."""
+    limit = limit or asyncio.Semaphore(8)
+    totals = Totals()
+
+    async def one(event: Crit) -> dict[str, Any]:
         task = task_of(run, event)
         request = crit_request(task, rubric, spec.model)
-        async with sem:
-            c = await gateway.complete(request, spec, lambda content, s: parse_json(content, CritAnswer))
+        async with limit:
+            try:
+                c = await gateway.complete(request, spec, lambda content, s: parse_json(content, CritAnswer))
+            except GatewayFailure as exc:
+                totals.add_failure(exc.attempts)
+                raise
+        totals.add(c)
         return score_row(run, finish(task, c.value, c.model_used, c.is_llm, rubric), task, label)
 
-    for run in runs:
-        part = scores_dir / label / f"{run.run_id}.parquet"
-        if part.exists():
-            counts["runs_skipped_existing"] += 1
-            continue
-        rows = await asyncio.gather(*[one(run, e) for e in run.crit_events])
-        if rows:
-            write_part(part, list(rows))
-            counts["runs_scored"] += 1
-            counts["turns"] += len(rows)
-    return counts
+    results = await asyncio.gather(*[one(e) for e in run.crit_events], return_exceptions=True)
+    out = RunScores(run.run_id, totals=totals.model_dump())
+    for event, r in zip(run.crit_events, results):
+        if isinstance(r, reraise):
+            raise r
+        if isinstance(r, BaseException):
+            out.errors.append({"agent_id": event.agent, "round": event.round, "reason": _reason(r)})
+        else:
+            out.rows.append(r)
+    if out.failed:
+        out.rows = []
+    return out
+
+
+def failure_path(scores_dir: Path, label: str, run_id: str) -> Path:
+    return Path(scores_dir) / label / FAILED / f"{run_id}.json"
+
+
+def write_failure(scores_dir: Path, label: str, run: StoredRun, result: RunScores, scorer: str, rubric: str) -> Path:
+    body = {"run_id": run.run_id, "scenario_id": run.scenario_id, "config": run.config_name, "label": label,
+            "scorer": scorer, "rubric": rubric, "reason": result.reason, "turns": len(run.crit_events),
+            "failed_turns": result.errors, "totals": result.totals, "trace": str(run.trace),
+            "failed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return atomic_write_text(failure_path(scores_dir, label, run.run_id), json.dumps(body, indent=1))
+
+
+def clear_failure(scores_dir: Path, label: str, run_id: str) -> None:
+    failure_path(scores_dir, label, run_id).unlink(missing_ok=True)
+
+
+def read_failures(scores_dir: Path, label: str) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((Path(scores_dir) / label / FAILED).glob("*.json"))]
+
+
+def labels(scores_dir: Path) -> list[str]:
+    """The score tables under ``scores_dir`` that hold at least one part, ``original`` first."""
+    found = sorted(p.name for p in Path(scores_dir).iterdir() if p.is_dir() and any(p.glob("*.parquet"))) \
+        if Path(scores_dir).is_dir() else []
+    return sorted(found, key=lambda name: name != ORIGINAL)
 
 
 def read_scores(scores_dir: Path, label: str) -> pd.DataFrame:
-    parts = sorted((scores_dir / label).glob("*.parquet"))
+    parts = sorted((Path(scores_dir) / label).glob("*.parquet"))
     return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else pd.DataFrame()
+
+
+AGREEMENT = "agreement.parquet"
+AUDIT_AGREEMENT = "audit_agreement.parquet"
+
+
+def agreement_tables(scores_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per pillar and ρ, the agreement of every pair of labels under ``scores_dir`` (``original`` first), and each
+    label's agreement with the deterministic audit; both written beside the labels as Parquet (rebuilt each pass)."""
+    found = labels(scores_dir)
+    frames = {label: read_scores(scores_dir, label) for label in found}
+    pairs = [(a, b) for i, a in enumerate(found) for b in found[i + 1:]]
+    pillars = label_agreement(frames, pairs, [*PILLARS, "rho"])
+    audit = [audit_agreement(f).assign(label=label) for label, f in frames.items() if not f.empty]
+    audit_table = pd.concat(audit, ignore_index=True) if audit else pd.DataFrame()
+    if not audit_table.empty:
+        audit_table = audit_table[["label", *[c for c in audit_table.columns if c != "label"]]]
+    atomic_write(Path(scores_dir) / AGREEMENT, lambda p: pillars.to_parquet(p, index=False))
+    atomic_write(Path(scores_dir) / AUDIT_AGREEMENT, lambda p: audit_table.to_parquet(p, index=False))
+    return pillars, audit_table

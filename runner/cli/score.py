@@ -1,62 +1,130 @@
-"""`madbench rescore`: grade stored traces again with another scorer or rubric."""
+"""`madbench rescore`: grade stored traces again with another scorer or rubric, as a resumable job on Ray."""
 
 from __future__ import annotations
 
-import asyncio
+import json
 import re
 from pathlib import Path
 
 from madbench_data.errors import InputError
 from madbench_data.markdown import markdown_table
-from madbench_gateway import Gateway, ModelSpec, ResponseCache, resolve_cache_dir
+from madbench_gateway import ModelSpec, RateLimits, resolve_cache_dir
 from runner.cli.commands import command_parser
-from runner.cli.common import CACHE_DIR_HELP
-from scoring.agreement import audit_agreement, pillar_agreement
-from scoring.crit import PILLARS
-from scoring.rescore import ORIGINAL, extract_original, find_runs, read_scores, rescore_runs
+from runner.rescore_job import Job, Outcome, Plan, dry_run, failure_reasons, plan, run_rescore
+from scoring.rescore import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL, agreement_tables, read_scores
 from scoring.rubric import load_rubric
+
+EXIT_FAILED_RUNS = 1
 
 
 def register(sub) -> None:
     p = command_parser(sub, "rescore")
-    p.add_argument("results_dir", help="a batch results directory or a `madbench debate --out` directory")
+    p.add_argument("results_dir", help="a batch results directory (traces/, runs/) or a `madbench debate --out` directory")
     p.add_argument("--scorer", required=True, help="model for CRIT: rules (non-LLM), local/gemma3-270m, openai/gpt-4o-mini, …")
     p.add_argument("--rubric", default="uniform", help="rubric name in configs/rubrics/ or a file (default uniform)")
-    p.add_argument("--label", help="name of the new scores table (default: scorer and rubric)")
+    p.add_argument("--label", help="name of the new scores table under scores/ (default: scorer and rubric)")
     p.add_argument("--api-base", help="OpenAI-compatible endpoint for the scorer model")
     p.add_argument("--api-key-env", help="environment variable holding the scorer's key")
-    p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
-    p.add_argument("--concurrency", type=int, default=8, help="turns scored at once (the limiter still applies; default 8)")
+    p.add_argument("--send-context", action="store_true",
+                   help="send each CRIT task beside the prompt: only for madbench's simulated provider (`madbench sim serve`)")
+    p.add_argument("--rpm", type=float, help="the scorer's requests per minute (one limiter per provider, model and api_base)")
+    p.add_argument("--tpm", type=float, help="the scorer's tokens per minute")
+    p.add_argument("--max-concurrency", type=int, help="the scorer's requests in flight across the cluster (default 8)")
+    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm)")
+    p.add_argument("--address", help="join a Ray cluster (else $RAY_ADDRESS, else a local Ray)")
+    p.add_argument("--workers", type=int, default=2, help="runner actors (default 2)")
+    p.add_argument("--max-in-flight", type=int, default=8, help="runs being graded at once (default 8)")
+    p.add_argument("--concurrency", type=int, default=8, help="turns graded at once per actor (the limiter still applies; default 8)")
+    p.add_argument("--dry-run", action="store_true", help="print runs, CRIT tasks, expected and cached calls and cost; call nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_rescore)
 
 
-def cmd_rescore(args) -> int:
-    scorer = "rules/crit" if args.scorer == "rules" else args.scorer
+def _scorer_spec(args) -> ModelSpec:
+    scorer = "rules/crit" if args.scorer in ("rules", "rules/auto") else args.scorer
     if "/" not in scorer:
         raise InputError("--scorer", f"{args.scorer!r} is not a model", "write rules, local/gemma3-270m or a litellm model string")
+    limits = {k: v for k, v in (("rpm", args.rpm), ("tpm", args.tpm), ("max_concurrency", args.max_concurrency)) if v is not None}
+    try:
+        return ModelSpec(model=scorer, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
+                         limits=RateLimits(**limits))
+    except ValueError as exc:
+        raise InputError("--scorer", str(exc).splitlines()[-1], "check --api-key-env, --rpm, --tpm and --max-concurrency") from None
+
+
+def _batch_cache_dir(root: Path) -> str | None:
+    """The batch's own cache_dir when its manifest names an absolute one (a relative one was relative to the batch file)."""
+    try:
+        value = json.loads((root / "manifest.json").read_text())["spec"].get("cache_dir")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return value if value and Path(value).expanduser().is_absolute() else None
+
+
+def make_job(args) -> Job:
+    spec = _scorer_spec(args)
     rubric = load_rubric(args.rubric)
-    label = args.label or re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{scorer}.{rubric.name}")
-    if label == ORIGINAL:
-        raise InputError("--label", "'original' is reserved for the debate's own scores", "choose another label")
+    label = args.label or re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{spec.model}.{rubric.name}")
+    if label == ORIGINAL or label == FAILED or not re.fullmatch(r"[A-Za-z0-9_.-]+", label) or label.startswith("."):
+        raise InputError("--label", f"{label!r} is reserved or not a plain name", "choose a name of letters, digits, _ . -")
+    for name, value in (("--workers", args.workers), ("--max-in-flight", args.max_in_flight), ("--concurrency", args.concurrency)):
+        if value < 1:
+            raise InputError(name, f"{value} is not a positive count", "give 1 or more")
     root = Path(args.results_dir)
-    runs, skipped = find_runs(root)
-    scores_dir = root / "scores"
-    extract_original(runs, scores_dir)
-    spec = ModelSpec(model=scorer, api_base=args.api_base, api_key_env=args.api_key_env)
-    with ResponseCache(resolve_cache_dir(args.cache_dir)) as cache:
-        gateway = Gateway(cache=cache)
-        counts = asyncio.run(rescore_runs(runs, scores_dir, label, spec, rubric, gateway, args.concurrency))
-    t = gateway.totals
-    print(f"{len(runs)} finished runs ({len(skipped)} skipped); label {label}: scored {counts['runs_scored']} runs "
-          f"({counts['turns']} turns), {counts['runs_skipped_existing']} already scored")
-    print(f"scorer calls: {t.calls} ({t.cached} from cache, {t.http_attempts} provider attempts); tables in {scores_dir}")
-    original, new = read_scores(scores_dir, ORIGINAL), read_scores(scores_dir, label)
-    if original.empty or new.empty:
+    return Job(root, label, spec, rubric, resolve_cache_dir(args.cache_dir, _batch_cache_dir(root)))
+
+
+def cmd_rescore(args) -> int:
+    job = make_job(args)
+    p = plan(job)
+    if args.dry_run:
+        print(json.dumps(dry_run(job, p), indent=1))
         return 0
+    outcome = run_rescore(job, p, args.address, args.workers, args.max_in_flight, args.concurrency, args.quiet)
+    print_summary(job, p, outcome)
+    print_agreement(job)
+    if outcome.interrupted:
+        return 130
+    return EXIT_FAILED_RUNS if outcome.failed else 0
+
+
+def print_summary(job: Job, p: Plan, o: Outcome) -> None:
+    t = o.totals
+    print(f"rescore {job.root} -> label {job.label} ({job.spec.model}, rubric {job.rubric.name})")
+    print(f"runs: {len(p.runs)} finished ok ({len(p.skipped)} other traces skipped); scored {len(o.scored)} "
+          f"({o.turns} turns), already scored {len(p.already)}, failed {len(o.failed)}"
+          + (f", without CRIT turns {p.no_turns}" if p.no_turns else "")
+          + (f", not reached {len(p.todo) - len(o.scored) - len(o.failed)} (interrupted)" if o.interrupted else ""))
+    cost = f"${t['cost_usd']:.4f}" + (f" (+{int(t['calls_with_unknown_cost'])} calls of unknown cost)"
+                                      if t["calls_with_unknown_cost"] else "")
+    if job.scorer_is_llm:
+        print(f"scorer calls: {int(t['calls'])} ({int(t['cached'])} from cache, {int(t['http_attempts'])} provider attempts, "
+              f"{int(t['failed'])} failed); cost {cost}; cache {job.cache_dir}")
+    else:
+        print(f"scorer calls: {int(t['calls'])} answered by the rule-based scorer (non-LLM: no provider, no cache, no cost)")
+    print(f"parts in {job.scores_dir / job.label}")
+    if o.failed:
+        print(f"\nfailed runs: {len(o.failed)} (records in {job.scores_dir / job.label / FAILED}/; "
+              "run the same command again to retry them)")
+        for reason, runs in failure_reasons(o):
+            shown = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+            print(f"  {len(runs)} x {reason}\n      runs: {shown}")
+
+
+def print_agreement(job: Job) -> None:
+    pillars, audit = agreement_tables(job.scores_dir)
+    new = read_scores(job.scores_dir, job.label)
+    if new.empty:
+        return
     tag = lambda frame: "non-LLM" if not frame.is_llm.any() else "LLM"  # noqa: E731
-    print(f"\nagreement per pillar: {ORIGINAL} ({original.scorer.iloc[0]}, {tag(original)}) vs {label} ({new.scorer.iloc[0]}, {tag(new)})")
-    table = pillar_agreement(original, new, [*PILLARS, "rho"])
-    print(markdown_table(table))
-    print(f"\nscorer counts vs deterministic audit ({label}):")
-    print(markdown_table(audit_agreement(new)))
-    return 0
+    for other in [lbl for lbl in dict.fromkeys([*pillars.label_a, *pillars.label_b]) if lbl != job.label]:
+        pair = pillars[((pillars.label_a == other) & (pillars.label_b == job.label))
+                       | ((pillars.label_a == job.label) & (pillars.label_b == other))]
+        if pair.empty:
+            continue
+        a = read_scores(job.scores_dir, other)
+        print(f"\nagreement per pillar: {other} ({a.scorer.iloc[0]}, {tag(a)}) vs {job.label} ({new.scorer.iloc[0]}, {tag(new)})")
+        print(markdown_table(pair.drop(columns=["label_a", "label_b"]).rename(columns={"note": "why n/a"})))
+    print(f"\nscorer counts vs deterministic audit ({job.label}):")
+    print(markdown_table(audit[audit.label == job.label].drop(columns=["label", "note"])))
+    print(f"\nagreement tables: {job.scores_dir / AGREEMENT}, {job.scores_dir / AUDIT_AGREEMENT}")

@@ -1,0 +1,279 @@
+"""`madbench rescore` as a batch job on Ray: grade stored CRIT tasks again with another scorer or rubric.
+
+The driver finds the finished runs (``scoring.rescore.find_runs``: batch and debate layouts), extracts the
+debate's own scores as ``scores/original/``, and feeds every run without a part under ``scores/<label>/`` to a
+small pool of ``RescoreActor``s, at most ``max_in_flight`` outstanding. Each actor holds one gateway and one
+handle on the same disk cache as ``madbench run`` and grades a whole run per call; the gateway queues at the
+same cluster-wide rate-limiter actors (one per provider, model and api_base). The driver writes each run's
+part atomically, or its failure record (``scores/<label>/failed/<run>.json``) when a turn could not be graded;
+one bad run never stops the job, and the next pass retries exactly the runs without a part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from madbench_gateway import Gateway, ModelSpec, ResponseCache
+from madbench_gateway.providers import provider_for
+from runner.execute import ActorPool, init_ray
+from runner.wiring import install_rule_answers
+from scoring import rescore as rs
+from scoring.rescore import RunScores, StoredRun, part_path
+from scoring.rubric import Rubric
+
+#: Tokens a CRIT answer is expected to take (diagnostics, four scores, four short explanations), for the dry run.
+CRIT_ANSWER_TOKENS = 500
+
+
+class RescoreActor:
+    """Grades whole runs' CRIT tasks: one gateway, one cache handle; turns of all its runs share ``concurrency``."""
+
+    def __init__(self, cache_dir: str, concurrency: int):
+        import ray
+
+        install_rule_answers()
+        self.cache = ResponseCache(cache_dir)
+        self.gateway = Gateway(cache=self.cache)
+        self.limit = asyncio.Semaphore(max(1, concurrency))
+        self.node_id = ray.get_runtime_context().get_node_id()
+
+    async def score(self, run: StoredRun, label: str, spec: dict, rubric: dict) -> dict[str, Any]:
+        import ray
+
+        t0 = time.perf_counter()
+        try:
+            result = await rs.score_run(run, label, ModelSpec.model_validate(spec), Rubric.model_validate(rubric),
+                                        self.gateway, self.limit, reraise=(ray.exceptions.RayActorError,))
+        except ray.exceptions.RayActorError:
+            raise  # a limiter actor was lost with its node: not the run's fault, the driver requeues it
+        except Exception as exc:  # survives Ray's pickling with its type, message and traceback
+            raise RuntimeError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}") from None
+        return {"result": result, "node_id": self.node_id, "wall_s": time.perf_counter() - t0}
+
+    async def totals(self) -> dict[str, Any]:
+        return self.gateway.totals.model_dump()
+
+
+@dataclass
+class Job:
+    """What one pass does: the label, the scorer, and where things are."""
+
+    root: Path
+    label: str
+    spec: ModelSpec
+    rubric: Rubric
+    cache_dir: Path
+
+    @property
+    def scores_dir(self) -> Path:
+        return self.root / "scores"
+
+    @property
+    def scorer_is_llm(self) -> bool:
+        install_rule_answers()
+        return provider_for(self.spec.model).is_llm
+
+
+@dataclass
+class Plan:
+    runs: list[StoredRun]
+    skipped: list[str]
+    todo: list[StoredRun] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+    no_turns: int = 0
+
+
+def plan(job: Job) -> Plan:
+    runs, skipped = rs.find_runs(job.root)
+    p = Plan(runs, skipped)
+    for run in runs:
+        if part_path(job.scores_dir, job.label, run.run_id).exists():
+            p.already.append(run.run_id)
+        elif not run.crit_events:
+            p.no_turns += 1
+        else:
+            p.todo.append(run)
+    return p
+
+
+# -- the dry run: what a pass would send, looked up in the cache without calling anything
+
+
+def _cached(cache: ResponseCache | None, key: str) -> bool:
+    return cache is not None and cache.contains(key)
+
+
+def dry_run(job: Job, p: Plan) -> dict[str, Any]:
+    install_rule_answers()
+    gateway = Gateway()
+    _, provider = gateway.prepare(job.spec)
+    calls = cached = prompt_tokens = 0
+    cache = ResponseCache(job.cache_dir) if provider.cacheable and (job.cache_dir / "responses").is_dir() else None
+    try:
+        for run in p.todo:
+            for request in rs.crit_requests(run, job.spec, job.rubric):
+                calls += 1
+                if _cached(cache, gateway.cache_key(request, job.spec)):
+                    cached += 1
+                else:
+                    prompt_tokens += int(sum(len(m.content) for m in request.messages) / 3.5)
+    finally:
+        if cache is not None:
+            cache.close()
+    is_llm = provider.is_llm
+    completion_tokens = (calls - cached) * CRIT_ANSWER_TOKENS
+    cost = provider.cost(job.spec.model, prompt_tokens, completion_tokens) if calls > cached else 0.0
+    return {"results_dir": str(job.root), "label": job.label, "scorer": job.spec.model, "rubric": job.rubric.name,
+            "scorer_is_llm": is_llm, "runs_found": len(p.runs), "runs_skipped_not_ok": len(p.skipped),
+            "runs_already_scored": len(p.already), "runs_without_crit_turns": p.no_turns, "runs_to_score": len(p.todo),
+            "crit_tasks": calls, "expected_calls": calls, "cached_calls": cached, "uncached_calls": calls - cached,
+            "expected_prompt_tokens": prompt_tokens, "expected_completion_tokens": completion_tokens,
+            "estimated_cost_usd": None if cost is None else round(cost, 4),
+            "cost_note": ("rule-based scorer: no provider call, no cost" if is_llm is False
+                          else f"{job.spec.model} is not in litellm's cost map" if cost is None
+                          else "uncached calls only, before validation retries"),
+            "cache_dir": str(job.cache_dir)}
+
+
+# -- the pass itself
+
+
+class Progress:
+    """A line on ``stream`` (None: quiet) every ``every_s`` seconds: runs done and failed, calls and cache hits."""
+
+    def __init__(self, label: str, total: int, stream, every_s: float = 5.0):
+        self.label, self.total, self.stream, self.every_s = label, total, stream, every_s
+        self.scored = self.failed = 0
+        self.calls = self.cached = 0
+        self.t0 = self.last = time.monotonic()
+
+    def show(self, in_flight: int, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.stream is None or (not force and now - self.last < self.every_s):
+            return
+        self.last = now
+        el = now - self.t0
+        print(f"rescore {self.label}: {self.scored + self.failed}/{self.total} runs (scored {self.scored}, failed "
+              f"{self.failed}, in flight {in_flight}) | {self.calls} calls, {self.cached} cache hits, "
+              f"{self.calls / el if el else 0:.1f} calls/s | {el:.0f} s", file=self.stream, flush=True)
+
+
+@dataclass
+class Outcome:
+    scored: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # run id -> reason
+    turns: int = 0
+    totals: Counter = field(default_factory=Counter)
+    interrupted: bool = False
+
+
+class Dispatch:
+    """Feeds runs to the actors (at most ``max_in_flight`` outstanding) and settles each as it returns."""
+
+    def __init__(self, job: Job, pool: ActorPool, todo: list[StoredRun], max_in_flight: int, progress: Progress):
+        self.job, self.pool, self.max_in_flight, self.progress = job, pool, max_in_flight, progress
+        self.queue = list(todo)
+        self.in_flight: dict[Any, tuple[StoredRun, int, Any]] = {}
+        self.outcome = Outcome()
+        self.sent = 0
+        self._spec, self._rubric = job.spec.model_dump(mode="json"), job.rubric.model_dump(mode="json")
+
+    def loop(self) -> Outcome:
+        ray = self.pool.ray
+        while self.queue or self.in_flight:
+            while self.queue and len(self.in_flight) < self.max_in_flight:
+                run = self.queue.pop(0)
+                k = self.sent % len(self.pool.actors)
+                handle = self.pool.actors[k]
+                self.in_flight[handle.score.remote(run, self.job.label, self._spec, self._rubric)] = (run, k, handle)
+                self.sent += 1
+            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=1.0)
+            for ref in ready:
+                self._settle(ref)
+            if self.progress.stream is not None and time.monotonic() - self.progress.last >= self.progress.every_s:
+                self._poll_calls()
+            self.progress.show(len(self.in_flight))
+        return self.outcome
+
+    def _poll_calls(self) -> None:
+        """Live call and cache-hit counts from the actors (their gateways' totals) for the progress line."""
+        ray = self.pool.ray
+        try:
+            totals = ray.get([a.totals.remote() for a in self.pool.actors], timeout=2.0)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            return
+        self.progress.calls = max(self.progress.calls, sum(t["calls"] for t in totals))
+        self.progress.cached = max(self.progress.cached, sum(t["cached"] for t in totals))
+
+    def _settle(self, ref) -> None:
+        ray = self.pool.ray
+        run, k, handle = self.in_flight.pop(ref)
+        try:
+            result: RunScores = ray.get(ref)["result"]
+        except ray.exceptions.RayActorError as exc:
+            # The actor, its node, or a limiter it queued on died: not the run's fault. Replace and requeue;
+            # the turns it had graded come back from the cache.
+            self.pool.replace(k, handle, exc)
+            self.queue.insert(0, run)
+            return
+        except ray.exceptions.RayError as exc:  # a bug while grading this run: that run failed, the job goes on
+            cause = getattr(exc, "cause", None)
+            result = RunScores(run.run_id, errors=[{"agent_id": None, "round": None,
+                                                    "reason": str(cause or exc).strip().splitlines()[0][:500]}])
+        self._record(run, result)
+
+    def _record(self, run: StoredRun, result: RunScores) -> None:
+        o, sd, label = self.outcome, self.job.scores_dir, self.job.label
+        o.totals.update({k: v for k, v in result.totals.items() if isinstance(v, (int, float))})
+        if result.failed:
+            rs.write_failure(sd, label, run, result, self.job.spec.model, self.job.rubric.name)
+            o.failed[run.run_id] = result.reason
+            self.progress.failed += 1
+        else:
+            rs.write_part(part_path(sd, label, run.run_id), result.rows)
+            rs.clear_failure(sd, label, run.run_id)
+            o.scored.append(run.run_id)
+            o.turns += len(result.rows)
+            self.progress.scored += 1
+        self.progress.calls = max(self.progress.calls, int(o.totals["calls"]))
+        self.progress.cached = max(self.progress.cached, int(o.totals["cached"]))
+
+
+def run_rescore(job: Job, p: Plan, address: str | None = None, workers: int = 2, max_in_flight: int = 8,
+                concurrency: int = 8, quiet: bool = False, progress_every_s: float = 5.0) -> Outcome:
+    """One pass: the original scores extracted, then every run of ``p.todo`` graded on Ray actors."""
+    rs.extract_original(p.runs, job.scores_dir)
+    for run_id in p.already:  # a pass stopped between writing a run's part and dropping its failure record
+        rs.clear_failure(job.scores_dir, job.label, run_id)
+    if not p.todo:
+        return Outcome()
+    progress = Progress(job.label, len(p.todo), None if quiet else sys.stderr, progress_every_s)
+    ray = init_ray(address)
+    # Room for every run in flight plus the progress line's totals polls.
+    pool = ActorPool(ray, RescoreActor, (str(job.cache_dir), concurrency), min(workers, len(p.todo)), max_in_flight + 4)
+    dispatch = Dispatch(job, pool, p.todo, max_in_flight, progress)
+    try:
+        return dispatch.loop()
+    except KeyboardInterrupt:
+        dispatch.outcome.interrupted = True
+        print("\ninterrupted: the parts written are kept; run the same command again to resume", file=sys.stderr)
+        return dispatch.outcome
+    finally:
+        progress.show(len(dispatch.in_flight), force=True)
+        pool.kill_all()
+
+
+def failure_reasons(outcome: Outcome) -> list[tuple[str, list[str]]]:
+    """Distinct failure reasons, most frequent first, each with its runs."""
+    by: dict[str, list[str]] = {}
+    for run_id, reason in outcome.failed.items():
+        by.setdefault(reason or "unknown", []).append(run_id)
+    return sorted(by.items(), key=lambda kv: -len(kv[1]))
+
