@@ -106,7 +106,20 @@ def _walk(tmp_path: Path, pack: Path, server: SimProvider) -> None:
         assert row.prompt_tokens == sums.loc[row.run_id, "prompt_tokens"] > 0
         assert row.completion_tokens == sums.loc[row.run_id, "completion_tokens"] > 0
 
-    # 5. Statistics and the report finish on the batch.
+    # 5. Re-scoring the batch with the server's model: a part for every run; a second pass is served from the cache.
+    rescore = ["rescore", str(results), "--scorer", "openai/madbench-sim", "--api-base", server.url,
+               "--api-key-env", KEY, "--send-context", "--label", "sim", "--quiet"]
+    before = server.stats.requests
+    r = madbench(*rescore, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(list((results / "scores" / "sim").glob("*.parquet"))) == 10 and server.stats.requests > before
+    sent = server.stats.requests
+    r = madbench(*rescore[:-3], "--label", "sim-again", "--quiet", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(list((results / "scores" / "sim-again").glob("*.parquet"))) == 10
+    assert server.stats.requests == sent  # every CRIT request was answered from the cache
+
+    # 6. Statistics and the report finish on the batch.
     r = madbench("stats", str(results), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     r = madbench("report", str(results), env=env)
