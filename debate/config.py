@@ -13,11 +13,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from debate.control import PIDConfig
+from debate.schemas import Tier
 from madbench_data.errors import InputError, format_validation_error
 from madbench_data.scenario import Constraints
 from madbench_gateway.models import ModelRouting
-
-Tier = Literal["basic", "causal", "enriched"]
 
 
 class AgentConfig(BaseModel):

@@ -96,9 +96,9 @@ class RunContext:
         return list(self.scenario.tickers)
 
     def turn_rules(self, peer_claims: dict[str, set[str]] | None = None,
-                   owed_responses: list[tuple[str, str]] | None = None) -> TurnRules:
+                   owed_responses: list[tuple[str, str]] | None = None, tier: str = "causal") -> TurnRules:
         return TurnRules(self.universe, self.constraints, self.memo_ids, peer_claims or {},
-                         self.config.require_known_evidence, owed_responses)
+                         self.config.require_known_evidence, owed_responses, tier)
 
     def base_task(self, agent_id: str, role: str, phase: str, round_: int, beta: float, **kw) -> AgentTask:
         return AgentTask(agent_id=agent_id, role=role, phase=phase, universe=self.universe, constraints=self.constraints,
@@ -133,7 +133,9 @@ class RunContext:
         profile = self.profiles[agent.agent_id] if agent else self.judge_profile
         who, role = (agent.agent_id, agent.role) if agent else ("judge", "judge")
         owed = [(rc.from_agent, rc.item.target_claim) for rc in task.critiques_received] if phase == "revise" else None
-        rules = self.turn_rules(peer_claims, owed)
+        tier = agent.tier if agent else self.config.judge_tier  # picks the output schema (debate.schemas.schema_for)
+        rules = self.turn_rules(peer_claims, owed, tier)
+        task = task.model_copy(update={"tier": tier})
         schema = request_schema(phase, rules)
         user = profile.render(phase, memo=self.memo_text, universe=self.universe,
                               constraints=constraints_text(self.constraints), agent_id=who, role=role, round=round_,

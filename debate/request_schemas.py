@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from debate.schemas import PHASE_SCHEMAS
+from debate.schemas import critique_targets, schema_for
 from debate.validation import TurnRules
 
 #: Evidence IDs are enumerated up to this many; beyond it a phase gets a bounded ID pattern, a stage no constraint.
@@ -34,13 +34,14 @@ def evidence_id_enum(ids: set[str]) -> dict[str, Any] | None:
 # -- the paper's phases --------------------------------------------------------------------------
 
 def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
-    """The phase's JSON schema with this scenario's tickers, agents and evidence IDs as enums.
+    """The phase's JSON schema for the agent's tier (``rules.tier``) with this scenario's tickers, agents and
+    evidence IDs as enums.
 
     Constrained decoders then cannot emit a ticker outside the universe or an
     ID outside the memo (for large memos: an ID of this memo's shape);
     validation still checks both exactly (not every provider enforces schemas).
     """
-    schema = copy.deepcopy(PHASE_SCHEMAS[phase].model_json_schema())
+    schema = copy.deepcopy(schema_for(phase, rules.tier).model_json_schema())
     defs = schema.get("$defs", {})
     tickers = ticker_enum(rules.universe)
     for name in ("Holding", "PositionRationale"):
@@ -48,8 +49,9 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
             defs[name]["properties"]["ticker"] = tickers
     if "Claim" in defs:
         defs["Claim"]["properties"]["impacts_positions"] = {"type": "array", "items": tickers}
-    if "CritiqueItem" in defs and rules.peer_claims:
-        defs["CritiqueItem"]["properties"]["target_agent"] = {"type": "string", "enum": sorted(rules.peer_claims)}
+    item_name = _item_def_name(schema.get("properties", {}).get("critiques"))
+    if item_name in defs and rules.peer_claims:
+        defs[item_name]["properties"]["target_agent"] = {"type": "string", "enum": sorted(rules.peer_claims)}
     if rules.require_known_evidence and rules.evidence_ids:
         # An enum of the memo's IDs up to a size; beyond it a bounded pattern (prefix alternatives plus a
         # short field), since grammar-constrained decoding slows with every literal. An unbounded pattern
@@ -69,20 +71,27 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
     return schema
 
 
+def _item_def_name(prop: dict[str, Any] | None) -> str | None:
+    """The $defs name a list property's items refer to (CritiqueItem, or a basic agent's BasicCritiqueItem)."""
+    ref = ((prop or {}).get("items") or {}).get("$ref", "")
+    return ref.rsplit("/", 1)[-1] if ref.startswith("#/$defs/") else None
+
+
 def _one_of_each(schema: dict[str, Any], rules: TurnRules) -> None:
-    """Critique items as one alternative per peer (with that peer's claim ids), and revision responses as one
-    alternative per critique received, so that a constrained decoder can only target what exists. Whether every
-    critique is answered stays the agent's choice (CRIT and RCA judge it), so no minimum count is set."""
+    """Critique items as one alternative per peer (with that peer's claim ids, or its allocation when it has no
+    claims), and revision responses as one alternative per critique received, so that a constrained decoder can
+    only target what exists. Whether every critique is answered stays the agent's choice (CRIT and RCA judge it),
+    so no minimum count is set."""
     defs, props = schema.get("$defs", {}), schema.get("properties", {})
 
     def variant(base: dict[str, Any], fixed: dict[str, dict[str, Any]]) -> dict[str, Any]:
         return {**copy.deepcopy(base), "properties": {**copy.deepcopy(base["properties"]), **fixed}}
 
     if "critiques" in props and rules.peer_claims:
-        item = defs.pop("CritiqueItem")
+        item = defs.pop(_item_def_name(props["critiques"]))
         props["critiques"]["items"] = {"anyOf": [
             variant(item, {"target_agent": {"type": "string", "const": peer},
-                           "target_claim": {"type": "string", "enum": sorted(claims, key=_claim_order)}})
+                           "target_claim": {"type": "string", "enum": critique_targets(claims)}})
             for peer, claims in sorted(rules.peer_claims.items())]}
     if "critique_responses" in props and rules.owed_responses is not None:
         owed = list(dict.fromkeys(rules.owed_responses))
@@ -93,11 +102,6 @@ def _one_of_each(schema: dict[str, Any], rules: TurnRules) -> None:
             props["critique_responses"] = {**props["critique_responses"], "items": {"anyOf": [
                 variant(item, {"from_agent": {"type": "string", "const": a}, "target_claim": {"type": "string", "const": c}})
                 for a, c in owed]}}
-
-
-def _claim_order(claim_id: str) -> tuple[int, str]:
-    digits = claim_id[1:]
-    return (int(digits) if digits.isdigit() else 0, claim_id)
 
 
 #: Length bounds sent to constrained decoders (llama.cpp honours them; validation does not rely on them).

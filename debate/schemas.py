@@ -1,4 +1,11 @@
-"""What every debate turn must return (PAPER_NOTES §2), as pydantic models.
+"""What every debate turn must return (PAPER_NOTES §2), as pydantic models, per prompt tier.
+
+The causal and enriched tiers argue in structured claims (paper §3.1.1: numbered claims with evidence,
+positions that cite claims, critiques that target claims, point-by-point responses). The basic tier returns
+what the paper's basic prompt asks for (App. B.16): an allocation, a free-text justification citing memo IDs
+in brackets, what would change its mind, and a confidence; no claims. ``schema_for(phase, tier)`` picks the
+model. A critique of an agent without claims targets its allocation as a whole (``ALLOCATION_TARGET``), as the
+paper's CRIT prompt allows (App. B.15: "Critiques may target specific claims or the portfolio allocation").
 
 Their JSON schemas are sent to the provider for constrained decoding; the
 domain rules that a schema cannot express (universe membership, weight sum,
@@ -16,6 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field
 ReasoningType = Literal["causal", "observational", "risk_assessment", "pattern"]
 ClaimType = Literal["thesis", "risk", "catalyst", "valuation", "macro", "technical", "sentiment", "contrarian"]
 Disposition = Literal["accept", "partially_accept", "rebut"]
+Tier = Literal["basic", "causal", "enriched"]
+
+#: The critique target that names an agent's allocation (and its rationale) as a whole, not one of its claims.
+ALLOCATION_TARGET = "allocation"
+#: A critique's target: a claim id (C1, C2, …) or the whole allocation.
+TARGET_PATTERN = rf"^(C[0-9]+|{ALLOCATION_TARGET})$"
 
 _strict = ConfigDict(extra="forbid")
 
@@ -61,7 +74,8 @@ class Proposal(BaseModel):
 class CritiqueItem(BaseModel):
     model_config = _strict
     target_agent: str
-    target_claim: str = Field(pattern=r"^C[0-9]+$")
+    target_claim: str = Field(pattern=TARGET_PATTERN, description=f"one of its claim ids, or {ALLOCATION_TARGET!r} "
+                                                                   "when it lists no claims")
     critique_text: str = Field(min_length=1)
     evidence_ids: list[str]
     portfolio_implication: str
@@ -83,12 +97,13 @@ class ReceivedCritique(BaseModel):
 
     model_config = _strict
     from_agent: str
-    item: CritiqueItem
+    item: CritiqueItem | BasicCritiqueItem
 
 
 class CritiqueResponse(BaseModel):
     model_config = _strict
     from_agent: str
+    #: A claim id: only agents with claims answer claim by claim (a claim-less basic agent answers in its notes).
     target_claim: str = Field(pattern=r"^C[0-9]+$")
     disposition: Disposition
     justification: str = Field(min_length=1)
@@ -99,6 +114,53 @@ class Revision(Proposal):
 
     critique_responses: list[CritiqueResponse]
     revision_notes: str
+
+
+# -- the basic tier (paper App. B.16): an allocation with a free-text justification, no claims -----------------
+
+class BasicProposal(BaseModel):
+    """A basic-tier agent's allocation with its free-text rationale (propose phase). No structured claims."""
+
+    model_config = _strict
+    thesis: str = Field(min_length=1, description="a short justification of the allocation that cites memo IDs in "
+                                                  "brackets, e.g. [AAPL-RET60]")
+    allocation: list[Holding]
+    cash_weight: float = Field(0.0, ge=0.0, le=1.0)
+    risks_or_falsifiers: list[str] = Field(min_length=1, description="what would change your mind")
+    confidence: float = Field(ge=0.0, le=1.0)
+
+    @property
+    def claims(self) -> list[Claim]:
+        """Always empty: a basic-tier argument makes no structured claims (a critique targets its allocation)."""
+        return []
+
+
+class BasicCritiqueItem(BaseModel):
+    """A basic-tier critique: free text (evidence cited in brackets inside it) and a suggested change."""
+
+    model_config = _strict
+    target_agent: str
+    target_claim: str = Field(pattern=TARGET_PATTERN, description=f"one of its claim ids, or {ALLOCATION_TARGET!r} "
+                                                                   "when it lists no claims")
+    critique_text: str = Field(min_length=1)
+    suggested_adjustment: str
+    objection_confidence: float = Field(ge=0.0, le=1.0)
+
+
+class BasicCritique(BaseModel):
+    """A basic-tier agent's critiques of the other agents (critique phase)."""
+
+    model_config = _strict
+    from_role: str
+    critiques: list[BasicCritiqueItem] = Field(min_length=1)
+
+
+class BasicRevision(BasicProposal):
+    """A basic-tier revision: the revised allocation and rationale, and in ``revision_notes`` how each critique
+    received was handled (naming the agent that sent it). No claim-by-claim responses."""
+
+    revision_notes: str = Field(min_length=1, description="for each critique received: its sender, whether you "
+                                                          "accept or rebut it, and why")
 
 
 class JudgeDecision(BaseModel):
@@ -113,12 +175,40 @@ class JudgeDecision(BaseModel):
     evidence_ids: list[str] = Field(default_factory=list)
 
 
+#: The claim-structured phases of the causal and enriched tiers.
 PHASE_SCHEMAS: dict[str, type[BaseModel]] = {
     "propose": Proposal,
     "critique": Critique,
     "revise": Revision,
     "judge": JudgeDecision,
 }
+#: What each tier returns per phase. The judge's decision does not depend on its tier.
+TIER_SCHEMAS: dict[str, dict[str, type[BaseModel]]] = {
+    "basic": {"propose": BasicProposal, "critique": BasicCritique, "revise": BasicRevision, "judge": JudgeDecision},
+    "causal": PHASE_SCHEMAS,
+    "enriched": PHASE_SCHEMAS,
+}
+
+#: Any agent's proposal or revision, whatever its tier (the most specific first).
+Argument = Revision | Proposal | BasicRevision | BasicProposal
+CritiqueItemAny = CritiqueItem | BasicCritiqueItem
+
+
+def schema_for(phase: str, tier: str = "causal") -> type[BaseModel]:
+    """The output model of ``phase`` for an agent of ``tier``."""
+    if tier not in TIER_SCHEMAS:
+        raise KeyError(f"unknown tier {tier!r}; known: {', '.join(TIER_SCHEMAS)}")
+    return TIER_SCHEMAS[tier][phase]
+
+
+def critique_targets(claim_ids: set[str] | list[str]) -> list[str]:
+    """What a critique of an agent may target: its claim ids in order, or its allocation when it has no claims."""
+    return sorted(claim_ids, key=claim_order) or [ALLOCATION_TARGET]
+
+
+def claim_order(claim_id: str) -> tuple[int, str]:
+    digits = claim_id[1:]
+    return (int(digits) if digits.isdigit() else 0, claim_id)
 
 
 def weights_of(holdings: list[Holding]) -> dict[str, float]:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.schemas import Proposal, ReceivedCritique, Revision
+from debate.schemas import Argument, ReceivedCritique, Tier
 from madbench_data.memo import EvidenceItem
 from madbench_data.scenario import Constraints
 
@@ -22,13 +22,15 @@ class AgentTask(BaseModel):
     agent_id: str
     role: str
     phase: TaskPhase
+    #: The agent's prompt tier: what it returns (``debate.schemas.schema_for``), claims or a free-text rationale.
+    tier: Tier = "causal"
     universe: list[str]
     constraints: Constraints
     evidence: list[EvidenceItem]
     #: The agent's own latest proposal or revision (critique and revise phases).
-    own: Revision | Proposal | None = None
+    own: Argument | None = None
     #: Other agents' latest proposals or revisions, by agent id (critique and judge phases).
-    peers: dict[str, Revision | Proposal] = Field(default_factory=dict)
+    peers: dict[str, Argument] = Field(default_factory=dict)
     critiques_received: list[ReceivedCritique] = Field(default_factory=list)
     #: Contentiousness in [0, 1] chosen by the controller.
     beta: float = 0.5

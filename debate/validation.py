@@ -14,7 +14,18 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from debate.schemas import PHASE_SCHEMAS, Critique, Holding, JudgeDecision, Proposal, Revision, weights_of
+from debate.schemas import (
+    BasicCritique,
+    BasicProposal,
+    Critique,
+    Holding,
+    JudgeDecision,
+    Proposal,
+    Tier,
+    critique_targets,
+    schema_for,
+    weights_of,
+)
 from madbench_data.errors import format_validation_error
 from madbench_data.scenario import Constraints
 from madbench_gateway.errors import OutputInvalid
@@ -27,12 +38,15 @@ class TurnRules:
     universe: list[str]
     constraints: Constraints
     evidence_ids: set[str]
-    #: agent_id → that agent's claim ids, for critique targets.
+    #: agent_id → that agent's claim ids, for critique targets (an empty set: a claim-less agent, whose
+    #: allocation is the target).
     peer_claims: dict[str, set[str]] = field(default_factory=dict)
     require_known_evidence: bool = True
     #: (from_agent, target_claim) of every critique received, for the revise schema; None outside revise.
     #: Not enforced: an ignored critique is a reasoning failure that CRIT (P3) and the RCA judge measure.
     owed_responses: list[tuple[str, str]] | None = None
+    #: The answering agent's prompt tier, which picks the output schema (``debate.schemas.schema_for``).
+    tier: Tier = "causal"
 
 
 @dataclass
@@ -145,25 +159,32 @@ def _check_claims(p: Proposal, rules: TurnRules) -> None:
 
 
 def validate_turn(phase: str, content: str, rules: TurnRules, policy: str) -> Validated:
-    """Parse and check one turn; the returned weights are full-universe and feasible."""
-    value = parse_json(content, PHASE_SCHEMAS[phase])
+    """Parse and check one turn against the schema of the agent's tier; the returned weights are full-universe
+    and feasible. Claims are checked where the schema has them (not in a basic-tier answer, whose citations sit
+    in its free text: CRIT and the audit count those)."""
+    value = parse_json(content, schema_for(phase, rules.tier))
     notes: list[str] = []
     weights = None
-    if isinstance(value, (Proposal, Revision)):
-        _check_claims(value, rules)
+    if isinstance(value, (Proposal, BasicProposal)):  # revisions included
+        if isinstance(value, Proposal):
+            _check_claims(value, rules)
         weights, cash, notes = check_allocation(value.allocation, value.cash_weight, rules, policy)
     elif isinstance(value, JudgeDecision):
         check_evidence(value.evidence_ids, rules, "the decision")
         weights, cash, notes = check_allocation(value.allocation, value.cash_weight, rules, policy)
-    elif isinstance(value, Critique):
+    elif isinstance(value, (Critique, BasicCritique)):
         for item in value.critiques:
             if item.target_agent not in rules.peer_claims:
                 raise OutputInvalid(f"target_agent {item.target_agent!r} is not another agent; choose from: "
                                     + ", ".join(sorted(rules.peer_claims)))
-            if item.target_claim not in rules.peer_claims[item.target_agent]:
-                raise OutputInvalid(f"{item.target_agent} has no claim {item.target_claim}; its claims are: "
-                                    + ", ".join(sorted(rules.peer_claims[item.target_agent])))
-            check_evidence(item.evidence_ids, rules, f"the critique of {item.target_agent} {item.target_claim}")
+            targets = critique_targets(rules.peer_claims[item.target_agent])
+            if item.target_claim not in targets:
+                has_claims = bool(rules.peer_claims[item.target_agent])
+                raise OutputInvalid(f"{item.target_agent} has no claim {item.target_claim}; "
+                                    + ("its claims are: " if has_claims else "it lists no claims, so target: ")
+                                    + ", ".join(targets))
+            check_evidence(getattr(item, "evidence_ids", []), rules,
+                           f"the critique of {item.target_agent} {item.target_claim}")
     return Validated(value, weights, notes)
 
 

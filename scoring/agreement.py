@@ -78,7 +78,7 @@ def label_agreement(frames: dict[str, pd.DataFrame], pairs: list[tuple[str, str]
 
 #: LLM diagnostic count ↔ the audit counts that measure the same failure mechanically.
 AUDIT_MAP = {
-    "unsupported_claims": ["audit_claims_without_valid_evidence", "audit_unknown_evidence_ids"],
+    "unsupported_claims": ["audit_claims_without_valid_evidence", "audit_unknown_evidence_ids", "audit_uncited_rationale"],
     "ignored_critiques": ["audit_unanswered_critiques"],
     "orphaned_positions": ["audit_orphaned_positions"],
 }
@@ -89,7 +89,8 @@ def audit_agreement(scores: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for diag, audit_cols in AUDIT_MAP.items():
         llm = scores[f"diag_{diag}"] > 0
-        audit = scores[audit_cols].sum(axis=1) > 0
+        # Parts scored before a column existed (audit_uncited_rationale: basic-tier answers) lack it.
+        audit = scores[[c for c in audit_cols if c in scores]].sum(axis=1) > 0
         rows.append({"failure": diag, "turns": int(len(scores)), "scorer_flags": int(llm.sum()),
                      "audit_flags": int(audit.sum()), "agreement": float((llm == audit).mean()) if len(scores) else float("nan"),
                      "note": "" if len(scores) else "no turns scored"})

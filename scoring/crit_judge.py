@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from debate.grading import CritScore
-from debate.schemas import Revision
+from debate.schemas import BasicRevision, Revision
 from madbench_gateway import LLMRequest, Message
 from scoring.crit import CritAnswer, apply_caps
 from scoring.prompts import ScorerPrompt, load_scorer_prompt
@@ -39,7 +39,7 @@ def render_crit(task: CritTask, rubric: Rubric | None = None, prompt: ScorerProm
     rubric = rubric or load_rubric("uniform")
     pillars = {k: {"label": d.label, "description": d.description} for k, d in rubric.for_role(task.role).items()}
     before = None if task.before is None else {
-        "kind": "revision from the previous round" if isinstance(task.before, Revision) else "proposal",
+        "kind": "revision from the previous round" if isinstance(task.before, (Revision, BasicRevision)) else "proposal",
         "text": task.before.model_dump_json(indent=1)}
     user = prompt.render(memo_ids=task.memo_ids, agent_id=task.agent_id, role=task.role, round=task.round, pillars=pillars,
                          before=before, argument=task.argument.model_dump_json(indent=1),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from debate.grading import RCAVerdict
-from debate.schemas import Proposal, ReceivedCritique, Revision, weights_of
+from debate.schemas import Argument, ReceivedCritique, Revision, weights_of
 from scoring.audit import audit_turn
 
 RCA_VARIABLES = frozenset({"phase", "agent_id", "before", "after", "critiques"})
@@ -20,8 +20,8 @@ class RCATask(BaseModel):
     model_config = ConfigDict(extra="forbid")
     phase: str
     agent_id: str
-    before: Proposal | Revision | None
-    after: Revision | Proposal
+    before: Argument | None
+    after: Argument
     critiques: list[ReceivedCritique] = Field(default_factory=list)
     memo_ids: list[str]
 

@@ -4,25 +4,28 @@ Each pillar starts at 0.90 (the scorer cannot see argument quality beyond
 mechanics) and takes the cap its mechanical failure count implies. Causal
 overreach is approximated mechanically: a claim typed ``causal`` whose
 evidence is only price-derived statistics.
+
+A claim-less (basic-tier) argument is graded on its free text (``scoring.audit``): that it makes no claims
+is one unsupported-claim failure (P2: none of its evidence supports a claim that can be checked, the pillar
+the paper's structured prompts raised most, App. B.14), a text citing no memo ID a second; a holding above
+10% its justification never names is orphaned (P1); a critique its notes do not answer by name is ignored
+(P3). With no typed claims, causal overreach cannot be detected mechanically (P4 keeps its base score).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from debate.grading import CritDiagnostics, PillarExplanations, PillarScores
-from debate.schemas import Proposal, ReceivedCritique, Revision
+from debate.schemas import Argument, BasicProposal, ReceivedCritique
 from madbench_data.memo import PRICE_FEATURE_KEYS, EvidenceItem
-from scoring.audit import audit_turn
+from scoring.audit import INLINE_ID, audit_turn, free_text
 from scoring.crit import CritAnswer, cap_for, pillar_counts
 
 BASE = 0.90
-#: An evidence ID written in brackets inside a claim's text, e.g. [AAPL-RET60] or [L1-10Y].
-_INLINE_ID = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9_.]*-[A-Za-z0-9_]+)\]")
 
 
 class CitedEvidence(BaseModel):
@@ -49,11 +52,11 @@ class CritTask(BaseModel):
     role: str
     round: int
     memo_ids: list[str]
-    argument: Revision | Proposal
+    argument: Argument
     critiques: list[ReceivedCritique] = Field(default_factory=list)
     #: What the graded revision revised: the agent's proposal in round 1, its previous revision after. None when
     #: a proposal is graded on its own, and in traces written before it was kept.
-    before: Revision | Proposal | None = None
+    before: Argument | None = None
     #: The memo items the argument cites, with their values (empty in traces written before they were kept).
     evidence: list[CitedEvidence] = Field(default_factory=list)
 
@@ -70,17 +73,19 @@ class CritTask(BaseModel):
         return cls(agent_id=agent_id, role=role, round=round_, memo_ids=memo_ids, **stored)
 
 
-def cited_ids(argument: Proposal | Revision) -> list[str]:
+def cited_ids(argument: Argument) -> list[str]:
     """The evidence IDs an argument cites, first citation first: each claim's ``evidence_ids`` (brackets dropped),
-    then any bracketed ID in its text."""
+    then any bracketed ID in its text; in a claim-less argument, the bracketed IDs in its free text."""
+    if isinstance(argument, BasicProposal):
+        return list(dict.fromkeys(INLINE_ID.findall(" ".join(free_text(argument)))))
     ids: dict[str, None] = {}
     for c in argument.claims:
-        for i in [*(e.strip("[]") for e in c.evidence_ids), *_INLINE_ID.findall(c.claim_text)]:
+        for i in [*(e.strip("[]") for e in c.evidence_ids), *INLINE_ID.findall(c.claim_text)]:
             ids.setdefault(i, None)
     return list(ids)
 
 
-def cited_evidence(argument: Proposal | Revision, items: Iterable[EvidenceItem]) -> list[CitedEvidence]:
+def cited_evidence(argument: Argument, items: Iterable[EvidenceItem]) -> list[CitedEvidence]:
     """The memo items ``argument`` cites, with their values (cited IDs that are not in the memo have none)."""
     by_id = {it.id: it for it in items}
     return [CitedEvidence(id=i, label=by_id[i].label, value=by_id[i].value, unit=by_id[i].unit, as_of=by_id[i].as_of)
@@ -98,10 +103,14 @@ def score(task: CritTask) -> CritAnswer:
     a = audit_turn(task.argument, set(task.memo_ids), [(r.from_agent, r.item) for r in task.critiques])
     d = CritDiagnostics(
         contradictions=a.dangling_supporting_claims + a.disconnected_claims,
-        unsupported_claims=a.claims_without_valid_evidence + a.unknown_evidence_ids,
+        unsupported_claims=a.claims_without_valid_evidence + a.unknown_evidence_ids + a.claimless + a.uncited_rationale,
         ignored_critiques=a.unanswered_critiques, causal_overreach=overreach(task),
         orphaned_positions=a.orphaned_positions, premature_certainty=False, conclusion_drift=False)
     counts = pillar_counts(d)
     scores = PillarScores(**{p: min(BASE, cap_for(n)) for p, n in counts.items()})
-    why = PillarExplanations(**{p: f"rule-based (non-LLM): {n} mechanical failure(s)" for p, n in counts.items()})
+    why = {p: f"rule-based (non-LLM): {n} mechanical failure(s)" for p, n in counts.items()}
+    if a.claimless:
+        why["evidential_support"] += " (the argument makes no structured claims: its evidence supports none)"
+        why["causal_alignment"] += " (no typed claims: causal overreach is not detectable mechanically)"
+    why = PillarExplanations(**why)
     return CritAnswer(diagnostics=d, scores=scores, explanations=why)

@@ -4,14 +4,33 @@ Each role supplies one scoring rule: a signed score per ticker from named memo
 fields. The base class turns scores into a feasible allocation, writes claims
 that cite the exact evidence IDs used, critiques peers where its own scores
 disagree with their positions, and answers every critique received.
+
+A basic-tier analyst (``task.tier``) returns the basic schema instead: the same allocation with a short
+free-text rationale that cites one memo ID per holding in brackets, no claims; its critiques are free text
+and its revision notes answer each critic by name. A critique of a claim-less peer targets its allocation.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
-from debate.schemas import Claim, Critique, CritiqueItem, CritiqueResponse, Holding, PositionRationale, Proposal, Revision
+from debate.schemas import (
+    ALLOCATION_TARGET,
+    BasicCritique,
+    BasicCritiqueItem,
+    BasicProposal,
+    BasicRevision,
+    Claim,
+    Critique,
+    CritiqueItem,
+    CritiqueResponse,
+    Holding,
+    PositionRationale,
+    Proposal,
+    Revision,
+)
 from debate.task import AgentTask
 from debate.validation import cap_weights
 
@@ -132,6 +151,21 @@ class RuleAnalyst:
                 impacts_positions=[t], confidence=max(0.05, min(0.95, conf))))
         return claims
 
+    def _basic_parts(self, task: AgentTask, weights: dict[str, float]):
+        """The basic tier's answer: the allocation, a short rationale citing one memo ID per holding, no claims."""
+        scores, used = self.assess(task)
+        weights = fix_rounding(weights)
+        ctx = " ".join(f"[{i}]" for i in self.context_ids(EvidenceView(task)))
+        held = sorted((t for t in task.universe if weights[t] > 0), key=lambda t: (-weights[t], t))
+        named = ", ".join(f"{t} {weights[t]:.2f}" + (f" [{t}-{used[t][0]}]" if used[t] else "") for t in held)
+        return dict(
+            thesis=f"Rule-based {self.role} analyst (non-LLM): weights follow the {self.lens} screen"
+                   + (f" {ctx}" if ctx else "") + f". Held: {named}.",
+            allocation=[Holding(ticker=t, weight=weights[t]) for t in task.universe],
+            cash_weight=0.0, risks_or_falsifiers=[f"The {self.lens} screen has no edge this quarter."],
+            confidence=0.5,
+        )
+
     def _proposal_parts(self, task: AgentTask, weights: dict[str, float]):
         scores, used = self.assess(task)
         weights = fix_rounding(weights)
@@ -147,47 +181,70 @@ class RuleAnalyst:
 
     # -- phases
 
-    def propose(self, task: AgentTask) -> Proposal:
+    def propose(self, task: AgentTask) -> Proposal | BasicProposal:
         scores, _ = self.assess(task)
+        if task.tier == "basic":
+            return BasicProposal(**self._basic_parts(task, allocate(scores, task)))
         return Proposal(**self._proposal_parts(task, allocate(scores, task)))
 
-    def critique(self, task: AgentTask) -> Critique:
+    def critique(self, task: AgentTask) -> Critique | BasicCritique:
         scores, used = self.assess(task)
         items = []
         for agent in sorted(task.peers):
             peer = task.peers[agent]
             peer_w = {h.ticker: h.weight for h in peer.allocation}
-            # Attack the claim behind the peer's most weighted position that this role likes least.
-            def badness(claim):
-                return min((scores.get(t, 0.0) - peer_w.get(t, 0.0) for t in claim.impacts_positions), default=0.0)
-            target = min(peer.claims, key=lambda c: (badness(c), c.claim_id))
-            t = next((x for x in target.impacts_positions if x in scores), task.universe[0])
+            if peer.claims:
+                # Attack the claim behind the peer's most weighted position that this role likes least.
+                def badness(claim):
+                    return min((scores.get(t, 0.0) - peer_w.get(t, 0.0) for t in claim.impacts_positions), default=0.0)
+                claim = min(peer.claims, key=lambda c: (badness(c), c.claim_id))
+                target = claim.claim_id
+                t = next((x for x in claim.impacts_positions if x in scores), task.universe[0])
+            else:  # a claim-less (basic-tier) peer: attack its allocation, at the holding this role likes least
+                target = ALLOCATION_TARGET
+                held = [x for x in task.universe if peer_w.get(x, 0.0) > 0] or task.universe
+                t = min(held, key=lambda x: (scores.get(x, 0.0) - peer_w.get(x, 0.0), x))
             ids = [f"{t}-{f}" for f in used.get(t, [])]
             # Contentiousness β sharpens objections: the same evidence is pressed harder at high β.
             severity = (0.5 + task.beta) / (1 + math.exp(scores.get(t, 0.0)))
             tone = "strongly " if task.beta > 0.6 else ""
+            text = f"The {self.lens} screen {tone}disagrees on {t}: it scores {scores.get(t, 0.0):+.2f}."
+            confidence = round(min(0.95, max(0.05, severity)), 3)
+            if task.tier == "basic":  # free text, its evidence cited in brackets inside it
+                items.append(BasicCritiqueItem(
+                    target_agent=agent, target_claim=target, critique_text=text[:-1] + (f" [{ids[0]}]." if ids else "."),
+                    suggested_adjustment=f"Cut {t} by 5 points.", objection_confidence=confidence))
+                continue
             items.append(CritiqueItem(
-                target_agent=agent, target_claim=target.claim_id,
-                critique_text=f"The {self.lens} screen {tone}disagrees on {t}: it scores {scores.get(t, 0.0):+.2f}.",
+                target_agent=agent, target_claim=target, critique_text=text,
                 evidence_ids=ids, portfolio_implication=f"{t} is overweighted relative to its {self.lens} evidence.",
                 suggested_adjustment=f"Cut {t} by 5 points.", falsifier=f"{t}'s {self.lens} score turns positive.",
-                objection_confidence=round(min(0.95, max(0.05, severity)), 3)))
+                objection_confidence=confidence))
+        if task.tier == "basic":
+            return BasicCritique(from_role=self.role, critiques=items)
         return Critique(from_role=self.role, critiques=items)
 
-    def revise(self, task: AgentTask) -> Revision:
+    def revise(self, task: AgentTask) -> Revision | BasicRevision:
         assert task.own is not None, "revise needs the agent's own proposal"
         scores, _ = self.assess(task)
         weights = {h.ticker: h.weight for h in task.own.allocation}
-        responses, notes, cuts = [], [], {}
+        responses, answers, notes, cuts = [], [], [], {}
         for rc in task.critiques_received:
-            claim = next((c for c in task.own.claims if c.claim_id == rc.item.target_claim), None)
-            t = claim.impacts_positions[0] if claim and claim.impacts_positions else None
+            if rc.item.target_claim == ALLOCATION_TARGET:  # a critique of the whole allocation: the ticker it names
+                t = named_ticker([rc.item.suggested_adjustment, rc.item.critique_text], task.universe)
+            else:
+                claim = next((c for c in task.own.claims if c.claim_id == rc.item.target_claim), None)
+                t = claim.impacts_positions[0] if claim and claim.impacts_positions else None
             # Under revision limits (a JS-collapse retry) the analyst holds its allocation: the nudge asks it
             # to keep its independent view, and holding is always within the limits.
             accept = task.revision_limits is None and t is not None and weights.get(t, 0) > 0 and (
                 rc.item.objection_confidence >= 0.6 or scores.get(t, 0.0) < 0)
             if accept and t not in cuts:
                 cuts[t] = min(0.05, weights[t] / 2)
+            answers.append(f"{rc.from_agent} on {rc.item.target_claim}: " + (
+                f"accepted, {t} is cut." if accept else f"rebutted, my screen scores {t} at {scores.get(t, 0.0):+.2f}."))
+            if task.tier == "basic":
+                continue
             responses.append(CritiqueResponse(
                 from_agent=rc.from_agent, target_claim=rc.item.target_claim,
                 disposition="accept" if accept else "rebut",
@@ -212,5 +269,18 @@ class RuleAnalyst:
                     weights[t] += freed * cut / sum(cuts.values())
             notes.append("cut " + ", ".join(f"{t} by {c:.3f}" for t, c in sorted(cuts.items())))
         weights = cap_weights(weights, task.constraints.max_weight)
+        if task.tier == "basic":  # every critic answered by name in the notes
+            parts = self._basic_parts(task, {t: round(w, 6) for t, w in weights.items()})
+            told = " ".join(answers) + " " + ("; ".join(notes) or "No change.") if answers else "No critiques received."
+            return BasicRevision(**parts, revision_notes=told)
         parts = self._proposal_parts(task, {t: round(w, 6) for t, w in weights.items()})
         return Revision(**parts, critique_responses=responses, revision_notes="; ".join(notes) or "no change")
+
+
+def named_ticker(texts: list[str], universe: list[str]) -> str | None:
+    """The first universe ticker the texts name as a word, in text order (None when none is named)."""
+    for text in texts:
+        found = [(m.start(), t) for t in universe for m in [re.search(rf"(?<![A-Za-z0-9]){re.escape(t)}(?![A-Za-z0-9])", text)] if m]
+        if found:
+            return min(found)[1]
+    return None

@@ -176,7 +176,10 @@ def _turn(e: Turn) -> str:
     if e.phase == "critique":
         extra = "; ".join(f"→{c['target_agent']}:{c['target_claim']} ({c['objection_confidence']:.2f})" for c in e.output["critiques"])
     elif e.phase == "revise":
-        extra = ", ".join(f"{r['from_agent']}:{r['target_claim']} {r['disposition']}" for r in e.output["critique_responses"])
+        if "critique_responses" in e.output:
+            extra = ", ".join(f"{r['from_agent']}:{r['target_claim']} {r['disposition']}" for r in e.output["critique_responses"])
+        else:  # a basic-tier revision answers its critics in free text
+            extra = f"notes: {e.output['revision_notes']}"
     notes = f" | policy: {'; '.join(e.policy_notes)}" if e.policy_notes else ""
     return f"   {e.phase:<8} r{e.round} {e.agent:<12} {held} {extra}{notes}".rstrip()
 

@@ -22,7 +22,10 @@ def test_all_six_roles_in_three_tiers():
 def test_tiers_differ_as_the_paper_describes():
     basic, causal, enriched = (load_profile("macro", t) for t in TIERS)
     names = lambda p: [n for n, _ in p.system_blocks]  # noqa: E731
-    assert names(basic) == ["identity", "evidence_rules", "output_contract"]
+    assert names(basic) == ["identity", "basic_evidence_rules", "basic_output", "output_contract"]
+    # the basic tier describes its own output (paper App. B.16): a cited free-text rationale, no claims
+    assert "in square brackets" in basic.system and "Do not write numbered or structured claims" in basic.system
+    assert '"assumptions"' not in basic.system and '"assumptions"' in causal.system
     assert {"causal_protocol", "causal_warnings", "method", "pitfalls"} <= set(names(causal)) - set(names(basic))
     assert set(names(enriched)) - set(names(causal)) == {"structured_output"}
     for trap in ("Reverse causation", "Confounding", "Selection bias", "Post-hoc", "Survivorship"):

@@ -40,7 +40,7 @@ def test_audit_counts_match_the_planted_failures():
     a = audit_turn(PLANTED, MEMO, received)
     assert a.model_dump() == {"claims": 4, "claims_without_valid_evidence": 2, "unknown_evidence_ids": 3,
                               "unanswered_critiques": 2, "orphaned_positions": 2, "dangling_supporting_claims": 2,
-                              "disconnected_claims": 1}
+                              "disconnected_claims": 1, "claimless": 0, "uncited_rationale": 0}
     assert a.total == 12
 
 
