@@ -55,12 +55,25 @@ class ScenarioSource(BaseModel):
         return self
 
 
+class ConfigPair(BaseModel):
+    """A treatment and its matched control, by config name: the same design with only ``factor`` changed."""
+
+    model_config = ConfigDict(extra="forbid")
+    control: str
+    treatment: str
+    #: The fields of the resolved configs that differ, as dotted paths with * wildcards (e.g. interventions,
+    #: agents.*.tier); tests/runner/test_paper_batches.py checks that nothing else does.
+    factor: list[str] = Field(min_length=1)
+
+
 class BatchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     scenarios: ScenarioSource
     configs: list[str] = Field(min_length=1)
+    #: Optional: which config is the matched control of which treatment (for paired comparisons).
+    pairs: list[ConfigPair] = Field(default_factory=list)
     #: Overrides crossed with every config, e.g. {rounds: [1, 2, 3]}.
     grid: dict[str, list[Any]] = Field(default_factory=dict)
     #: A count (0..n-1) or explicit sample indices.

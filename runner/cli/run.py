@@ -11,10 +11,10 @@ from madbench_data.errors import InputError
 from madbench_data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench_data.memo import build_memo
 from madbench_gateway import resolve_cache_dir
-from madbench_gateway.providers.litellm_provider import LiteLLMProvider
 from runner.batch import _rel, expand, load_batch, resolve_configs, resolve_scenarios
 from runner.cli.commands import EXIT_INTERRUPTED, EXIT_RUNS_FAILED, command_parser
 from runner.cli.common import add_pack_args
+from runner.estimate import EXPECTED_RATES, MemoInfo, calibrate, estimate_batch, estimate_run, format_table
 from runner.execute import run_batch
 from runner.preflight import preflight, preflight_error
 from runner.store import BatchLayout, current_step, read_manifest
@@ -27,8 +27,12 @@ def register(sub) -> None:
     p.add_argument("--results", "--results-dir", dest="results_dir", help="parent of the batch's results directory (default: the batch's results_dir)")
     p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm)")
     p.add_argument("--dry-run", action="store_true", help="print runs, expected calls, tokens and cost; run nothing")
+    p.add_argument("--calibrate-from", metavar="RESULTS", help="with --dry-run: a pilot batch's results directory, whose tokens, latencies and intervention rates replace the declared ones")
+    p.add_argument("--json", action="store_true", help="with --dry-run: print the estimate as JSON")
     p.add_argument("--retry-failed", action="store_true", help="also re-run runs recorded as failed")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--model", help="every role and phase on this model, overriding the batch's `model` and each config's "
+                                   "routing (e.g. rules/auto: any batch offline); results go to <batch>@<model>")
     add_pack_args(p)
     p.set_defaults(func=cmd_run)
 
@@ -41,6 +45,12 @@ def register(sub) -> None:
 def prepare(args):
     """Load a batch and everything it names: (spec, runs, results root, pack, pack dir, evidence dirs, cache dir)."""
     spec, base = load_batch(args.batch)
+    name = spec.name
+    if getattr(args, "model", None):  # --model: one model everywhere; its results apart from the batch's own
+        if "/" not in args.model:
+            raise InputError("--model", f"{args.model!r} is not a model string", "write e.g. rules/auto or openai/gpt-4o-mini")
+        spec = spec.model_copy(update={"model": args.model})
+        name = spec.name + "@" + "".join(c if c.isalnum() or c in "_.-" else "-" for c in args.model)
     pack_dir = resolve_pack_dir(args.pack or (str(_rel(base, spec.pack)) if spec.pack else None))
     evidence = resolve_evidence_dirs(args.evidence or [str(_rel(base, e)) for e in spec.evidence] or None)
     pack = load_pack(pack_dir, evidence)
@@ -48,49 +58,45 @@ def prepare(args):
     configs = resolve_configs(spec, base, args.batch)
     runs = expand(spec, scenarios, configs)
     cache_dir = resolve_cache_dir(args.cache_dir, _rel(base, spec.cache_dir) if spec.cache_dir else None)
-    root = Path(args.results_dir or spec.results_dir) / spec.name
+    root = Path(args.results_dir or spec.results_dir) / name
     return spec, runs, root, pack, pack_dir, evidence, cache_dir
 
 
-def expected_calls(config, n_tickers: int) -> int:
-    """LLM calls one run of ``config`` makes: proposals, critiques and revisions per round, CRIT, the judge."""
-    a, t = len(config.agents), config.rounds
-    calls = a + t * (2 * a + (a if config.score_rounds else 0))
-    if t == 0 and config.score_rounds:
-        calls += a
-    return calls + (1 if config.aggregation == "judge" else 0)
+def expected_calls(config, scenario, memo, rates=None) -> float:
+    """LLM calls (one ``llm_call`` event each) one run of ``config`` on ``scenario`` makes, from its protocol's
+    phase structure with interventions and early stop at ``rates`` (default: the declared expected case);
+    ``memo`` is the scenario's ``Memo`` (its desk slices decide how many desks are called). See runner/estimate.py."""
+    return estimate_run(config, scenario, MemoInfo.from_memo(memo), rates or EXPECTED_RATES).calls
 
 
-def dry_run(spec, runs, pack) -> dict:
-    """The batch's size and an estimate of its tokens and cost, without running anything."""
-    memo_chars = {}
-    calls = tokens = 0
-    cost, unknown = 0.0, set()
+def dry_run(spec, runs, pack, calibrate_from: str | None = None) -> dict:
+    """The batch's size and its estimated calls, tokens, cost and time (runner/estimate.py), without running
+    anything: expected and worst case per config, and the batch's wall time on its max_in_flight and rate limits.
+    With ``calibrate_from`` (a pilot batch's results directory), its rates, tokens and latencies replace the
+    declared ones."""
+    calib = calibrate(calibrate_from) if calibrate_from else None
+    memos = {}
     for r in runs:
-        if r.scenario.id not in memo_chars:
-            memo_chars[r.scenario.id] = len(build_memo(r.scenario, pack).text)
-        n = expected_calls(r.config, len(r.scenario.tickers))
-        per_call_in = memo_chars[r.scenario.id] / 3.5 + 1500
-        per_call_out = 800
-        calls += n
-        tokens += int(n * (per_call_in + per_call_out))
-        model = r.config.models.resolve(r.config.agents[0].role, "propose").model
-        if model.startswith(("rules/", "local/")):
-            continue
-        c = LiteLLMProvider().cost(model, int(n * per_call_in), n * per_call_out)
-        if c is None:
-            unknown.add(model)
-        else:
-            cost += c
-    return {"batch": spec.name, "runs": len(runs), "expected_calls": calls, "expected_tokens": tokens,
-            "estimated_cost_usd": round(cost, 2), "models_without_price": sorted(unknown)}
+        if r.scenario.id not in memos:
+            memos[r.scenario.id] = MemoInfo.from_memo(build_memo(r.scenario, pack))
+    est = estimate_batch(runs, memos, spec.max_in_flight, calib)
+    total = est["total"]
+    out = {"batch": spec.name, "runs": len(runs), "expected_calls": total["calls"],
+           "expected_tokens": total["prompt_tokens"] + total["completion_tokens"],
+           "estimated_cost_usd": total["cost_usd"], "worst_cost_usd": total["cost_usd_worst"],
+           "models_without_price": est["models_without_price"], "max_in_flight": spec.max_in_flight,
+           "workers": spec.workers, **est}
+    out["calibration"] = None if calib is None else {
+        "source": calib.source, "runs": calib.runs, "rate_sources": calib.rate_sources,
+        "latency_cv": round(calib.latency_cv, 3), "observed": calib.observed}
+    return out
 
 
 def retry_command(args) -> str:
     """The exact command that re-runs this batch's failed runs (the options this one was given, plus --retry-failed)."""
     words = ["madbench", "run", args.batch]
     for flag, value in (("--results-dir", args.results_dir), ("--cache-dir", args.cache_dir), ("--pack", args.pack),
-                        ("--address", args.address)):
+                        ("--model", args.model), ("--address", args.address)):
         if value:
             words += [flag, str(value)]
     for e in args.evidence or []:
@@ -118,7 +124,11 @@ def cmd_run(args) -> int:
     if problems:
         raise preflight_error(problems, args.batch)
     if args.dry_run:
-        print(json.dumps(dry_run(spec, runs, pack), indent=1))
+        d = dry_run(spec, runs, pack, getattr(args, "calibrate_from", None))
+        if getattr(args, "json", False):
+            print(json.dumps(d, indent=1))
+        else:
+            print(format_table(d))
         return 0
     layout = BatchLayout(root)
     stats = run_batch(spec, runs, layout, str(pack_dir), [str(e) for e in evidence], str(cache_dir), args.address,

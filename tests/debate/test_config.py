@@ -17,8 +17,9 @@ BASE = {"name": "t", "agents": [{"role": "macro", "tier": "causal"}, {"role": "v
 def test_every_ready_config_loads():
     names = {p.stem for p in CONFIGS.glob("*.yaml")}
     assert {"causal-debate-3", "single-basic", "single-causal", "single-enriched", "mean3-basic", "mean3-causal",
-            "mean3-enriched", "causal-debate-3-plain", "causal-debate-3-rca", "enriched-debate-3x2",
-            "enriched-debate-4x5", "a7", "a8", "a10", "provider-mix-role", "provider-mix-phase"} <= names
+            "mean3-enriched", "paper-debate3-causal", "paper-debate3-causal-rca", "enriched-debate-3x2",
+            "enriched-debate-4x5", "a7", "a7-control", "a8", "a8-control", "a10", "a10-control", "provider-mix-role",
+            "provider-mix-phase"} <= names
     for p in CONFIGS.glob("*.yaml"):
         load_debate_config(p)
     cd3 = load_debate_config(CONFIGS / "causal-debate-3.yaml")

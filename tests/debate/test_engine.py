@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from debate.config import InterventionConfig
 from debate.config_file import load_debate_config
+from debate.control import PIDConfig
 from debate.trace import read_trace
 from madbench_data.market.pack import load_pack
 from madbench_data.scenario import Scenario
@@ -156,7 +158,8 @@ def test_rca_retries_an_inconsistent_revision_with_feedback(world, tmp_path):
         return content
 
     with SimProvider(answer_filter=ignore_critiques) as sim:
-        result = asyncio.run(run_debate(scenario, pack, config("causal-debate-3-rca.yaml", model=sim_spec(sim)), Gateway(), tmp_path))
+        result = asyncio.run(run_debate(scenario, pack, config(model=sim_spec(sim), interventions=[
+            InterventionConfig(name="rca", phases=["revise"], max_retries=2)]), Gateway(), tmp_path))
     assert result.status == "ok" and dropped["n"] == 1
     fired = [e for e in events(tmp_path / result.run_id, "intervention") if e["name"] == "rca"]
     assert len(fired) == 1 and fired[0]["agent"] == "value" and fired[0]["verdict"] == "inconsistent"
@@ -167,8 +170,8 @@ def test_rca_retries_an_inconsistent_revision_with_feedback(world, tmp_path):
 
 def test_crit_causal_nudges_and_rescores_low_p4(world, tmp_path):
     pack, scenario = world
-    cfg = config("a10.yaml")
-    cfg = cfg.model_copy(update={"interventions": [cfg.interventions[0].model_copy(update={"p4_threshold": 0.95})]})
+    # the 3-agent, 2-round debate with CRIT-causal alone; rule-based P4 is 0.90, so a 0.95 threshold fires for all
+    cfg = config(aggregation="mean", pid=PIDConfig(), interventions=[InterventionConfig(name="crit_causal", p4_threshold=0.95)])
     result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
     fired = [e for e in events(tmp_path / result.run_id, "intervention") if e["name"] == "crit_causal"]
     assert len(fired) == 6  # rule-based P4 is 0.90 < 0.95 for each of 3 agents in both rounds

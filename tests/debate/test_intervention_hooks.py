@@ -7,6 +7,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from debate.config import InterventionConfig
+from debate.control import PIDConfig
 from debate.interventions import INTERVENTIONS, configured, crit_causal, hooks_at, js_collapse, rca
 from debate.interventions.hooks import HOOKS
 from madbench_data.errors import InputError
@@ -79,7 +80,7 @@ def test_configured_hooks_run_at_their_points_in_config_order_and_unconfigured_o
     monkeypatch.setitem(INTERVENTIONS, "probe_a", probe(log, "a", redo_agent="value"))
     monkeypatch.setitem(INTERVENTIONS, "probe_b", probe(log, "b"))
     monkeypatch.setitem(INTERVENTIONS, "probe_unused", probe(log, "unused"))
-    cfg = config("causal-debate-3-plain.yaml", interventions=[InterventionConfig(name="probe_b", tag="B"),
+    cfg = config(pid=PIDConfig(), interventions=[InterventionConfig(name="probe_b", tag="B"),
                                                               InterventionConfig(name="probe_a", tag="A")])
     result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
     assert result.status == "ok", result.error

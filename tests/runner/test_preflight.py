@@ -30,7 +30,7 @@ def test_missing_key_bad_parameter_and_unbacktestable_scenario_are_all_named_bef
 
 def test_a_clean_batch_passes_preflight_and_dry_run_prints_the_estimate(make_pack, tmp_path, capsys):
     batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)))
-    assert main(["run", str(batch), "--dry-run"]) == 0
+    assert main(["run", str(batch), "--dry-run", "--json"]) == 0
     assert '"expected_calls"' in capsys.readouterr().out
 
 

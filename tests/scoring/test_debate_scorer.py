@@ -2,6 +2,8 @@
 
 import asyncio
 
+from debate.config import InterventionConfig
+from debate.control import PIDConfig
 from debate.schemas import Proposal, Revision
 from madbench_data.memo import build_memo
 from madbench_gateway import Gateway
@@ -14,8 +16,8 @@ from tests.debate.test_engine import config, events, world  # noqa: F401  (fixtu
 
 def test_crit_tasks_carry_the_proposal_then_the_previous_revision_and_the_cited_values(world, tmp_path):  # noqa: F811
     pack, scenario = world
-    cfg = config("a10.yaml")  # crit_causal re-scores every revision (rule-based P4 0.90 < 0.95): its CRIT too
-    cfg = cfg.model_copy(update={"interventions": [cfg.interventions[0].model_copy(update={"p4_threshold": 0.95})]})
+    # the 3-agent, 2-round debate with CRIT-causal alone; rule-based P4 is 0.90, so a 0.95 threshold fires for all
+    cfg = config(aggregation="mean", pid=PIDConfig(), interventions=[InterventionConfig(name="crit_causal", p4_threshold=0.95)])
     result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
     assert result.status == "ok" and result.rounds_run == 2
     run_dir = tmp_path / result.run_id
