@@ -7,6 +7,7 @@ else that escapes is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -25,16 +26,36 @@ class InputError(Exception):
         super().__init__(text)
 
 
+#: A location element that names a union member pydantic tried (``str``, ``function-after[...]``, ``ModelSpec``),
+#: not a field: field names in madbench's files are lower-case identifiers.
+_UNION_TAG = re.compile(r"^(str|int|float|bool|none|(list|dict|tuple|set|literal|function-\w+|union|nullable)\[.*|[A-Z]\w*)$")
+_TYPE_MISMATCH = ("_type", "model_attributes_type", "union_tag_invalid")
+
+
 def format_validation_error(err: ValidationError, prefix: str = "") -> str:
-    """Render every pydantic error as `field.path: message`, joined on one line."""
-    parts = []
+    """Render every pydantic error as `field.path: message`, joined on one line.
+
+    For a field that accepts several forms (a model string or a full spec), pydantic reports one error per form;
+    when one form got further (a typo inside the spec), the other forms' type mismatches are left out, and the
+    union members' names are dropped from the path: `model.api_bse: unknown key`, not `model.function-after[...]`."""
+    errors = []
     for e in err.errors():
-        loc = ".".join(str(x) if not isinstance(x, int) else f"[{x}]" for x in e["loc"])
+        loc = [x for x in e["loc"] if isinstance(x, int) or not _UNION_TAG.match(str(x))]
+        tagged = len(loc) < len(e["loc"])
+        errors.append((loc, e, tagged))
+    specific = {tuple(loc[:1]) for loc, e, tagged in errors if tagged and not e["type"].endswith(_TYPE_MISMATCH)}
+    parts = []
+    for loc_parts, e, tagged in errors:
+        if tagged and e["type"].endswith(_TYPE_MISMATCH) and tuple(loc_parts[:1]) in specific:
+            continue  # another form of this field got further: its error says what is wrong
+        loc = ".".join(str(x) if not isinstance(x, int) else f"[{x}]" for x in loc_parts)
         loc = loc.replace(".[", "[")
         if prefix:
             loc = f"{prefix}.{loc}" if loc and not loc.startswith("[") else f"{prefix}{loc}"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
-        parts.append(f"{loc}: {msg}" if loc else msg)
+        part = f"{loc}: {msg}" if loc else msg
+        if part not in parts:
+            parts.append(part)
     return "; ".join(parts)

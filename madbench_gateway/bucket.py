@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from .models import RateLimits
 
 INF = math.inf
+#: Seconds of token budget a TPM bucket may bank (see ``LimiterCore``).
+TOKEN_BURST_S = 1.0
 
 
 @dataclass
@@ -68,7 +70,12 @@ class LimiterCore:
         if lim.rpm:
             self.requests = TokenBucket(lim.rpm * pace, lim.burst, lim.burst, self.now)
         if lim.tpm:
-            self.tokens = TokenBucket(lim.tpm * pace, lim.tpm, lim.tpm, self.now)
+            # A bucket of one second's tokens, not a minute's: a provider counting tokens over a sliding minute then
+            # never sees more than ~tpm in any 60 s (a full minute's bucket let the first minute send ~2x tpm, and
+            # the provider answered the excess with 429s). A request larger than the bucket waits for it to fill and
+            # then drives it negative, so large requests still pass at the paced rate.
+            rate = lim.tpm * pace
+            self.tokens = TokenBucket(rate, rate * TOKEN_BURST_S, rate * TOKEN_BURST_S, self.now)
         self.concurrency = float(lim.max_concurrency)
 
     @property

@@ -83,6 +83,7 @@ class BatchSpec(BaseModel):
     model: str | ModelSpec | None = None
     pack: str | None = None
     evidence: list[str] = Field(default_factory=list)
+    #: Parent of the batch's results directory, relative to the batch file like every path here.
     results_dir: str = "results"
     cache_dir: str | None = None
     max_cost_usd: float | None = Field(None, gt=0)
@@ -123,6 +124,9 @@ def _rel(base: Path, value: str) -> Path:
 def resolve_scenarios(spec: BatchSpec, base: Path, pack, where: str) -> list[Scenario]:
     if spec.scenarios.file:
         path = _rel(base, spec.scenarios.file)
+        if not path.is_file():
+            raise InputError(where, f"scenarios.file: {spec.scenarios.file} not found (looked for {path}; relative paths "
+                             "are read from the batch file's folder)", "fix the path, or write it absolute")
         scenarios = load_scenarios(path)
         if spec.scenarios.ids is not None:
             known = {s.id: s for s in scenarios}

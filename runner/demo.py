@@ -43,8 +43,6 @@ def run_demo(args: argparse.Namespace, run_batch: Callable[[argparse.Namespace],
     else:
         batches.append("quickstart")
     overrides = {"pack": args.pack, "evidence": args.evidence, "cache_dir": args.cache_dir}
-    if args.scenarios:
-        print("demo: --scenarios is not used by the batch demo; use `madbench run` with your own batch file")
     codes = []
     for name in batches:
         print(f"\n== batch {name} ({BATCHES / (name + '.yaml')})", flush=True)

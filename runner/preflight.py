@@ -60,14 +60,18 @@ def reachable_models(config: DebateConfig) -> list[tuple[str, str, ModelSpec]]:
 
 
 def model_problems(configs: list[DebateConfig]) -> list[str]:
-    problems = []
+    """Each distinct problem once, with where it arises (configs, and the roles and phases that reach the model)."""
+    where: dict[str, dict[str, set[str]]] = {}
     for config in configs:
         for role, phase, spec in reachable_models(config):
             temperature = config.crit_temperature if phase in ("crit", "rca") else config.temperature
             max_tokens = getattr(config.max_tokens, phase, None)
             for p in provider_for(spec.model).preflight(spec, temperature, max_tokens):
-                problems.append(f"config {config.name} ({role} {phase}): {p}")
-    return sorted(set(problems))
+                where.setdefault(p, {}).setdefault(config.name, set()).add(phase if role in (phase, "default")
+                                                                            else f"{role} {phase}")
+    def places(cs: dict[str, set[str]]) -> str:
+        return "; ".join(f"config {c}: {', '.join(sorted(uses))}" for c, uses in sorted(cs.items()))
+    return [f"{p} ({places(cs)})" for p, cs in sorted(where.items())]
 
 
 def scenario_problems(scenarios: list[Scenario], pack: Pack, where: str) -> tuple[dict[str, Memo], list[str]]:
@@ -133,4 +137,4 @@ def preflight_error(problems: list[str], where: str) -> InputError:
     """One InputError that lists every problem (the CLI prints it and exits 2)."""
     listing = "\n  - ".join(problems)
     return InputError(where, f"{len(problems)} problem(s) found before any model call:{os.linesep}  - {listing}",
-                      "fix them and run again (nothing was started)")
+                      "nothing was started; fix them and run the same command again")

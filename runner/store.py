@@ -25,6 +25,7 @@ from debate.events import AnyEvent, Crit, Divergence, LLMCall, last_attempt
 from debate.grading import PILLARS
 from debate.trace import read_trace
 from madbench_data.atomic import atomic_write, atomic_write_text
+from madbench_data.errors import InputError
 from runner.pipeline import RunLayout, RunResult
 
 TABLES = ("runs", "rounds", "calls")
@@ -85,7 +86,13 @@ def current_step(trace_path: Path) -> str:
 
 
 def read_manifest(root: str | Path) -> dict[str, Any]:
-    return json.loads((Path(root) / "manifest.json").read_text())
+    path = Path(root) / "manifest.json"
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:  # truncated by hand or by a copy (madbench itself writes it atomically)
+        raise InputError(path, f"not valid JSON (line {exc.lineno}: {exc.msg})",
+                         "delete it and run the batch's `madbench run` command again: it rebuilds the manifest from the "
+                         "committed runs (their results are kept)") from None
 
 
 def _model_name(m) -> str:
@@ -126,6 +133,8 @@ def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dic
             row[f"{name}_{k}"] = m.get(k)
     for k in ("calls", "cached", "failed", "prompt_tokens", "completion_tokens", "cost_usd", "calls_with_unknown_cost", "latency_s"):
         row[k] = result.totals.get(k)
+    if row["calls_with_unknown_cost"]:
+        row["cost_usd"] = None  # a model outside litellm's cost map: the run's cost is unknown, not the known part
     return row
 
 

@@ -32,6 +32,7 @@ from debate.events import (
 )
 from debate.trace import read_trace
 from madbench_data.errors import InputError
+from madbench_data.parquet import read_parquet
 
 
 @dataclass
@@ -49,7 +50,7 @@ class ReportData:
 
 def _table(root: Path, name: str) -> pd.DataFrame:
     path = root / f"{name}.parquet"
-    return pd.read_parquet(path) if path.exists() else pd.DataFrame()
+    return read_parquet(path) if path.exists() else pd.DataFrame()
 
 
 def digest(events: list[AnyEvent], row: dict) -> tuple[dict, str | None, str | None]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from madbench_data.errors import InputError
+from madbench_data.parquet import read_parquet
 
 KEY_COLUMNS = ("config", "scenario_id")
 
@@ -20,7 +21,7 @@ def load_runs(path: str | Path) -> pd.DataFrame:
     if not file.exists():
         hint = "run the batch first (madbench run BATCH.yaml)" if path.is_dir() else "give a results dir or a Parquet file"
         raise InputError(str(file), "not found", hint)
-    return check_runs(pd.read_parquet(file), str(file))
+    return check_runs(read_parquet(file), str(file))
 
 
 def check_runs(runs: pd.DataFrame, where: str, metrics: list[str] | None = None) -> pd.DataFrame:

@@ -126,7 +126,7 @@ def cmd_trace_show(args) -> int:
                   f"{format_validation_error(exc)}")
             continue
         print(render_event(event, args.responses))
-    return EXIT_INPUT if unreadable else 0
+    return EXIT_INPUT if unreadable or readout.problems else 0  # a damaged trace is shown, and said so
 
 
 def render_event(e: Event, responses: bool = False) -> str:

@@ -10,8 +10,6 @@ from runner.demo import run_demo
 
 def register(sub) -> None:
     p = command_parser(sub, "demo")
-    p.add_argument("--scenarios", default=None,
-                   help="not used by the batch demo (accepted for old scripts); run your own scenarios with `madbench run`")
     p.add_argument("--out", default="results", help="parent of the batches' results directories (default results)")
     p.add_argument("--no-local", action="store_true", help="skip the embedded language model's batch (quickstart)")
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)

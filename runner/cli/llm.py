@@ -76,7 +76,7 @@ def register(sub) -> None:
     model = p.add_subparsers(dest="model_cmd", required=True, metavar="ACTION", help="what to do with the model's server")
     p = model.add_parser("serve", help="start the local model server and keep it up until Ctrl-C")
     p.add_argument("--name", default="gemma3-270m", help=LOCAL_NAME_HELP)
-    p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: llama.cpp's choice)")
+    p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: 2, or 1 on a one-core machine)")
     p.add_argument("--reuse-prefix", action="store_true",
                    help="let llama.cpp reuse cached prompt prefixes (faster; output bytes then depend on earlier requests)")
     p.set_defaults(func=cmd_model_serve)

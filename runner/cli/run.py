@@ -58,7 +58,8 @@ def prepare(args):
     configs = resolve_configs(spec, base, args.batch)
     runs = expand(spec, scenarios, configs)
     cache_dir = resolve_cache_dir(args.cache_dir, _rel(base, spec.cache_dir) if spec.cache_dir else None)
-    root = Path(args.results_dir or spec.results_dir) / name
+    # --results-dir is the user's path (from the working directory); the batch's own is relative to its file
+    root = (Path(args.results_dir) if args.results_dir else _rel(base, spec.results_dir)) / name
     return spec, runs, root, pack, pack_dir, evidence, cache_dir
 
 
@@ -124,7 +125,18 @@ def cmd_run(args) -> int:
     if problems:
         raise preflight_error(problems, args.batch)
     if args.dry_run:
-        d = dry_run(spec, runs, pack, getattr(args, "calibrate_from", None))
+        # What `run` would do now: committed runs are skipped (failed ones too, unless --retry-failed).
+        layout = BatchLayout(root)
+        stored = {r.run_id: layout.stored_result(r.run_id) for r in runs}
+        todo = [r for r in runs if stored[r.run_id] is None or (args.retry_failed and stored[r.run_id].status == "failed")]
+        if len(todo) < len(runs):
+            print(f"{len(runs) - len(todo)} of {len(runs)} runs are already committed in {root}: estimating the "
+                  f"{len(todo)} left", file=sys.stderr)
+        if not todo:
+            print(json.dumps({"batch": spec.name, "runs": 0}) if getattr(args, "json", False) else
+                  f"batch {spec.name}: every run is committed in {root}; nothing left to run")
+            return 0
+        d = dry_run(spec, todo, pack, getattr(args, "calibrate_from", None))
         if getattr(args, "json", False):
             print(json.dumps(d, indent=1))
         else:
@@ -136,7 +148,8 @@ def cmd_run(args) -> int:
     status = stats["status"]
     print(f"batch {spec.name}: {stats['runs']} runs ({stats['skipped']} already done, {stats['submitted']} submitted) in "
           f"{stats['wall_s']:.1f} s; {status['ok']} ok, {status['failed']} failed, {status['pending']} pending; "
-          f"state {stats['state']}; rows {stats['tables']}; results in {root}")
+          f"state {stats['state']}; table rows: {', '.join(f'{k} {v}' for k, v in stats['tables'].items())}; "
+          f"results in {root}")
     if status["failed"]:
         print(f"{status['failed']} run(s) failed:", file=sys.stderr)
         print("\n".join(failure_summary(read_manifest(root)["runs"])), file=sys.stderr)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
-
 from eval.stats.analysis import analyse
 from eval.stats.frame import batch_order, json_safe, load_runs
 from eval.stats.power import power_table
 from madbench_data.errors import InputError
+from madbench_data.parquet import read_parquet
 from runner.cli.commands import command_parser
 from runner.cli.common import csv_list
 
@@ -54,7 +53,7 @@ def _source(args) -> tuple[Path, Path | None, Path]:
 def cmd_stats(args) -> int:
     runs_file, rounds_file, default_out = _source(args)
     runs = load_runs(runs_file)
-    rounds = pd.read_parquet(rounds_file) if rounds_file else None
+    rounds = read_parquet(rounds_file) if rounds_file else None
     compare = csv_list(args.compare)
     if compare is None and args.results_dir:
         compare = batch_order(args.results_dir, runs)
