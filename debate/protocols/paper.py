@@ -117,8 +117,9 @@ class PaperDebate:
             self.rho_by_round.append(sum(s.rho for s in scores) / len(scores))
 
     async def _propose(self, a: AgentConfig) -> Validated:
-        task = self.ctx.base_task(a.agent_id, a.role, "propose", 1, self.beta)
-        return await self.ctx.ask(a, "propose", 1, task, {})
+        # Round 0 is the proposals (their JSD and, with rounds: 0, their CRIT carry round 0 too); rounds 1..T debate.
+        task = self.ctx.base_task(a.agent_id, a.role, "propose", 0, self.beta)
+        return await self.ctx.ask(a, "propose", 0, task, {})
 
     # -- one round: critique → revise → [after_revise_round] → CRIT → [after_crit] → controller
 
