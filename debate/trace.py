@@ -5,6 +5,12 @@ chained to the previous line by hash so an edited or reordered trace is
 detectable. A crash can leave at most a torn last line: ``read_trace``
 reports it and, when asked, cuts the file back to the last whole event so the
 run can resume from there.
+
+A trace is never read or written through a symbolic link: one planted under
+``traces/`` would otherwise have its target (anywhere on disk) truncated by a
+repair or appended to by a writer. Opening such a path raises
+``TraceSymlinkError`` naming it. Known API keys are scrubbed from every line
+before it is written (``madbench_gateway.secrets``).
 """
 
 from __future__ import annotations
@@ -18,8 +24,32 @@ from pathlib import Path
 from typing import Any
 
 from debate.events import AnyEvent, Event, parse_event
+from madbench_gateway.secrets import redact_known
 
 GENESIS = "0" * 64
+
+
+class TraceSymlinkError(RuntimeError):
+    """A trace path is a symbolic link: madbench refuses to read, repair or append through it."""
+
+    def __init__(self, path: Path):
+        try:
+            target = f" (to {os.readlink(path)!r})"
+        except OSError:
+            target = ""
+        super().__init__(f"{path}: the trace is a symbolic link{target}; refusing to read or write through it. "
+                         "Remove the link and run again")
+        self.path = path
+
+
+def _open(path: Path, flags: int) -> int:
+    """``os.open`` that never follows a symbolic link at ``path`` itself (O_NOFOLLOW: no check-then-open race)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except OSError:
+        if path.is_symlink():
+            raise TraceSymlinkError(path) from None
+        raise
 
 
 def _line(record: dict[str, Any]) -> bytes:
@@ -47,7 +77,12 @@ class TraceReadout:
 def read_trace(path: str | Path, repair: bool = False) -> TraceReadout:
     """All whole, chained events; a torn or corrupt tail is reported (and cut off with ``repair``)."""
     path = Path(path)
-    data = path.read_bytes() if path.exists() else b""
+    if path.is_symlink():
+        raise TraceSymlinkError(path)
+    data = b""
+    if path.exists():
+        with os.fdopen(_open(path, os.O_RDONLY), "rb") as fh:
+            data = fh.read()
     events, problems, offset, prev = [], [], 0, GENESIS
     for raw in data.splitlines(keepends=True):
         if not raw.endswith(b"\n"):
@@ -65,7 +100,7 @@ def read_trace(path: str | Path, repair: bool = False) -> TraceReadout:
         prev = hashlib.sha256(raw).hexdigest()
         offset += len(raw)
     if repair and offset < len(data):
-        with open(path, "r+b") as fh:
+        with os.fdopen(_open(path, os.O_RDWR), "r+b") as fh:
             fh.truncate(offset)
             fh.flush()
             os.fsync(fh.fileno())
@@ -81,13 +116,13 @@ class TraceWriter:
             raise RuntimeError(f"trace needs repair before appending: {existing.problems[0]}")
         self.seq = len(existing.events)
         self.prev = hashlib.sha256(_line_of(self.path, existing)).hexdigest() if existing.events else GENESIS
-        self._fh = open(self.path, "ab")
+        self._fh = os.fdopen(_open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
         self._fsync = fsync
 
     def write(self, event: Event) -> Event:
         """Append ``event`` (its seq, prev and t are set here), fsynced, chained to the previous line."""
         event = event.model_copy(update={"seq": self.seq, "prev": self.prev, "t": round(time.time(), 6)})
-        line = _line(event.model_dump(mode="json"))
+        line = redact_known(_line(event.model_dump(mode="json")).decode(), named=False).encode()
         self._fh.write(line)
         self._fh.flush()
         if self._fsync:
@@ -107,5 +142,6 @@ class TraceWriter:
 
 
 def _line_of(path: Path, readout: TraceReadout) -> bytes:
-    data = path.read_bytes()[: readout.good_bytes]
+    with os.fdopen(_open(path, os.O_RDONLY), "rb") as fh:
+        data = fh.read(readout.good_bytes)
     return data.splitlines(keepends=True)[-1]

@@ -8,6 +8,10 @@ whatever the umask. Before the rename it is given the mode an ordinary
 ``open(path, "w")`` would have: ``0o666 & ~umask`` (``0644`` under the usual
 ``022``), so colleagues on shared storage can read the results when the umask
 lets them, and nobody can when it does not (``077`` gives ``0600``).
+
+A target that is a symbolic link is replaced by the new regular file: the
+rename acts on the link itself, so the file it pointed to (perhaps outside the
+results directory) is never opened, truncated or written.
 """
 
 from __future__ import annotations

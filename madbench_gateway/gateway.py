@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from .models import ModelSpec, as_spec
 from .providers import Provider, provider_for
 from .providers.base import RawResponse
 from .request import LLMRequest, Message
+from .secrets import redact, redact_known
 
 Validator = Callable[[str, ModelSpec], Any]
 
@@ -145,7 +147,7 @@ class Gateway:
         records = [a.model_dump() for a in attempts]
         for totals in self._accounts(account):
             totals.add_failure(records)
-        return GatewayFailure(reason, records)
+        return GatewayFailure(redact(reason), records)
 
     def _accounts(self, account: Totals | None) -> tuple[Totals, ...]:
         return (self.totals,) if account is None or account is self.totals else (self.totals, account)
@@ -182,10 +184,10 @@ class Gateway:
             try:
                 return raw, validate(raw.content, spec), round_, waited
             except OutputInvalid as exc:
-                attempts[-1] = attempts[-1].model_copy(update={"kind": "invalid", "reason": str(exc)[:1000],
-                                                                "response": raw.content})
+                attempts[-1] = attempts[-1].model_copy(update={"kind": "invalid", "reason": redact(str(exc))[:1000],
+                                                                "response": redact(raw.content)})
                 if round_ == spec.retry.max_validation_retries:
-                    raise OutputInvalid(f"{spec.model}: answer still invalid after {round_} feedback retries: {exc}") from None
+                    raise OutputInvalid(redact(f"{spec.model}: answer still invalid after {round_} feedback retries: {exc}")) from None
                 messages = [*messages, Message(role="assistant", content=raw.content),
                             Message(role="user", content=FEEDBACK.format(error=exc))]
         raise AssertionError("unreachable")
@@ -207,6 +209,10 @@ class Gateway:
             start = time.perf_counter()
             try:
                 raw = await provider.complete(request, spec)
+                # A provider that echoes the key in an answer: scrub known keys only (an answer is no error text).
+                clean = redact_known(raw.content, named=False)
+                if clean != raw.content:
+                    raw = dataclasses.replace(raw, content=clean)
             except (RateLimited, TransientError) as exc:
                 # 429s honour Retry-After (capped) and tell the limiter; other transient errors back off.
                 kind = exc.kind
@@ -222,7 +228,7 @@ class Gateway:
                 if kind == "transient":
                     first_transient = first_transient or time.monotonic()
                     gives_up = gives_up and time.monotonic() - first_transient >= spec.retry.outage_patience_s
-                attempts.append(Attempt(model=spec.model, kind=kind, reason=exc.reason, latency_s=time.perf_counter() - start,
+                attempts.append(Attempt(model=spec.model, kind=kind, reason=redact(exc.reason), latency_s=time.perf_counter() - start,
                                         wait_s=0.0 if gives_up else pause))
                 if gives_up:
                     raise _Exhausted() from None
@@ -231,9 +237,9 @@ class Gateway:
             except FatalProviderError as exc:
                 if limiter:
                     await limiter.release(lease["lease_id"], "error")
-                attempts.append(Attempt(model=spec.model, kind="fatal", reason=exc.reason,
+                attempts.append(Attempt(model=spec.model, kind="fatal", reason=redact(exc.reason),
                                         latency_s=time.perf_counter() - start))
-                raise GatewayFailure(f"{spec.model}: {exc.reason}", []) from None
+                raise GatewayFailure(f"{spec.model}: {redact(exc.reason)}", []) from None
             latency = time.perf_counter() - start
             used = None if raw.prompt_tokens is None else raw.prompt_tokens + (raw.completion_tokens or 0)
             if limiter:

@@ -11,11 +11,13 @@ gives new runs.
 from __future__ import annotations
 
 import itertools
+import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from debate.config import DebateConfig
 from debate.config_file import load_debate_config, parse_debate_config
@@ -28,6 +30,12 @@ from madbench_gateway import ModelRouting
 from madbench_gateway.models import ModelSpec
 from runner.pipeline import run_id_for
 from scoring.debate_scorer import scorer_for
+
+#: The most runs one batch expands to (configs × grid cells × scenarios × replicates) unless `madbench run
+#: --max-runs N` allows more: checked arithmetically from the spec before anything is allocated.
+MAX_RUNS = 100_000
+#: The most cells a `grid` may have (the product of its value lists' lengths); each is a config to build.
+MAX_GRID_CELLS = 1_000
 
 
 class ScenarioMake(BaseModel):
@@ -52,6 +60,13 @@ class ScenarioSource(BaseModel):
             raise ValueError("give exactly one of `file` or `make`")
         if self.ids is not None and self.file is None:
             raise ValueError("`ids` selects from a `file`")
+        if self.ids is not None and not self.ids:
+            raise ValueError("`ids: []` selects no scenario: list at least one id, or leave `ids` out to take them all")
+        if self.ids is not None:
+            twice = sorted(i for i, n in Counter(self.ids).items() if n > 1)
+            if twice:
+                raise ValueError(f"`ids` lists {', '.join(twice)} more than once: each scenario is one run per config "
+                                 "and replicate; list each id once")
         return self
 
 
@@ -93,9 +108,65 @@ class BatchSpec(BaseModel):
     #: Runner actors (each imports litellm once: about 250 MB and 5 s).
     workers: int = Field(2, ge=1)
 
+    @field_validator("replicates")
+    @classmethod
+    def _replicates(cls, v):
+        if isinstance(v, int):
+            if v < 1:
+                raise ValueError(f"a count of replicates must be at least 1 (got {v}); write 1 for one run per "
+                                 "scenario and config, or a list of sample indices such as [0, 1]")
+            return v
+        if not v:
+            raise ValueError("an empty list of replicates runs nothing: list at least one sample index, e.g. [0]")
+        negative = [k for k in v if k < 0]
+        if negative:
+            raise ValueError(f"sample indices must be non-negative (got {', '.join(map(str, negative))})")
+        twice = sorted(k for k, n in Counter(v).items() if n > 1)
+        if twice:
+            raise ValueError(f"sample index {', '.join(map(str, twice))} is listed more than once: the same index is "
+                             "the same run; list distinct indices")
+        return v
+
+    @property
+    def n_replicates(self) -> int:
+        return self.replicates if isinstance(self.replicates, int) else len(self.replicates)
+
+    @property
+    def grid_cells(self) -> int:
+        return math.prod(len(v) for v in self.grid.values())
+
     @property
     def sample_indices(self) -> list[int]:
         return list(range(self.replicates)) if isinstance(self.replicates, int) else list(self.replicates)
+
+
+def check_size(spec: BatchSpec, where: str, max_runs: int | None = None, n_scenarios: int | None = None) -> int:
+    """The number of runs ``spec`` expands to, computed from its counts alone (nothing is built); an ``InputError``
+    when the grid has more than ``MAX_GRID_CELLS`` cells or an empty value list, or the runs exceed ``max_runs``
+    (default ``MAX_RUNS``). ``n_scenarios`` unknown (a file not yet read): the spec's own lower bound is used."""
+    limit = MAX_RUNS if max_runs is None else max_runs
+    empty = sorted(k for k, v in spec.grid.items() if not v)
+    if empty:
+        raise InputError(where, f"grid.{empty[0]}: an empty list of values crosses to no run at all",
+                         "give it at least one value, or remove it from `grid`")
+    cells = spec.grid_cells
+    if cells > MAX_GRID_CELLS:
+        sizes = " × ".join(f"{len(v)} {k}" for k, v in sorted(spec.grid.items()))
+        raise InputError(where, f"grid: {sizes} = {cells:,} cells, over the limit of {MAX_GRID_CELLS:,} "
+                         "(MAX_GRID_CELLS)", "cross fewer values, or split the grid into several batches")
+    at_least = ""
+    if n_scenarios is None:  # the file is not read yet: it holds at least one scenario
+        src = spec.scenarios
+        n_scenarios = src.make.count if src.make else len(src.ids) if src.ids else 1
+        at_least = "" if src.make or src.ids else "at least "
+    total = len(spec.configs) * cells * n_scenarios * spec.n_replicates
+    if total > limit:
+        raise InputError(where, f"the batch expands to {len(spec.configs)} config(s) × {cells:,} grid cell(s) × "
+                         f"{at_least}{n_scenarios:,} scenario(s) × {spec.n_replicates:,} replicate(s) = {at_least}"
+                         f"{total:,} runs, over the "
+                         f"limit of {limit:,} runs", "shrink replicates, scenarios or grid, or pass "
+                         f"`madbench run --max-runs {total}` if you mean it")
+    return total
 
 
 @dataclass(frozen=True)
@@ -140,6 +211,7 @@ def resolve_scenarios(spec: BatchSpec, base: Path, pack, where: str) -> list[Sce
 
 
 def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfig]:
+    check_size(spec, where, max_runs=math.inf)  # the grid's cells, before building any
     configs = []
     for i, name in enumerate(spec.configs):
         cfg = load_debate_config(_rel(base, name))
@@ -161,10 +233,38 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
     return configs
 
 
-def expand(spec: BatchSpec, scenarios: list[Scenario], configs: list[DebateConfig]) -> list[RunSpec]:
-    runs = []
+def expand(spec: BatchSpec, scenarios: list[Scenario], configs: list[DebateConfig], where: str = "batch",
+           max_runs: int | None = None) -> list[RunSpec]:
+    """Every (config, scenario, replicate) as a run: its size checked first (``check_size``), and an ``InputError``
+    naming both sources when two of them would be one run (the same run id)."""
+    limit = MAX_RUNS if max_runs is None else max_runs
+    total = len(configs) * len(scenarios) * spec.n_replicates
+    if total > limit:
+        raise InputError(where, f"the batch expands to {len(configs)} config(s) × {len(scenarios):,} scenario(s) × "
+                         f"{spec.n_replicates:,} replicate(s) = {total:,} runs, over the limit of {limit:,} runs",
+                         f"shrink replicates, scenarios or grid, or pass `madbench run --max-runs {total}` if you mean it")
+    runs: list[RunSpec] = []
+    seen: dict[str, RunSpec] = {}
     for config in configs:
         for scenario in scenarios:
             for k in spec.sample_indices:
-                runs.append(RunSpec(run_id_for(scenario, config, k), scenario, config, k))
+                run = RunSpec(run_id_for(scenario, config, k), scenario, config, k)
+                first = seen.setdefault(run.run_id, run)
+                if first is not run:
+                    raise InputError(where, f"two runs of the batch are one run (id {run.run_id}): {_source(first)} "
+                                     f"and {_source(run)} have the same content", _collision_fix(first, run))
+                runs.append(run)
     return runs
+
+
+def _source(r: RunSpec) -> str:
+    return f"scenario {r.scenario.id} × config {r.config.name} × replicate {r.sample_index}"
+
+
+def _collision_fix(a: RunSpec, b: RunSpec) -> str:
+    if a.config.name != b.config.name:
+        return (f"configs {a.config.name} and {b.config.name} resolve to the same debate: make them differ, or list "
+                "one of them")
+    if a.scenario.id == b.scenario.id:
+        return f"scenario id {a.scenario.id} appears twice in the scenario source: give each scenario a distinct id"
+    return "list each scenario and replicate once"

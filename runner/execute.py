@@ -24,7 +24,9 @@ from madbench_data.paths import PROJECT_ROOT
 from madbench_data.scenario import Scenario
 from madbench_gateway import Budget, Gateway, ResponseCache
 from madbench_gateway.errors import BudgetExhausted
+from madbench_gateway.secrets import redact
 from runner.batch import BatchSpec, RunSpec
+from runner.lock import ResultsLock
 from runner.pipeline import run_debate
 from runner.progress import Progress
 from runner.store import TABLES, BatchLayout, compact, read_manifest, write_manifest, write_parts
@@ -60,7 +62,7 @@ class RunnerActor:
         except Exception as exc:
             # Many exception types (ours included) do not survive Ray's pickling; a RuntimeError carrying the type,
             # message and traceback does, so the driver records the real reason with the failed run.
-            raise RuntimeError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}") from None
+            raise RuntimeError(redact(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")) from None
         write_parts(self.layout, self.batch, result, config, scenario, self.node_id)
         return {"status": result.status, "error": result.error, "run_id": result.run_id, "totals": result.totals,
                 "node_id": self.node_id, "wall_s": time.perf_counter() - t0}
@@ -210,7 +212,7 @@ class Dispatch:
             # Not the run's fault, and every other run would hit it too: stop the batch, loudly.
             raise OSError(errno.ENOSPC, f"No space left on device while run {r.run_id} wrote its "
                           f"results ({cause.filename or self.layout.root})") from None
-        reason = str(cause) if cause is not None else str(exc)
+        reason = redact(str(cause) if cause is not None else str(exc))
         return {"status": "failed", "error": reason.splitlines()[0][:500], "node_id": None}
 
 
@@ -239,37 +241,40 @@ def _recover_committed(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout
 
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False) -> dict[str, Any]:
-    manifest_runs = _manifest_entries(runs)
-    rebuilt = _recover_committed(spec, runs, layout, manifest_runs)
-    todo = [r for r in runs if manifest_runs[r.run_id]["status"] == "pending"
-            or (retry_failed and manifest_runs[r.run_id]["status"] == "failed")]
-    # The cache this batch really used, resolved: re-scoring and the estimate find it from the manifest.
-    spec_json = spec.model_dump(mode="json") | {"cache_dir": str(Path(cache_dir).resolve())}
-    write_manifest(layout, spec_json, list(manifest_runs.values()), "running")
-    progress = Progress(len(todo), spec.max_cost_usd, enabled=not quiet)
-    stats = {"runs": len(runs), "skipped": len(runs) - len(todo), "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt}
-    t0 = time.perf_counter()
-    state = "finished"
-    if todo:
-        ray = init_ray(address)
-        pool = ActorPool(ray, RunnerActor, (pack_dir, evidence, cache_dir, str(layout.root), spec.name, spec.max_cost_usd),
-                         min(spec.workers, len(todo)), spec.max_in_flight)
-        dispatch = Dispatch(pool, spec, layout, manifest_runs, todo, progress, stats, retry_failed, spec_json)
-        try:
-            state = dispatch.loop()
-        except KeyboardInterrupt:
-            state = "interrupted"
-            print("\ninterrupted: committed runs are kept; run the same command again to resume", file=sys.stderr)
-        finally:
-            progress.close(len(dispatch.in_flight))
-            for m in manifest_runs.values():
-                m.pop("in_flight_since", None)
-            pool.kill_all()
+    """Run the batch's pending runs, holding the results directory's lock (runner/lock.py) throughout: a second
+    driver on the same directory fails at once, naming this one."""
+    with ResultsLock(layout.root, "madbench run"):
+        manifest_runs = _manifest_entries(runs)
+        rebuilt = _recover_committed(spec, runs, layout, manifest_runs)
+        todo = [r for r in runs if manifest_runs[r.run_id]["status"] == "pending"
+                or (retry_failed and manifest_runs[r.run_id]["status"] == "failed")]
+        # The cache this batch really used, resolved: re-scoring and the estimate find it from the manifest.
+        spec_json = spec.model_dump(mode="json") | {"cache_dir": str(Path(cache_dir).resolve())}
+        write_manifest(layout, spec_json, list(manifest_runs.values()), "running")
+        progress = Progress(len(todo), spec.max_cost_usd, enabled=not quiet)
+        stats = {"runs": len(runs), "skipped": len(runs) - len(todo), "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt}
+        t0 = time.perf_counter()
+        state = "finished"
+        if todo:
+            ray = init_ray(address)
+            pool = ActorPool(ray, RunnerActor, (pack_dir, evidence, cache_dir, str(layout.root), spec.name, spec.max_cost_usd),
+                             min(spec.workers, len(todo)), spec.max_in_flight)
+            dispatch = Dispatch(pool, spec, layout, manifest_runs, todo, progress, stats, retry_failed, spec_json)
+            try:
+                state = dispatch.loop()
+            except KeyboardInterrupt:
+                state = "interrupted"
+                print("\ninterrupted: committed runs are kept; run the same command again to resume", file=sys.stderr)
+            finally:
+                progress.close(len(dispatch.in_flight))
+                for m in manifest_runs.values():
+                    m.pop("in_flight_since", None)
+                pool.kill_all()
+                write_manifest(layout, spec_json, list(manifest_runs.values()), state)
+        else:
             write_manifest(layout, spec_json, list(manifest_runs.values()), state)
-    else:
-        write_manifest(layout, spec_json, list(manifest_runs.values()), state)
-    stats["state"] = state
-    stats["tables"] = compact(layout)
-    stats["wall_s"] = time.perf_counter() - t0
-    stats["status"] = {s: sum(1 for m in manifest_runs.values() if m["status"] == s) for s in ("ok", "failed", "pending")}
-    return stats
+        stats["state"] = state
+        stats["tables"] = compact(layout)
+        stats["wall_s"] = time.perf_counter() - t0
+        stats["status"] = {s: sum(1 for m in manifest_runs.values() if m["status"] == s) for s in ("ok", "failed", "pending")}
+        return stats

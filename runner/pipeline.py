@@ -32,6 +32,7 @@ from madbench_data.market.pack import Pack
 from madbench_data.memo import build_memo
 from madbench_data.scenario import Scenario, check_against_pack
 from madbench_gateway import Gateway
+from madbench_gateway.secrets import redact
 from runner.wiring import install_rule_answers
 from scoring.crit_judge import load_crit_prompt
 from scoring.debate_scorer import scorer_for
@@ -79,7 +80,9 @@ def prompt_hashes(config: DebateConfig) -> dict[str, str]:
 
 
 def run_id_for(scenario: Scenario, config: DebateConfig, sample_index: int) -> str:
-    payload = {"scenario": scenario.model_dump(mode="json", exclude={"id"}), "config": config.model_dump(mode="json", exclude={"name", "description"}),
+    """The run's content hash: the scenario (its id included, so that two scenarios of the same content under two ids
+    are two runs), the config (not its name or description), the replicate and the prompt texts."""
+    payload = {"scenario": scenario.model_dump(mode="json"), "config": config.model_dump(mode="json", exclude={"name", "description"}),
                "sample_index": sample_index, "prompts": prompt_hashes(config)}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -134,8 +137,9 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         try:
             outcome = await PROTOCOLS[config.protocol](ctx)
         except DebateFailure as exc:
-            result = RunResult(**base, status="failed", error=str(exc), totals=_totals(ctx))
-            trace.write(RunEnd(status="failed", error=str(exc), totals=result.totals))
+            error = redact(str(exc))
+            result = RunResult(**base, status="failed", error=error, totals=_totals(ctx))
+            trace.write(RunEnd(status="failed", error=error, totals=result.totals))
             atomic_write_text(result_path, result.model_dump_json(indent=1))
             return result
         trace.write(Final(weights=outcome.weights, cash=outcome.cash, method=outcome.method, notes=outcome.notes))

@@ -23,6 +23,7 @@ from typing import Any
 from madbench_gateway import Gateway, ModelSpec, ResponseCache
 from madbench_gateway.providers import provider_for
 from runner.execute import ActorPool, init_ray
+from runner.lock import ResultsLock
 from runner.wiring import install_rule_answers
 from scoring import rescore as rs
 from scoring.rescore import RunScores, StoredRun, part_path
@@ -248,7 +249,14 @@ class Dispatch:
 
 def run_rescore(job: Job, p: Plan, address: str | None = None, workers: int = 2, max_in_flight: int = 8,
                 concurrency: int = 8, quiet: bool = False, progress_every_s: float = 5.0) -> Outcome:
-    """One pass: the original scores extracted, then every run of ``p.todo`` graded on Ray actors."""
+    """One pass: the original scores extracted, then every run of ``p.todo`` graded on Ray actors. It holds the results
+    directory's lock (runner/lock.py) throughout, as ``madbench run`` does: one writer per results directory."""
+    with ResultsLock(job.root, "madbench rescore"):
+        return _run_rescore(job, p, address, workers, max_in_flight, concurrency, quiet, progress_every_s)
+
+
+def _run_rescore(job: Job, p: Plan, address: str | None, workers: int, max_in_flight: int, concurrency: int,
+                 quiet: bool, progress_every_s: float) -> Outcome:
     rs.extract_original(p.runs, job.scores_dir)
     for run_id in p.already:  # a pass stopped between writing a run's part and dropping its failure record
         rs.clear_failure(job.scores_dir, job.label, run_id)

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import FatalProviderError, RateLimited, TransientError
 from ..models import ModelSpec
 from ..request import LLMRequest
-from ..secrets import api_key_from_env, redact
+from ..secrets import api_key_from_env, redact, remember, remember_env
 from .base import RawResponse
 from .llama_schema import llama_cpp_schema
 
@@ -96,7 +96,7 @@ class LiteLLMProvider:
         litellm = import_litellm()
         problems = []
         if spec.api_key_env is not None:
-            if not os.environ.get(spec.api_key_env):
+            if not remember_env(spec.api_key_env):  # remembered: the driver scrubs it from what it records too
                 problems.append(f"{spec.model}: environment variable {spec.api_key_env} (its api_key_env) is not set")
         elif not spec.api_base:  # a self-hosted endpoint takes no key; a hosted one reads the provider's variable
             missing = litellm.validate_environment(model=spec.model).get("missing_keys") or []
@@ -143,6 +143,7 @@ class LiteLLMProvider:
         if spec.api_base:
             kwargs["api_base"] = spec.api_base
         key = api_key if api_key is not None else api_key_from_env(spec.api_key_env)
+        remember(key)
         if key is not None:
             kwargs["api_key"] = key
         elif spec.api_base:

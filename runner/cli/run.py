@@ -11,7 +11,7 @@ from madbench_data.errors import InputError
 from madbench_data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench_data.memo import build_memo
 from madbench_gateway import resolve_cache_dir
-from runner.batch import _rel, expand, load_batch, resolve_configs, resolve_scenarios
+from runner.batch import MAX_RUNS, _rel, check_size, expand, load_batch, resolve_configs, resolve_scenarios
 from runner.cli.commands import EXIT_INTERRUPTED, EXIT_RUNS_FAILED, command_parser
 from runner.cli.common import add_pack_args
 from runner.estimate import EXPECTED_RATES, MemoInfo, calibrate, estimate_batch, estimate_run, format_table
@@ -33,6 +33,8 @@ def register(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--model", help="every role and phase on this model, overriding the batch's `model` and each config's "
                                    "routing (e.g. rules/auto: any batch offline); results go to <batch>@<model>")
+    p.add_argument("--max-runs", type=int, metavar="N", help=f"allow a batch of up to N runs (default {MAX_RUNS:,}: a "
+                   "larger expansion is refused before anything is built)")
     add_pack_args(p)
     p.set_defaults(func=cmd_run)
 
@@ -51,12 +53,17 @@ def prepare(args):
             raise InputError("--model", f"{args.model!r} is not a model string", "write e.g. rules/auto or openai/gpt-4o-mini")
         spec = spec.model_copy(update={"model": args.model})
         name = spec.name + "@" + "".join(c if c.isalnum() or c in "_.-" else "-" for c in args.model)
+    max_runs = getattr(args, "max_runs", None)
+    if max_runs is not None and max_runs < 1:
+        raise InputError("--max-runs", f"{max_runs} allows no run", "give a positive number of runs")
+    check_size(spec, args.batch, max_runs)  # from the spec's counts, before anything is built
     pack_dir = resolve_pack_dir(args.pack or (str(_rel(base, spec.pack)) if spec.pack else None))
     evidence = resolve_evidence_dirs(args.evidence or [str(_rel(base, e)) for e in spec.evidence] or None)
     pack = load_pack(pack_dir, evidence)
     scenarios = resolve_scenarios(spec, base, pack, args.batch)  # checked against the pack by the preflight
+    check_size(spec, args.batch, max_runs, len(scenarios))
     configs = resolve_configs(spec, base, args.batch)
-    runs = expand(spec, scenarios, configs)
+    runs = expand(spec, scenarios, configs, args.batch, max_runs)
     cache_dir = resolve_cache_dir(args.cache_dir, _rel(base, spec.cache_dir) if spec.cache_dir else None)
     # --results-dir is the user's path (from the working directory); the batch's own is relative to its file
     root = (Path(args.results_dir) if args.results_dir else _rel(base, spec.results_dir)) / name
