@@ -7,12 +7,12 @@ import sys
 import urllib.parse
 
 import pytest
-import yaml
 
 from madbench_gateway import secrets
 from runner.sim.provider import SimProvider
 from tests.fault_server import Faults, FaultServer
 from tests.runner.test_batch import ROOT, TICKERS
+from tests.runner.test_secrets import leaky_batch
 
 #: No key shape, and held by a variable whose name does not look secret: only scrubbing by value catches it.
 SECRET = "Zq7vLw3PpR9tXk2mNb5cYh8dJf4g"
@@ -53,22 +53,8 @@ def test_scrubbing_known_keys_leaves_other_text_alone(fresh_memory):
 @pytest.mark.slow
 def test_a_key_under_an_unusual_name_is_nowhere_in_results_or_cache(make_pack, tmp_path):
     pack = make_pack(tickers=tuple(TICKERS))
-    scen = tmp_path / "s.yaml"
-    scen.write_text(yaml.safe_dump({"scenarios": [{"id": "s", "invest_quarter": "2021Q3", "tickers": TICKERS,
-                                                  "constraints": {"max_weight": 0.6}}]}))
     with SimProvider() as sim, FaultServer(Faults(server_error=0.5, unauthorized=0.5, leak_auth=True)) as leaky:
-        configs = []
-        for name, spec in (("honest", {"model": "openai/sim", "api_base": sim.url, "send_context": True}),
-                           ("leaky", {"model": "openai/leaky", "api_base": leaky.url,
-                                      "retry": {"backoff_base_s": 0.01, "max_transient_retries": 3, "outage_patience_s": 0}})):
-            cfg = {"name": name, "agents": [{"role": "macro"}, {"role": "value"}], "rounds": 1,
-                   "models": {"tiers": {"deep": {**spec, "api_key_env": "LLM_AUTH"},
-                                        "quick": {**spec, "api_key_env": "LLM_AUTH"}}}}
-            (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
-            configs.append(str(tmp_path / f"{name}.yaml"))
-        batch = tmp_path / "batch.yaml"
-        batch.write_text(yaml.safe_dump({"name": "byvalue", "scenarios": {"file": str(scen)}, "configs": configs,
-                                         "pack": str(pack), "results_dir": str(tmp_path / "results"), "retries": 0}))
+        batch = leaky_batch(tmp_path, pack, sim.url, leaky.url, "LLM_AUTH", "byvalue")
         env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
         env |= {"LLM_AUTH": SECRET, "MADBENCH_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
         out = subprocess.run([sys.executable, "-m", "runner.cli", "run", str(batch)], env=env, capture_output=True,
