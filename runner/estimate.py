@@ -70,7 +70,6 @@ from madbench_gateway.models import ModelSpec, RateLimits
 from madbench_gateway.providers import provider_for
 from madbench_gateway.providers.litellm_provider import import_litellm
 from runner.store import BatchLayout
-from runner.wiring import install_rule_answers
 from scoring.crit_judge import load_crit_prompt
 from scoring.prompts import load_scorer_prompt
 from scoring.rca_judge import RCA_VARIABLES
@@ -374,10 +373,7 @@ def is_reasoning(model: str) -> bool:
     """Whether litellm's model map says the model reasons before it answers (False when it does not know it)."""
     if model.startswith(("rules/", "local/")):
         return False
-    try:
-        return bool(import_litellm().supports_reasoning(model=model))
-    except Exception:  # noqa: BLE001 - an unknown model or provider: no reasoning assumed
-        return False
+    return bool(import_litellm().supports_reasoning(model=model))  # False for a model litellm does not know
 
 
 def make_shape(kind: str, spec: ModelSpec, prompt: float, answer: float, reasoning_key: str, max_tokens: int | None,
@@ -609,11 +605,8 @@ class RunEstimate:
 @lru_cache(maxsize=4096)
 def _price(model: str, prompt: int, completion: int) -> float | None:
     """US dollars of one call from the gateway's provider for the model (None: not in the cost map)."""
-    install_rule_answers()
-    try:
-        return provider_for(model).cost(model, prompt, completion)
-    except Exception:  # noqa: BLE001 - litellm raises for a provider it does not know: no price, never 0
-        return None
+    # None for a model outside the cost map; a model litellm cannot place raises (the preflight names it first).
+    return provider_for(model).cost(model, prompt, completion)
 
 
 class Tally:

@@ -24,7 +24,6 @@ from madbench_gateway import Gateway, ModelSpec, ResponseCache
 from madbench_gateway.providers import provider_for
 from runner.execute import ActorPool, init_ray
 from runner.lock import ResultsLock
-from runner.wiring import install_rule_answers
 from scoring import rescore as rs
 from scoring.rescore import RunScores, StoredRun, part_path
 from scoring.rubric import Rubric
@@ -39,7 +38,6 @@ class RescoreActor:
     def __init__(self, cache_dir: str, concurrency: int):
         import ray
 
-        install_rule_answers()
         self.cache = ResponseCache(cache_dir)
         self.gateway = Gateway(cache=self.cache)
         self.limit = asyncio.Semaphore(max(1, concurrency))
@@ -78,7 +76,6 @@ class Job:
 
     @property
     def scorer_is_llm(self) -> bool:
-        install_rule_answers()
         return provider_for(self.spec.model).is_llm
 
 
@@ -112,7 +109,6 @@ def _cached(cache: ResponseCache | None, key: str) -> bool:
 
 
 def dry_run(job: Job, p: Plan) -> dict[str, Any]:
-    install_rule_answers()
     gateway = Gateway()
     _, provider = gateway.prepare(job.spec)
     calls = cached = prompt_tokens = 0

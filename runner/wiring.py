@@ -1,7 +1,9 @@
 """The composition root's one piece of global wiring: ``rules/…`` models answer through the gateway.
 
 The gateway knows nothing of debates; the runner, which sits above every layer, registers the table of
-deterministic answerers (``scoring.rule_answers``) as the ``rules`` provider. Registering is idempotent.
+deterministic answerers (``scoring.rule_answers``) as the ``rules`` provider. ``runner.pipeline`` calls it when
+imported, and every runner entry point (the batch runner, its Ray actors, re-scoring, the estimate) imports the
+pipeline, so a process that can run or price a debate has it. Registering is idempotent.
 """
 
 from __future__ import annotations

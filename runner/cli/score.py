@@ -11,6 +11,7 @@ from madbench_data.markdown import markdown_table
 from madbench_gateway import ModelSpec, RateLimits, resolve_cache_dir
 from runner.cli.commands import command_parser
 from runner.rescore_job import Job, Outcome, Plan, dry_run, failure_reasons, plan, run_rescore
+from runner.store import read_manifest
 from scoring.rescore import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL, agreement_tables, read_scores
 from scoring.rubric import load_rubric
 
@@ -54,10 +55,9 @@ def _scorer_spec(args) -> ModelSpec:
 
 def _batch_cache_dir(root: Path) -> str | None:
     """The batch's own cache_dir when its manifest names an absolute one (a relative one was relative to the batch file)."""
-    try:
-        value = json.loads((root / "manifest.json").read_text())["spec"].get("cache_dir")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    if not (root / "manifest.json").is_file():
+        return None  # a `madbench debate --out` directory: no batch, no batch cache
+    value = read_manifest(root)["spec"].get("cache_dir")  # a damaged manifest is an error, not a silent default
     return value if value and Path(value).expanduser().is_absolute() else None
 
 
