@@ -24,6 +24,7 @@ from madbench_gateway import Gateway, ModelSpec, ResponseCache
 from madbench_gateway.providers import provider_for
 from runner.execute import ActorPool, init_ray
 from runner.lock import ResultsLock
+from runner.store import group_failures
 from scoring import rescore as rs
 from scoring.rescore import RunScores, StoredRun, part_path
 from scoring.rubric import Rubric
@@ -276,8 +277,5 @@ def _run_rescore(job: Job, p: Plan, address: str | None, workers: int, max_in_fl
 
 def failure_reasons(outcome: Outcome) -> list[tuple[str, list[str]]]:
     """Distinct failure reasons, most frequent first, each with its runs."""
-    by: dict[str, list[str]] = {}
-    for run_id, reason in outcome.failed.items():
-        by.setdefault(reason or "unknown", []).append(run_id)
-    return sorted(by.items(), key=lambda kv: -len(kv[1]))
+    return group_failures(outcome.failed)
 

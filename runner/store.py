@@ -182,3 +182,15 @@ def compact(layout: BatchLayout) -> dict[str, int]:
         atomic_write(layout.root / f"{name}.parquet", lambda p, t=table: t.to_parquet(p, index=False))
         counts[name] = len(table)
     return counts
+
+
+def group_failures(failures: dict[str, str | None], limit_lines: int | None = None) -> list[tuple[str, list[str]]]:
+    """Failed runs (run id → reason) grouped by reason, most frequent first; with ``limit_lines``, reasons that
+    agree on their first lines are one group (a traceback's tail differs from run to run)."""
+    groups: dict[str, list[str]] = {}
+    for run_id, reason in failures.items():
+        text = str(reason or "no reason recorded")
+        if limit_lines is not None:
+            text = "\n".join(text.splitlines()[:limit_lines])
+        groups.setdefault(text, []).append(run_id)
+    return sorted(groups.items(), key=lambda kv: -len(kv[1]))

@@ -17,7 +17,7 @@ from runner.cli.common import add_pack_args
 from runner.estimate import EXPECTED_RATES, MemoInfo, calibrate, estimate_batch, estimate_run, format_table
 from runner.execute import run_batch
 from runner.preflight import preflight, preflight_error
-from runner.store import BatchLayout, current_step, read_manifest
+from runner.store import BatchLayout, current_step, group_failures, read_manifest
 
 
 def register(sub) -> None:
@@ -114,13 +114,8 @@ def retry_command(args) -> str:
 
 def failure_summary(runs: list[dict], limit_lines: int = 3) -> list[str]:
     """Failed runs grouped by reason (the first lines of each distinct one), most frequent first."""
-    groups: dict[str, list[str]] = {}
-    for r in runs:
-        if r["status"] == "failed":
-            reason = "\n".join(str(r.get("error") or "no reason recorded").splitlines()[:limit_lines])
-            groups.setdefault(reason, []).append(r["run_id"])
     out = []
-    for reason, ids in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+    for reason, ids in group_failures({r["run_id"]: r.get("error") for r in runs if r["status"] == "failed"}, limit_lines):
         out.append(f"  {len(ids)} run(s), e.g. {ids[0]}:")
         out += [f"    {line}" for line in reason.splitlines()]
     return out
