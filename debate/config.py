@@ -10,10 +10,11 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from debate.control import PIDConfig
 from debate.schemas import Tier
+from madbench_data.blind import BlindOptions
 from madbench_data.errors import InputError, format_validation_error
 from madbench_data.scenario import Constraints
 from madbench_gateway.models import ModelRouting
@@ -74,6 +75,23 @@ class DebateConfig(BaseModel):
     #: Overrides of the scenario's constraints, field by field.
     constraints: dict[str, Any] | None = None
     require_known_evidence: bool = True
+    #: Blind memos (``madbench_data.blind``): pseudonyms for tickers and names, dates relative to the as-of date.
+    #: ``blind: true`` is ``{enabled: true}`` with the default options. Off by default.
+    blind: BlindOptions = Field(default_factory=lambda: BlindOptions(enabled=False))
+
+    @field_validator("blind", mode="before")
+    @classmethod
+    def _blind_flag(cls, v):
+        return {"enabled": v} if isinstance(v, bool) else v
+
+    @model_serializer(mode="wrap")
+    def _blind_only_when_on(self, handler):
+        """A config that is not blind dumps as it did before ``blind`` existed, so its run ids and content hash are
+        unchanged; a blind one carries its options into both."""
+        data = handler(self)
+        if not self.blind.enabled and isinstance(data, dict):
+            data.pop("blind", None)
+        return data
 
     @model_validator(mode="after")
     def _unique_agents(self):

@@ -16,18 +16,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from debate.config import AgentConfig, DebateConfig
-from debate.events import LLMCall, LLMFailure, Turn
+from debate.events import LLMCall, LLMFailure, Turn, recorded_answers
 from debate.grading import CritScore, RCAVerdict, Scorer
 from debate.profiles import Profile, load_profile
 from debate.request_schemas import request_schema
 from debate.task import AgentTask
-from debate.trace import TraceWriter
+from debate.trace import TraceWriter, read_trace
 from debate.validation import TurnRules, Validated, schema_outline, validate_turn
 from madbench_data.memo import Memo
 from madbench_data.scenario import Constraints, Scenario
 from madbench_gateway import Gateway, GatewayFailure, LLMRequest, Message, Totals
 from madbench_gateway.accounting import Completion
 from madbench_gateway.errors import OutputInvalid
+from madbench_gateway.models import ModelSpec
 
 T = TypeVar("T")
 
@@ -82,8 +83,12 @@ class RunContext:
     #: This run's calls, tokens and cost: the gateway credits every call asked through ``complete`` here (the
     #: gateway's own totals are shared by every run on it). One ``llm_call`` or ``llm_failure`` event each.
     account: Totals = field(default_factory=Totals)
+    #: The answer hashes this run's earlier attempts recorded, by cache key (``events.recorded_answers``), read
+    #: from its trace: a resumed run that the cache serves a different answer for one of them fails (``complete``).
+    recorded_answers: dict[str, set[str]] = field(default_factory=dict, init=False)
 
     def __post_init__(self):
+        self.recorded_answers = recorded_answers(read_trace(self.trace.path).events)
         for a in self.config.agents:
             self.profiles[a.agent_id] = load_profile(a.role, a.tier)
         if self.config.aggregation == "judge":
@@ -120,10 +125,20 @@ class RunContext:
             raise DebateFailure(f"{who} {label} (round {round_}): {exc.reason}") from None
         self.trace.write(LLMCall(agent=who, phase=phase, round=round_, label=label, key=c.key,
                         messages_hash=c.messages_hash, model_requested=c.model_requested, model_used=c.model_used,
-                        is_llm=c.is_llm, cached=c.cached, prompt_tokens=c.prompt_tokens,
+                        provider=ModelSpec(model=c.model_used).provider, is_llm=c.is_llm, cached=c.cached, prompt_tokens=c.prompt_tokens,
                         completion_tokens=c.completion_tokens, cost_usd=c.cost_usd, latency_s=round(c.latency_s, 4),
                         overhead_ms=round(c.overhead_s * 1e3, 3), validation_retries=c.validation_retries,
-                        weight_policy=c.weight_policy, attempts=[a.model_dump() for a in c.attempts], response=c.content))
+                        weight_policy=c.weight_policy, attempts=[a.model_dump() for a in c.attempts], response=c.content,
+                        answer_sha256=c.answer_sha256))
+        recorded = self.recorded_answers.get(c.key)
+        if c.cached and recorded and c.answer_sha256 not in recorded:
+            # The checksum of a cache entry can be recomputed by whoever edits it; the trace's hash cannot. The
+            # served answer is traced above (what the run was given), then the run fails. Fresh answers (cache off,
+            # an entry pruned) may differ legitimately and are not checked.
+            raise DebateFailure(f"{who} {label} (round {round_}): the cache served an answer (sha256 {c.answer_sha256[:12]}) "
+                                f"other than the one this run recorded for the same request (sha256 {min(recorded)[:12]}), "
+                                f"cache key {c.key}: the entry was edited or replaced since. `madbench cache verify` lists "
+                                "such entries and its --drop deletes them, so that the call is asked again")
         return c
 
     async def ask(self, agent: AgentConfig | None, phase: str, round_: int, task: AgentTask, variables: dict[str, Any],
@@ -137,9 +152,12 @@ class RunContext:
         rules = self.turn_rules(peer_claims, owed, tier)
         task = task.model_copy(update={"tier": tier})
         schema = request_schema(phase, rules)
-        user = profile.render(phase, memo=self.memo_text, universe=self.universe,
-                              constraints=constraints_text(self.constraints), agent_id=who, role=role, round=round_,
-                              schema=schema_outline(schema), **variables)
+        # The system message is the run's shared prefix (debate.profiles): the same bytes for every agent and phase,
+        # so a provider's prompt cache serves it after the first call; the user message is this turn's own part.
+        shared = {"memo": self.memo_text, "universe": self.universe, "constraints": constraints_text(self.constraints)}
+        system = profile.render_context(**shared)
+        user = profile.user_prompt(phase, **shared, agent_id=who, role=role, round=round_, schema=schema_outline(schema),
+                                   **variables)
 
         def validate(content: str, spec) -> Validated:
             v = validate_turn(phase, content, rules, spec.weight_policy or "strict")
@@ -147,13 +165,14 @@ class RunContext:
                 extra_check(v)
             return v
 
-        c = await self.complete(who=who, role=role, phase=phase, round_=round_, system=profile.system, user=user,
+        c = await self.complete(who=who, role=role, phase=phase, round_=round_, system=system, user=user,
                                  schema=schema, context=task.model_dump(mode="json"), temperature=self.config.temperature,
                                  validate=validate, label=label or phase)
         v: Validated = c.value
         self.trace.write(Turn(agent=who, role=role, phase=phase, round=round_, label=label or phase,
                         output=v.value.model_dump(mode="json"), weights=v.weights,
-                        cash=getattr(v.value, "cash_weight", None), policy_notes=v.notes, model=c.model_used, is_llm=c.is_llm))
+                        cash=getattr(v.value, "cash_weight", None), policy_notes=v.notes, model=c.model_used,
+                        provider=ModelSpec(model=c.model_used).provider, is_llm=c.is_llm))
         return v
 
     async def crit(self, agent: AgentConfig, round_: int, argument, received: list[tuple[str, Any]],

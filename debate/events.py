@@ -58,6 +58,9 @@ class LLMCall(Event):
     messages_hash: str | None = None
     model_requested: str
     model_used: str
+    #: The provider of ``model_used`` (``openai``, ``anthropic``, ``gemini``, ``rules``...: its litellm prefix), which
+    #: differs from the requested one's after a fallback across providers (absent in traces before it existed).
+    provider: str | None = None
     is_llm: bool
     cached: bool
     prompt_tokens: int | None = None
@@ -69,6 +72,9 @@ class LLMCall(Event):
     weight_policy: str | None = None
     attempts: list[dict[str, Any]] = Field(default_factory=list)
     response: str | None = None
+    #: sha256 of the exact answer the gateway returned, cached or fresh (absent in traces before it existed):
+    #: what ``madbench cache verify`` and a resumed run compare the cache's answer with.
+    answer_sha256: str | None = None
 
 
 class LLMFailure(Event):
@@ -94,6 +100,8 @@ class Turn(Event):
     cash: float | None = None
     policy_notes: list[str] = Field(default_factory=list)
     model: str
+    #: The provider that answered (as on ``LLMCall``; absent in traces before it existed).
+    provider: str | None = None
     is_llm: bool
 
 
@@ -182,6 +190,17 @@ class Reflection(Event):
     log: str
 
 
+class BlindMap(Event):
+    """A blind run's pseudonyms (``madbench_data.blind``): the debate saw only ``mapping``'s values; its final allocation,
+    backtest and result are in the real tickers (its turns, as the agents wrote them, in pseudonyms)."""
+    event: Literal["blind_map"] = "blind_map"
+    #: Real ticker → pseudonym.
+    mapping: dict[str, str]
+    options: dict[str, Any] = Field(default_factory=dict)
+    #: The id of the pseudonymised scenario the debate ran on.
+    scenario_id: str
+
+
 class Final(Event):
     event: Literal["final"] = "final"
     weights: dict[str, float]
@@ -204,7 +223,7 @@ class RunEnd(Event):
 
 
 AnyEvent = Annotated[Union[RunStart, MemoShown, LLMCall, LLMFailure, Turn, Crit, RCA, Divergence, Intervention,
-                           InterventionCheck, ControllerStep, EarlyStop, Conviction, Reflection, Final, Backtest, RunEnd],
+                           InterventionCheck, ControllerStep, EarlyStop, Conviction, Reflection, BlindMap, Final, Backtest, RunEnd],
                      Field(discriminator="event")]
 EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
 
@@ -212,6 +231,29 @@ EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
 def parse_event(record: dict[str, Any]) -> AnyEvent:
     """The typed event of one trace line (raises ``pydantic.ValidationError`` when it matches no model)."""
     return EVENT_ADAPTER.validate_python(record)
+
+
+def recorded_answers(records: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """The answer hashes a trace recorded per cache key, from its raw ``llm_call`` records: every fresh answer (what
+    a provider really returned), and a cached one only for a key seen for the first time. So an answer that a later
+    attempt was served from an edited cache (its ``llm_call`` is written, then the run fails) never vouches for
+    itself on the next attempt. Events without ``answer_sha256`` (older traces) record nothing."""
+    out: dict[str, set[str]] = {}
+    for r in records:
+        if r.get("event") == "llm_call" and r.get("answer_sha256") and (not r.get("cached") or r["key"] not in out):
+            out.setdefault(r["key"], set()).add(r["answer_sha256"])
+    return out
+
+
+def unblinded(events: list[Event]) -> list[Event]:
+    """The events with every turn's weights in real tickers when the run was blind (from its ``BlindMap``), as its
+    final allocation and result are; a named run's events as they are."""
+    maps = [e for e in events if isinstance(e, BlindMap)]
+    if not maps:
+        return events
+    back = {p: t for t, p in maps[-1].mapping.items()}
+    return [e.model_copy(update={"weights": {back[k]: w for k, w in e.weights.items()}})
+            if isinstance(e, Turn) and e.weights else e for e in events]
 
 
 def last_attempt(events: list[Event]) -> list[Event]:

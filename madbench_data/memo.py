@@ -10,7 +10,8 @@ became public: the close used (prices), the publication date (macro, with the
 release lags of ``macro_series``), the filing date (filings), the end of the
 news window (news sentiment), and the results release of the fiscal quarter
 it describes (earnings calls, fundamentals; see "When results became public").
-The same inputs give byte-identical output: no clocks, no unordered iteration.
+The same inputs give byte-identical output: no clocks, no unordered iteration. A blind counterpart (pseudonyms
+for tickers and names, dates relative to the as-of date) is made from a memo by ``madbench_data.blind``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -62,6 +63,11 @@ class Memo:
     as_of: pd.Timestamp
     tickers: list[str]
     sections: list[Section]
+    #: A blind memo (``madbench_data.blind``): pseudonyms and relative dates, told in its header with ``notes``.
+    blind: bool = False
+    #: Sector label by ticker, shown beside it (blind memos only: a named ticker tells its sector itself).
+    sectors: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def items(self) -> list[EvidenceItem]:
@@ -675,6 +681,12 @@ def render_text(memo: Memo) -> str:
     lines = [
         f"POINT-IN-TIME MEMO: scenario {memo.scenario_id}, invest quarter {memo.invest_quarter}",
         f"As-of date: {memo.as_of.date()} (last trading day before the quarter; nothing later is used)",
+    ] if not memo.blind else [
+        "POINT-IN-TIME MEMO (blind): invest quarter Q0",
+        "As-of date: t (last trading day before the quarter; nothing later is used)",
+        *memo.notes,
+    ]
+    lines += [
         f"Universe: {', '.join(memo.tickers)}",
         "Cite evidence by its bracketed ID, e.g. [L1-10Y] or [" + memo.tickers[0] + "-RET60]. Only the IDs below exist.",
         "Prices are split- and dividend-adjusted closes where the pack has them; macro values are those published by the as-of date.",
@@ -688,7 +700,8 @@ def render_text(memo: Memo) -> str:
     for sec in memo.sections:
         if sec.ticker != current:
             current = sec.ticker
-            lines += ["", rule, "MACRO REGIME" if sec.ticker is None else f"TICKER {sec.ticker}", rule]
+            sector = f" (sector: {memo.sectors[sec.ticker]})" if sec.ticker in memo.sectors else ""
+            lines += ["", rule, "MACRO REGIME" if sec.ticker is None else f"TICKER {sec.ticker}{sector}", rule]
         if sec.ticker is not None:
             lines.append(f"{sec.title}" + (f" ({sec.header})" if sec.header else "") + ":")
         for it in sec.items:
@@ -698,7 +711,10 @@ def render_text(memo: Memo) -> str:
             elif isinstance(it.value, str):
                 body = it.value
             else:
-                body = _fmt(it.value, fmt_of.get(key, _unit_fmt(it.unit)))
+                kind = fmt_of.get(key, _unit_fmt(it.unit))
+                if kind.startswith("usd") and not it.unit.startswith("USD"):  # a blind memo's rebased price or volume share
+                    kind = _unit_fmt(it.unit)
+                body = _fmt(it.value, kind)
                 published = f"value for {it.period}, published {it.as_of}" if sec.ticker is None else None
                 extra = [x for x in (it.note, published) if x]
                 if extra:

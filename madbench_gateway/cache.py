@@ -8,10 +8,24 @@ one directory). Two things are added on top:
 * Each value carries the sha256 of its own body. A truncated file, flipped
   bytes or a malformed row is detected on read, reported, dropped, and the
   call is recomputed. Errors are never cached.
+
+The checksum catches accidents, not edits: whoever rewrites an answer can
+recompute it. Tamper evidence lives outside the cache: each run's trace
+records ``answer_sha256`` of every answer it used, and ``inspect`` gives the
+hash of what the cache holds now (``madbench cache verify`` compares them).
+
+On a cluster without shared storage each node keeps a ``NodeCache``: its own
+disk copy, consulted first, in front of a ``RemoteCache`` that another process
+owns (runner/cache_actor.py: a Ray actor holding the disk cache on the head
+node). A miss reads through to it and keeps a copy; an answer is written to
+both; and identical requests in flight anywhere on the cluster are sent once,
+through the remote's single flight. The gateway sees only the ``ResponseCache``
+interface and asks the cache for its ``single_flight()``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -19,12 +33,15 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW
 
+from madbench_data.errors import InputError
+
 from .request import canonical_json, sha256_json
+from .single_flight import SingleFlight
 
 log = logging.getLogger("madbench.cache")
 
@@ -74,6 +91,11 @@ def resolve_cache_dir(cli: str | Path | None = None, config: str | Path | None =
     return DEFAULT_CACHE_DIR.expanduser()
 
 
+def answer_sha256(content: str) -> str:
+    """The hash a trace records for an answer: sha256 of its exact text, UTF-8."""
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()
+
+
 def encode_entry(body: dict[str, Any]) -> bytes:
     return canonical_json({"sha256": sha256_json(body), "body": body}).encode("utf-8")
 
@@ -96,6 +118,16 @@ class CacheEvent:
 
     key: str
     reason: str
+
+
+@dataclass(frozen=True)
+class EntryState:
+    """What the cache holds under one key, read without side effects (``ResponseCache.inspect``)."""
+
+    #: present | missing | corrupt
+    status: str
+    answer_sha256: str | None = None
+    reason: str | None = None
 
 
 @dataclass
@@ -145,8 +177,27 @@ class ResponseCache:
         body = {**body, "key": key, "model": model, "stored_at": time.time()}
         self._store.add(key, encode_entry(body), tag=model)
 
+    def inspect(self, key: str) -> EntryState:
+        """The state of the entry under ``key`` and its answer's hash; unlike ``get``, counts nothing and drops nothing."""
+        try:
+            data = self._store.get(key)
+            body = None if data is None else decode_entry(data)
+        except CorruptEntry as exc:
+            return EntryState("corrupt", reason=str(exc))
+        if body is None:
+            return EntryState("missing")
+        content = body.get("response", {}).get("content") if isinstance(body.get("response"), dict) else None
+        if body.get("key") != key or not isinstance(content, str):
+            return EntryState("corrupt", reason="entry stored under another key" if body.get("key") != key else "entry holds no answer text")
+        return EntryState("present", answer_sha256(content))
+
     def delete(self, key: str) -> bool:
         return bool(self._store.delete(key))
+
+    def single_flight(self) -> SingleFlight:
+        """What keeps identical requests from being sent twice at once: a flock per key under ``inflight/``, which
+        every process sharing this directory honours (on one machine, or on shared storage that supports flock)."""
+        return SingleFlight(self.directory / "inflight")
 
     def _drop_corrupt(self, key: str, reason: str) -> None:
         log.warning("cache: dropped corrupt entry %s (%s); the call will be recomputed", key[:12], reason)
@@ -167,13 +218,30 @@ class ResponseCache:
         by_model: dict[str, dict[str, Any]] = {}
         for tag, count, size in self._index_rows("SELECT tag, COUNT(*), SUM(size) FROM Cache GROUP BY tag"):
             by_model.setdefault(str(tag), {"entries": 0, "hits": 0, "misses": 0})["entries"] = count
-        for key in self._stats.iterkeys():
+        counters = self._counters()
+        for key, count in counters.items():
             kind, model = key.split("|", 1)
             if kind in ("hits", "misses"):
-                by_model.setdefault(model, {"entries": 0, "hits": 0, "misses": 0})[kind] = int(self._stats[key])
+                by_model.setdefault(model, {"entries": 0, "hits": 0, "misses": 0})[kind] = count
         entries = sum(v["entries"] for v in by_model.values())
         return {"directory": str(self.directory), "entries": entries, "size_bytes": int(self._store.volume()),
-                "corrupt_dropped": int(self._stats.get("corrupt|*", 0)), "by_model": by_model}
+                "corrupt_dropped": counters.get("corrupt|*", 0), "by_model": by_model}
+
+    def _counters(self) -> dict[str, int]:
+        """The statistics database's ``kind|model`` counters. A row madbench cannot have written (a pickled key or
+        value, a key without ``|``, a value that is not a count) is bad input: the statistics are only counts, so
+        the fix is to delete them; the answers live in ``responses/`` and are not touched."""
+        where = self.directory / "stats"
+        try:
+            counters = {key: self._stats[key] for key in self._stats.iterkeys()}
+        except UnsafeEntry:
+            raise InputError(where, "the cache's statistics database holds a pickled entry; madbench never writes one",
+                             f"delete {where}; the cached answers are unaffected") from None
+        for key, value in counters.items():
+            if "|" not in key or not isinstance(value, int):
+                raise InputError(where, f"the cache's statistics database holds an entry madbench did not write ({key[:40]!r})",
+                                 f"delete {where}; the cached answers are unaffected")
+        return counters
 
     def prune(self, older_than_s: float, model: str | None = None) -> int:
         cutoff = time.time() - older_than_s
@@ -187,3 +255,62 @@ class ResponseCache:
 
     def __len__(self) -> int:
         return len(self._store)
+
+
+class RemoteCache(Protocol):
+    """A cache another process owns, as a ``NodeCache`` reaches it (runner.cache_actor implements it on Ray).
+
+    ``fetch`` returns a stored entry's body, already checked (a corrupt entry is dropped there and is a miss);
+    ``store`` may return before the entry is stored, as long as it is stored before the key's single flight,
+    from ``single_flight()``, lets the next caller in."""
+
+    def fetch(self, key: str, model: str) -> dict[str, Any] | None: ...
+
+    def store(self, key: str, model: str, body: dict[str, Any]) -> None: ...
+
+    def contains(self, key: str) -> bool: ...
+
+    def drop(self, key: str) -> None: ...
+
+    def single_flight(self) -> Any: ...  # has ``async with .hold(key)``, as ``SingleFlight``
+
+
+@dataclass
+class NodeCache(ResponseCache):
+    """This node's disk copy in front of the cluster's cache: looked up first; a miss reads through to ``remote``
+    and keeps what it finds; answers are written to both. With ``read_through=False`` this directory *is* the
+    cluster's (the node that owns it): only the single flight goes through ``remote``."""
+
+    remote: RemoteCache | None = None
+    read_through: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.remote is None:
+            raise TypeError("NodeCache needs the remote cache it stands in front of")
+
+    def get(self, key: str, model: str) -> dict[str, Any] | None:
+        body = super().get(key, model)
+        if body is not None or not self.read_through:
+            return body
+        body = self.remote.fetch(key, model)
+        if body is not None:  # keep the entry as the cluster stored it (its stored_at included)
+            self._store.add(key, encode_entry(body), tag=model)
+        return body
+
+    def contains(self, key: str) -> bool:
+        return super().contains(key) or (self.read_through and self.remote.contains(key))
+
+    def put(self, key: str, model: str, body: dict[str, Any]) -> None:
+        super().put(key, model, body)
+        if self.read_through:
+            self.remote.store(key, model, body)
+
+    def delete(self, key: str) -> bool:
+        here = super().delete(key)
+        if self.read_through:
+            self.remote.drop(key)
+        return here
+
+    def single_flight(self):
+        return self.remote.single_flight()

@@ -13,9 +13,12 @@ from typing import Any
 class ProviderError(Exception):
     kind = "provider_error"
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, billed: dict[str, Any] | None = None):
         super().__init__(reason)
         self.reason = reason
+        #: What the provider billed for this failed attempt (``prompt_tokens``, ``completion_tokens``, ``cost_usd``,
+        #: as on an ``Attempt``): a refused or truncated answer is paid for, so it is accounted like one.
+        self.billed = billed or {}
 
 
 class RateLimited(ProviderError):
@@ -32,10 +35,35 @@ class TransientError(ProviderError):
     kind = "transient"
 
 
+class Overloaded(TransientError):
+    """A server error that says when to come back (Anthropic's 529 ``overloaded_error`` with ``retry-after``): retried
+    after that wait (capped at the model's ``retry_after_cap_s``), and counted with the transient errors."""
+
+    def __init__(self, reason: str, retry_after: float):
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
 class FatalProviderError(ProviderError):
     """Bad credentials, bad requests, unknown models: retrying cannot help."""
 
     kind = "fatal"
+
+
+class Refused(FatalProviderError):
+    """The model declined to answer: OpenAI's ``refusal``, Anthropic's ``stop_reason: refusal``, a Gemini safety block
+    (``finishReason: SAFETY`` and its kin, or a blocked prompt). Never parsed as an answer, and not retried: the same
+    prompt is refused again far more often than not, and each refusal is billed."""
+
+    kind = "refused"
+
+
+class Truncated(FatalProviderError):
+    """The answer hit its token budget (``finish_reason: length``, Anthropic ``max_tokens``, Gemini ``MAX_TOKENS``).
+    Recorded as such, with what it billed, and not retried: the same budget truncates again, and a larger one would
+    change the request the run declared (raise the phase's ``max_tokens`` in the config instead)."""
+
+    kind = "truncated"
 
 
 class OutputInvalid(Exception):
@@ -44,6 +72,13 @@ class OutputInvalid(Exception):
 
 class BudgetExhausted(Exception):
     """The batch's max_cost_usd was reached; no new paid calls start."""
+
+
+class DriverGone(BaseException):
+    """The driver this work was for has gone (killed, or replaced by another): stop at once, call and write nothing.
+
+    A ``BaseException`` like ``KeyboardInterrupt``, so that no ``except Exception`` on the way up records it
+    as a failed call or a failed run: there is no failure to record, only a stop."""
 
 
 class GatewayFailure(Exception):

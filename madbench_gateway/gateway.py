@@ -15,7 +15,11 @@
   with every attempt and its reason.
 * Every call is counted, as it settles, in the gateway's own ``totals`` and in
   the caller's ``account`` (a run's ``Totals``): runs that share a gateway each
-  see their own calls only. The budget is charged what was paid, failed calls too.
+  see their own calls only.
+* Each request sent reserves its maximum cost from the budget first (it waits
+  while calls in flight hold what it needs; ``BudgetExhausted`` when it cannot
+  fit under the cap) and settles it to what was billed, failed calls too: see
+  ``_reserved``.
 """
 
 from __future__ import annotations
@@ -27,8 +31,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .accounting import Attempt, Budget, Completion, Totals, total_cost
-from .cache import ResponseCache
+from .accounting import Attempt, Budget, Completion, Totals, max_tokens, total_cost
+from .cache import ResponseCache, answer_sha256
 from .errors import FatalProviderError, GatewayFailure, OutputInvalid, RateLimited, TransientError
 from .limiter import LimiterPool
 from .models import ModelSpec, as_spec
@@ -36,6 +40,7 @@ from .providers import Provider, provider_for
 from .providers.base import RawResponse
 from .request import LLMRequest, Message
 from .secrets import redact, redact_known
+from .single_flight import SingleFlight
 
 Validator = Callable[[str, ModelSpec], Any]
 
@@ -59,8 +64,12 @@ class _Exhausted(Exception):
 
 class Gateway:
     def __init__(self, cache: ResponseCache | None = None, limiters: LimiterPool | None = None,
-                 budget: Budget | None = None, use_cache: bool = True):
+                 budget: Budget | None = None, use_cache: bool = True, guard: Callable[[], None] | None = None):
         self.cache = cache
+        # Raises (errors.DriverGone) once whoever this gateway works for is gone: checked before every answer is
+        # taken or paid for, so an orphaned runner actor stops calling and committing (see runner.lock).
+        self.guard = guard
+        self.flight = cache.single_flight() if cache is not None else SingleFlight(None)
         self.limiters = limiters or LimiterPool()
         self.budget = budget or Budget(None)
         self.use_cache = use_cache and cache is not None
@@ -89,17 +98,31 @@ class Gateway:
                        validate: Validator = passthrough, account: Totals | None = None) -> Completion:
         """One validated answer. ``account`` (the caller's ``Totals``, e.g. one run's) is credited with this call,
         answered or failed, besides the gateway's own ``totals``."""
+        self._check_guard()
         spec, provider = self.prepare(as_spec(spec or request.model))  # may start a local server: not overhead
         t0 = time.perf_counter()
         request, key = self._keyed(request, spec, provider)
         cacheable = self.use_cache and provider.cacheable
         attempts: list[Attempt] = []
+        if not cacheable:
+            return await self._fresh(request, key, spec, provider, validate, account, attempts, t0, cacheable)
+        hit = self._from_cache(key, request, spec, validate, attempts, t0)
+        if hit is not None:
+            return self._answered(hit, account)
+        async with self.flight.hold(key):  # identical requests in flight are sent once (single_flight.py)
+            if self.cache.contains(key):  # answered by another caller while this one waited
+                hit = self._from_cache(key, request, spec, validate, attempts, t0)
+                if hit is not None:
+                    return self._answered(hit, account)
+            return await self._fresh(request, key, spec, provider, validate, account, attempts, t0, cacheable)
 
-        if cacheable:
-            hit = self._from_cache(key, request, spec, validate, attempts, t0)
-            if hit is not None:
-                return self._answered(hit, account)
+    def _check_guard(self) -> None:
+        if self.guard is not None:
+            self.guard()
 
+    async def _fresh(self, request: LLMRequest, key: str, spec: ModelSpec, provider: Provider, validate: Validator,
+                     account: Totals | None, attempts: list[Attempt], t0: float, cacheable: bool) -> Completion:
+        """Ask the provider (the fallback chain in turn), validate, cache and account the answer."""
         self.budget.check()
         waited = 0.0
         for candidate in [spec, *spec.fallbacks]:
@@ -113,11 +136,10 @@ class Gateway:
             except (GatewayFailure, OutputInvalid) as exc:
                 raise self._failed(str(exc), attempts, account) from None
             waited += w
-            cost, complete_cost = total_cost(attempts)
-            self.budget.charge(cost)
+            cost, complete_cost = total_cost(attempts)  # already settled with the budget, attempt by attempt
             completion = Completion(
                 key=key, messages_hash=request.messages_hash(), model_requested=spec.model, model_used=raw.model_used,
-                is_llm=cand_provider.is_llm, cached=False, content=raw.content,
+                is_llm=cand_provider.is_llm, cached=False, content=raw.content, answer_sha256=answer_sha256(raw.content),
                 prompt_tokens=sum(a.prompt_tokens or 0 for a in attempts),
                 completion_tokens=sum(a.completion_tokens or 0 for a in attempts),
                 cost_usd=cost if complete_cost else None,
@@ -130,6 +152,7 @@ class Gateway:
                     "content": raw.content, "model_used": raw.model_used, "is_llm": cand_provider.is_llm,
                     "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
                     "cost_usd": completion.cost_usd, "weight_policy": completion.weight_policy}})
+            self._check_guard()  # paid and cached (a resumed run gets it free), but not handed to an orphan's trace
             return self._answered(completion, account)
         chain = " → ".join(as_spec(c).model for c in [spec, *spec.fallbacks])
         last = next((a.reason for a in reversed(attempts) if a.reason), "no attempt made")
@@ -142,8 +165,8 @@ class Gateway:
         return completion
 
     def _failed(self, reason: str, attempts: list[Attempt], account: Totals | None) -> GatewayFailure:
-        """Count a failed call (answers rejected by validation were paid for: the budget is charged) and build its error."""
-        self.budget.charge(total_cost(attempts)[0])
+        """Count a failed call and build its error (what its attempts billed, answers rejected by validation
+        included, was settled with the budget as each was answered)."""
         records = [a.model_dump() for a in attempts]
         for totals in self._accounts(account):
             totals.add_failure(records)
@@ -169,7 +192,8 @@ class Gateway:
             return None
         return Completion(
             key=key, messages_hash=request.messages_hash(), model_requested=spec.model, model_used=resp["model_used"],
-            is_llm=resp["is_llm"], cached=True, content=resp["content"], prompt_tokens=resp["prompt_tokens"],
+            is_llm=resp["is_llm"], cached=True, content=resp["content"], answer_sha256=answer_sha256(resp["content"]),
+            prompt_tokens=resp["prompt_tokens"],
             completion_tokens=resp["completion_tokens"], cost_usd=resp["cost_usd"], latency_s=time.perf_counter() - t0,
             overhead_s=time.perf_counter() - t0, attempts=attempts, weight_policy=resp["weight_policy"], value=value)
 
@@ -178,8 +202,8 @@ class Gateway:
         messages = list(request.messages)
         waited = 0.0
         for round_ in range(spec.retry.max_validation_retries + 1):
-            raw, w = await self._call(request.model_copy(update={"messages": messages, "model": spec.model,
-                                                                 "api_base": spec.api_base}), spec, provider, attempts)
+            raw, w = await self._reserved(request.model_copy(update={"messages": messages, "model": spec.model,
+                                                                     "api_base": spec.api_base}), spec, provider, attempts)
             waited += w
             try:
                 return raw, validate(raw.content, spec), round_, waited
@@ -191,6 +215,22 @@ class Gateway:
                 messages = [*messages, Message(role="assistant", content=raw.content),
                             Message(role="user", content=FEEDBACK.format(error=exc))]
         raise AssertionError("unreachable")
+
+    async def _reserved(self, request: LLMRequest, spec: ModelSpec, provider: Provider,
+                        attempts: list[Attempt]) -> tuple[RawResponse, float]:
+        """``_call`` under a budget reservation of the request's maximum cost, settled to what its attempts billed
+        (429s and errors bill nothing; a model without a known price reserves and settles 0).
+
+        Reserved per request sent, not per ``complete``: a feedback retry or a fallback model is a new request
+        whose maximum is known only when it is made, and a call's whole chain would hold many times what it
+        spends. Reserved before the limiter's queue, so a refusal holds no lease."""
+        prompt, completion = max_tokens(request)
+        token = await self.budget.reserve(provider.cost(spec.model, prompt, completion) or 0.0)
+        first = len(attempts)
+        try:
+            return await self._call(request, spec, provider, attempts)
+        finally:
+            await self.budget.settle(token, total_cost(attempts[first:])[0])
 
     async def _call(self, request: LLMRequest, spec: ModelSpec, provider: Provider,
                     attempts: list[Attempt]) -> tuple[RawResponse, float]:
@@ -206,6 +246,12 @@ class Gateway:
             lease = await limiter.acquire(est) if limiter else None
             if lease:
                 waited += lease["waited_s"]
+            try:
+                self._check_guard()  # after the wait, which may be long: nothing is paid for an orphan
+            except BaseException:
+                if limiter:
+                    await limiter.release(lease["lease_id"], "error")
+                raise
             start = time.perf_counter()
             try:
                 raw = await provider.complete(request, spec)
@@ -237,16 +283,18 @@ class Gateway:
             except FatalProviderError as exc:
                 if limiter:
                     await limiter.release(lease["lease_id"], "error")
-                attempts.append(Attempt(model=spec.model, kind="fatal", reason=redact(exc.reason),
-                                        latency_s=time.perf_counter() - start))
+                attempts.append(Attempt(model=spec.model, kind=exc.kind, reason=redact(exc.reason),  # fatal, refused, truncated
+                                        latency_s=time.perf_counter() - start, **exc.billed))  # a refusal is billed
                 raise GatewayFailure(f"{spec.model}: {redact(exc.reason)}", []) from None
             latency = time.perf_counter() - start
             used = None if raw.prompt_tokens is None else raw.prompt_tokens + (raw.completion_tokens or 0)
             if limiter:
                 await limiter.release(lease["lease_id"], "ok", used)
-            cost = provider.cost(spec.model, raw.prompt_tokens, raw.completion_tokens)
+            cost = provider.cost(spec.model, raw.prompt_tokens, raw.completion_tokens, cached_tokens=raw.cached_tokens,
+                                 cache_write_tokens=raw.cache_write_tokens)
             attempts.append(Attempt(model=spec.model, kind="ok", latency_s=latency, prompt_tokens=raw.prompt_tokens,
-                                    completion_tokens=raw.completion_tokens, cost_usd=cost))
+                                    completion_tokens=raw.completion_tokens, cached_tokens=raw.cached_tokens,
+                                    cache_write_tokens=raw.cache_write_tokens, cost_usd=cost))
             return raw, waited
 
     @staticmethod

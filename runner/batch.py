@@ -15,20 +15,25 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from debate.config import DebateConfig
 from debate.config_file import load_debate_config, parse_debate_config
+from debate.protocols import protocol_options
+from debate.protocols.self_consistency import MAX_SAMPLES, config_problems, samples_for
 from madbench_data.errors import InputError, format_validation_error
 from madbench_data.market.calendar import quarter_range
+from madbench_data.parquet import read_parquet
 from madbench_data.scenario import Scenario, load_scenarios
 from madbench_data.scenario_gen import draw_scenarios
 from madbench_data.templates import read_yaml
 from madbench_gateway import ModelRouting
 from madbench_gateway.models import ModelSpec
 from runner.pipeline import run_id_for
+from runner.provider_batches import ProviderBatchOptions
 from scoring.debate_scorer import scorer_for
 
 #: The most runs one batch expands to (configs × grid cells × scenarios × replicates) unless `madbench run
@@ -107,6 +112,9 @@ class BatchSpec(BaseModel):
     max_in_flight: int = Field(16, ge=1)
     #: Runner actors (each imports litellm once: about 250 MB and 5 s).
     workers: int = Field(2, ge=1)
+    #: ``sync`` (each call when it is made) or ``batch``: through the provider's batch API at about half the price,
+    #: one provider batch per debate phase (runner/provider_batches.py; the full form sets its window and polling).
+    execution: Literal["sync", "batch"] | ProviderBatchOptions = "sync"
 
     @field_validator("replicates")
     @classmethod
@@ -126,6 +134,13 @@ class BatchSpec(BaseModel):
             raise ValueError(f"sample index {', '.join(map(str, twice))} is listed more than once: the same index is "
                              "the same run; list distinct indices")
         return v
+
+    @property
+    def provider_batches(self) -> ProviderBatchOptions | None:
+        """The provider batch mode's options, or None for synchronous calls."""
+        if self.execution == "sync":
+            return None
+        return ProviderBatchOptions() if self.execution == "batch" else self.execution
 
     @property
     def n_replicates(self) -> int:
@@ -224,6 +239,8 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
             c = parse_debate_config(data, f"{where}: configs[{i}] with grid {override}" if override else f"{where}: configs[{i}]")
             if spec.model:
                 c = c.model_copy(update={"models": ModelRouting.single(spec.model)})
+            if c.protocol == "self_consistency":
+                c = resolve_samples(c, _rel(base, name).parent, f"{where}: configs[{i}] ({c.name})")
             scorer_for(c)  # its rubric and CRIT prompt exist
             configs.append(c)
     names = [c.name for c in configs]
@@ -231,6 +248,55 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
     if dupes:
         raise InputError(where, f"configs: two configs share the name {', '.join(dupes)}", "give each config a distinct `name`")
     return configs
+
+
+def pilot_tokens(pilot: Path, config: str, where: str) -> tuple[float, float, int]:
+    """(mean tokens per run, mean tokens per proposal, runs) of ``config``'s finished runs in a pilot's results
+    directory: tokens are prompt + completion of every call in its ``calls.parquet``, a proposal is a ``propose``
+    call. An ``InputError`` when the pilot, the config or its tokens are missing."""
+    if not (pilot / "runs.parquet").is_file() or not (pilot / "calls.parquet").is_file():
+        raise InputError(where, f"options.pilot: no runs.parquet and calls.parquet in {pilot} (relative paths are read "
+                         "from the config file's folder)", "give the results directory of a finished pilot batch")
+    runs, calls = read_parquet(pilot / "runs.parquet"), read_parquet(pilot / "calls.parquet")
+    present = sorted(set(runs["config"])) if "config" in runs.columns else []  # an empty table has no columns
+    ok = runs[(runs["config"] == config) & (runs["status"] == "ok")] if config in present else runs.iloc[:0]
+    if ok.empty:
+        raise InputError(where, f"options.match_tokens_of: the pilot {pilot} has no finished run of {config!r} "
+                         f"(it has: {', '.join(present) or 'none'})", "run that config in the pilot, or name one it ran")
+    mine = calls[calls["run_id"].isin(set(ok["run_id"]))] if "run_id" in calls.columns else calls.iloc[:0]
+    tokens = mine["prompt_tokens"].fillna(0) + mine["completion_tokens"].fillna(0) if len(mine) else pd.Series(dtype=float)
+    proposals = tokens[mine["phase"] == "propose"] if len(mine) else tokens
+    if proposals.empty or not proposals.mean() > 0:
+        raise InputError(where, f"options.match_tokens_of: the pilot's {config} runs in {pilot} record no tokens for a "
+                         "proposal (rule-based answers count none, and staged protocols make no `propose` call)",
+                         "match on a pilot of a paper-protocol config run on a real model, or give samples")
+    per_run = tokens.groupby(mine["run_id"]).sum().reindex(ok["run_id"], fill_value=0.0).mean()
+    return float(per_run), float(proposals.mean()), len(ok)
+
+
+def resolve_samples(cfg: DebateConfig, config_dir: Path, where: str) -> DebateConfig:
+    """A ``self_consistency`` config, checked, with ``match_tokens_of`` + ``pilot`` replaced by the concrete
+    ``samples`` N they give (``self_consistency.samples_for``), so the run identity records N, not a path; how N was
+    matched is appended to the description (outside the identity)."""
+    problems = config_problems(cfg)
+    if problems:
+        raise InputError(where, "; ".join(problems), "fix the self_consistency config")
+    opt = protocol_options(cfg, where)
+    if opt.match_tokens_of is None:
+        return cfg
+    pilot = _rel(config_dir, opt.pilot)
+    per_run, per_sample, n_runs = pilot_tokens(pilot, opt.match_tokens_of, where)
+    n = samples_for(per_run, per_sample)
+    if n > MAX_SAMPLES:
+        raise InputError(where, f"options.match_tokens_of: {opt.match_tokens_of} spends {per_run:,.0f} tokens per run, "
+                         f"{n} proposals of {per_sample:,.0f}: over the {MAX_SAMPLES} samples a run may draw",
+                         "match a smaller debate, or give samples")
+    note = (f"N = {n} samples matched to {opt.match_tokens_of}: {per_run:,.0f} tokens per run ÷ {per_sample:,.0f} per "
+            f"proposal over {n_runs} pilot run(s) in {pilot}")
+    # As if the file said `samples: N` in place of the two keys: the same identity as that file's runs.
+    options = {k: v for k, v in cfg.options.items() if k not in ("match_tokens_of", "pilot")} | {"samples": n}
+    return cfg.model_copy(update={"options": options,
+                                  "description": f"{cfg.description.strip()} [{note}]".strip()})
 
 
 def expand(spec: BatchSpec, scenarios: list[Scenario], configs: list[DebateConfig], where: str = "batch",

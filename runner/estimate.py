@@ -475,27 +475,28 @@ def _agent_turn_shapes(x: _PaperContext, a) -> dict[str, Shape]:
     """propose, critique (critics only), revise and a nudged revise of one agent."""
     aid, role = a.agent_id, a.role
     profile = load_profile(role, a.tier)
-    common = {"memo": "", "universe": x.universe, "constraints": constraints_text(x.constraints), "agent_id": aid,
-              "role": role, "round": 1}
+    shared = {"memo": "", "universe": x.universe, "constraints": constraints_text(x.constraints)}
+    head = profile.render_context(**shared)  # the system message; its memo is counted by memo_tokens
+    common = {**shared, "agent_id": aid, "role": role, "round": 1}
     out = {}
-    user = profile.render("propose", **common, schema=x.outline("propose"))
-    out["propose"] = x.shape("propose", role, "propose", _text_tokens(profile.system, user) + x.memo_tokens,
+    user = profile.user_prompt("propose", **common, schema=x.outline("propose"))
+    out["propose"] = x.shape("propose", role, "propose", _text_tokens(head, user) + x.memo_tokens,
                              x.answer[aid, "propose"])
     if x.targets[aid]:
         roles = {b.agent_id: b.role for b in x.cfg.agents}
         peers = [{"agent_id": t, "role": roles[t], "output": ""} for t in x.targets[aid]]
-        user = profile.render("critique", **common, peers=peers, tone=profile.tone(x.cfg.pid.beta0),
-                              schema=x.outline("critique", peers=tuple(x.targets[aid])))
+        user = profile.user_prompt("critique", **common, peers=peers, tone=profile.tone(x.cfg.pid.beta0),
+                                   schema=x.outline("critique", peers=tuple(x.targets[aid])))
         context = sum(x.current(t) for t in x.targets[aid])
-        out["critique"] = x.shape("critique", role, "critique", _text_tokens(profile.system, user) + x.memo_tokens + context,
+        out["critique"] = x.shape("critique", role, "critique", _text_tokens(head, user) + x.memo_tokens + context,
                                   x.answer[aid, "critique"])
     senders = x.senders[aid]
     critiques = [{"from_agent": s, "target_claim": "C1", "objection_confidence": 0.5, "critique_text": "",
                   "suggested_adjustment": ""} for s in senders]
-    user = profile.render("revise", **common, own="", critiques=critiques, nudges=[],
-                          schema=x.outline("revise", owed=tuple(senders)))
+    user = profile.user_prompt("revise", **common, own="", critiques=critiques, nudges=[],
+                               schema=x.outline("revise", owed=tuple(senders)))
     item = ANSWER_TOKENS["critique"].per_item
-    base = (_text_tokens(profile.system, user) + x.memo_tokens + x.current(aid)
+    base = (_text_tokens(head, user) + x.memo_tokens + x.current(aid)
             + len(senders) * item * RECEIVED_SHARE["revise"])
     out["revise"] = x.shape("revise", role, "revise", base, x.answer[aid, "revise"])
     out["revise_nudged"] = x.shape("revise", role, "revise", base + NUDGE_TOKENS, x.answer[aid, "revise"])
@@ -534,13 +535,14 @@ def _judge_shape(x: _PaperContext) -> Shape:
     cfg = x.cfg
     jp = load_profile("judge", cfg.judge_tier)
     finals = [{"agent_id": a.agent_id, "role": a.role, "output": ""} for a in cfg.agents]
-    user = jp.render("judge", memo="", universe=x.universe, constraints=constraints_text(x.constraints), finals=finals,
-                     schema=x.outline("judge"), agent_id="judge", role="judge",
-                     round=cfg.rounds)
+    shared = {"memo": "", "universe": x.universe, "constraints": constraints_text(x.constraints)}
+    head = jp.render_context(**shared)  # the system message; its memo is counted by memo_tokens
+    user = jp.user_prompt("judge", **shared, finals=finals, schema=x.outline("judge"), agent_id="judge", role="judge",
+                          round=cfg.rounds)
     last = "revise" if cfg.rounds else "propose"
     context = sum(x.answer[a.agent_id, last] for a in cfg.agents) * JSON_REDUMP
     answer = ANSWER_TOKENS["judge"].tokens(len(x.universe)) * TIER_SCALE[cfg.judge_tier]
-    return x.shape("judge", "judge", "judge", _text_tokens(jp.system, user) + x.memo_tokens + context, answer)
+    return x.shape("judge", "judge", "judge", _text_tokens(head, user) + x.memo_tokens + context, answer)
 
 
 def paper_shapes(cfg: DebateConfig, scenario: Scenario, memo: MemoInfo, calib: Calibration | None = None) -> PaperShapes:
@@ -913,8 +915,21 @@ class RunShapes:
     staged: list[StageStep] | None = None
 
 
+def self_consistency_plan(cfg: DebateConfig, shapes: PaperShapes, rates: Rates, cv: float = LATENCY_CV) -> RunEstimate:
+    """``self_consistency``: N proposals of its one agent (the paper's propose shape), asked concurrently as one
+    step; nothing else is called (``debate.protocols.self_consistency``)."""
+    n = protocol_options(cfg).samples
+    if n is None:
+        raise ValueError(f"config {cfg.name}: match_tokens_of is unresolved (runner.batch.resolve_samples resolves it)")
+    tally = Tally(rates.validation_retries, cv)
+    propose = shapes.propose[cfg.agents[0].agent_id]
+    tally.calls(propose, n)
+    tally.step([propose] * n)
+    return tally.finish()
+
+
 def run_shapes(cfg: DebateConfig, scenario: Scenario, memo: MemoInfo, calib: Calibration | None = None) -> RunShapes:
-    if cfg.protocol == "paper":
+    if cfg.protocol in ("paper", "self_consistency"):  # a self-consistency sample is the paper's proposal
         return RunShapes(paper=paper_shapes(cfg, scenario, memo, calib))
     return RunShapes(staged=staged_steps(cfg, scenario, memo, calib))
 
@@ -924,6 +939,8 @@ def estimate_run(cfg: DebateConfig, scenario: Scenario, memo: MemoInfo, rates: R
     """One run of ``cfg`` on ``scenario`` under ``rates``."""
     shapes = shapes or run_shapes(cfg, scenario, memo, calib)
     cv = calib.latency_cv if calib else LATENCY_CV
+    if cfg.protocol == "self_consistency":
+        return self_consistency_plan(cfg, shapes.paper, rates, cv)
     if shapes.paper is not None:
         return paper_plan(cfg, shapes.paper, rates, cv)
     return staged_plan(shapes.staged or [], rates, cv)
@@ -1251,5 +1268,5 @@ def calibrate(results_dir: str | Path) -> Calibration:
 __all__ = ["ANSWER_TOKENS", "CHARS_PER_TOKEN", "EXPECTED_RATES", "NO_FIRING", "REASONING_TOKENS", "SPEEDS",
            "STAGE_ANSWER_TOKENS", "Calibration", "MemoInfo", "Rates", "RunEstimate", "batch_wall_s", "calibrate",
            "estimate_batch", "estimate_run", "expected_attempts", "format_table", "expected_max_retries", "expected_retries",
-           "kind_of", "observed_rates", "paper_plan", "paper_shapes", "staged_plan", "staged_steps",
+           "kind_of", "observed_rates", "paper_plan", "paper_shapes", "self_consistency_plan", "staged_plan", "staged_steps",
            "straggler_factor", "worst_rates"]

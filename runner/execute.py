@@ -6,6 +6,10 @@ gateway, one cache handle and the loaded pack, so litellm is imported once
 per actor, not per run), keeping at most ``max_in_flight`` runs outstanding
 with ``ray.wait``. A run's result file is its commit point; a killed batch
 resumes from its traces with paid calls served from the cache.
+
+On a cluster the results land in the driver's results directory whichever node ran a run (an actor whose node
+cannot see it stages the run and the driver commits it: runner/staging.py), and the response cache is the
+cluster's (runner/cache_actor.py): a call paid on one node is a hit on every other.
 """
 
 from __future__ import annotations
@@ -15,46 +19,76 @@ import os
 import sys
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from debate.config import DebateConfig
+from madbench_data.errors import InputError
 from madbench_data.market.pack import load_pack
 from madbench_data.paths import PROJECT_ROOT
 from madbench_data.scenario import Scenario
-from madbench_gateway import Budget, Gateway, ResponseCache
+from madbench_gateway import Budget, Gateway
 from madbench_gateway.errors import BudgetExhausted
-from madbench_gateway.secrets import redact
+from madbench_gateway.providers import use_provider_batches
+from madbench_gateway.providers.batching import current_party
+from madbench_gateway.secrets import redact, remember
 from runner.batch import BatchSpec, RunSpec
-from runner.lock import ResultsLock
-from runner.pipeline import run_debate
+from runner.budget import read_budget, start_budget, stop_budget, summary
+from runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
+from runner.lock import ResultsLock, WriterGuard
+from runner.pipeline import run_debate, run_id_for
 from runner.progress import Progress
+from runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
+from runner.staging import OwnerGuard, collect, commit, head_trace, job_working_dir, portable, prepare, sees_results, staging_root
 from runner.store import TABLES, BatchLayout, compact, read_manifest, write_manifest, write_parts
 
 
 class RunnerActor:
     """Hosts agents and the CRIT scorer for many runs (one gateway, one cache, one pack)."""
 
-    def __init__(self, pack_dir: str, evidence: list[str], cache_dir: str, root: str, batch: str, max_cost_usd: float | None):
+    def __init__(self, pack_dir: str, evidence: list[str], cache: CachePlan, root: str, batch: str, budget: Budget,
+                 holder: str, collector: CollectorClient | None = None):
         import ray
 
-        self.pack = load_pack(pack_dir, evidence)
-        self.cache = ResponseCache(cache_dir)
-        self.gateway = Gateway(cache=self.cache, budget=Budget(max_cost_usd))
-        self.layout = BatchLayout(root)
-        self.batch = batch
-        self.node_id = ray.get_runtime_context().get_node_id()
+        if collector is not None:  # provider batch mode: litellm-routed calls wait for the batch's collector
+            use_provider_batches(collector)
 
-    async def run(self, scenario: dict, config: dict, sample_index: int, retry_failed: bool) -> dict[str, Any]:
+        ctx = ray.get_runtime_context()
+        self.node_id = ctx.get_node_id()
+        self.pack = load_pack(pack_dir, evidence)  # a relative path: this node's copy of the job's working directory
+        # A node that sees the results directory writes there as it goes; one that does not stages each run on its
+        # own disk and hands it to the driver, which commits it (runner/staging.py).
+        self.staged = not sees_results(root, holder)
+        if self.staged:
+            self.guard = OwnerGuard(budget.handle)
+            self.layout = BatchLayout(staging_root(root))
+        else:
+            # Stop calling and committing once the driver is gone (kill -9): see runner.lock.WriterGuard.
+            self.guard = WriterGuard(root, holder)
+            self.layout = BatchLayout(root)
+            self.layout.guard = self.guard
+        self.cache = cache.open(self.node_id, ctx.get_actor_id())
+        self.gateway = Gateway(cache=self.cache, budget=budget, guard=self.guard)
+        self.batch = batch
+
+    async def run(self, scenario: dict, config: dict, sample_index: int, retry_failed: bool, run_id: str,
+                  trace: bytes | None = None) -> dict[str, Any]:
+        """One run; ``trace``: the results directory's trace of it, which a staged run continues."""
         import ray
 
         s, c = Scenario.model_validate(scenario), DebateConfig.model_validate(config)
         t0 = time.perf_counter()
+        if self.staged:
+            prepare(self.layout, run_id, trace)
+        # This run's calls tell the provider-batch collector whose they are (each actor call is its own asyncio task,
+        # with its own copy of the context).
+        current_party.set(run_id_for(s, c, sample_index))
         try:
             result = await run_debate(s, self.pack, c, self.gateway, self.layout, sample_index, where=f"scenario {s.id}",
                                       retry_failed=retry_failed)
         except BudgetExhausted as exc:
-            return {"status": "budget", "error": str(exc), "node_id": self.node_id}
+            return {"status": "budget", "error": str(exc), "node_id": self.node_id, "staged": self.staged}
         except OSError:
             raise  # a full disk stops the batch (the driver checks errno)
         except ray.exceptions.RayActorError:
@@ -63,13 +97,35 @@ class RunnerActor:
             # Many exception types (ours included) do not survive Ray's pickling; a RuntimeError carrying the type,
             # message and traceback does, so the driver records the real reason with the failed run.
             raise RuntimeError(redact(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")) from None
+        self.guard()
         write_parts(self.layout, self.batch, result, config, scenario, self.node_id)
-        return {"status": result.status, "error": result.error, "run_id": result.run_id, "totals": result.totals,
-                "node_id": self.node_id, "wall_s": time.perf_counter() - t0}
+        out = {"status": result.status, "error": result.error, "run_id": result.run_id, "totals": result.totals,
+               "node_id": self.node_id, "wall_s": time.perf_counter() - t0, "staged": self.staged}
+        if self.staged:
+            out["artifacts"] = collect(self.layout, result.run_id)
+        return out
 
 
 #: Seconds between manifest rewrites during a batch (what `madbench status` reads).
 STATUS_INTERVAL_S = 2.0
+
+
+#: Names of variables (comma-separated) whose values this driver hands to every Ray worker in the job's runtime env:
+#: how keys reach a cluster joined through the Ray client (`--address ray://…`), whose workers never see the
+#: driver's environment. Like `ray job submit --runtime-env-json`, it puts the values into the job's runtime env.
+FORWARD_ENV = "MADBENCH_FORWARD_ENV"
+
+
+def forwarded_env() -> dict[str, str]:
+    """The variables ``$MADBENCH_FORWARD_ENV`` names, with their values (remembered as secrets: scrubbed by value)."""
+    names = [n.strip() for n in os.environ.get(FORWARD_ENV, "").split(",") if n.strip()]
+    missing = [n for n in names if not os.environ.get(n)]
+    if missing:
+        raise InputError(f"${FORWARD_ENV}", f"names {', '.join(missing)}, unset or empty in this environment",
+                         "export them before `madbench run`, or leave them out of the list")
+    for n in names:
+        remember(os.environ[n])
+    return {n: os.environ[n] for n in names}
 
 
 def init_ray(address: str | None, num_cpus: int | None = None):
@@ -78,7 +134,7 @@ def init_ray(address: str | None, num_cpus: int | None = None):
     address = address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
         root = str(PROJECT_ROOT)
-        env = {"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}}
+        env = {"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""), **forwarded_env()}}
         if address:
             ray.init(address=address, runtime_env=env, log_to_driver=False)
         else:
@@ -86,13 +142,21 @@ def init_ray(address: str | None, num_cpus: int | None = None):
     return ray
 
 
-def _pick_node(ray, k: int, avoid: set[str]) -> str:
-    """Actor k goes to alive node k mod N, so the runner's actors spread over a cluster even though they
-    reserve no CPU. (A soft affinity let Ray pack them all on the head node.) Nodes that lost an actor are
-    avoided while another is alive: Ray may still list a dead node as alive for a few seconds."""
+#: What a pool's actor reserves: no CPU. A runner actor mostly waits on providers, so reserving a CPU would cap the
+#: actors of a node at its CPU count for nothing, and leave them pending on a local Ray with fewer CPUs than
+#: ``workers``. Hence the autoscaler sees no demand from them: cluster.yaml sizes its workers itself.
+ACTOR_NUM_CPUS = 0
+
+
+def _pick_node(ray, load: Counter, avoid: set[str]) -> str:
+    """The alive node that hosts fewest of the pool's actors (ties in node id order): the actors spread over a
+    cluster even though they reserve no CPU (a soft affinity let Ray pack them all on the head node), round-robin
+    as the pool starts, and a replacement goes to the least busy live node, one that joined meanwhile included.
+    Nodes that lost an actor are avoided while another is alive: Ray may still list a dead node as alive for a
+    few seconds."""
     alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
     nodes = [n for n in alive if n not in avoid] or alive
-    return nodes[k % len(nodes)]
+    return min(nodes, key=lambda n: (load[n], nodes.index(n)))
 
 
 class ActorPool:
@@ -101,7 +165,7 @@ class ActorPool:
     def __init__(self, ray, actor_class: type, args: tuple, n_workers: int, max_concurrency: int):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         self.ray, self._affinity = ray, NodeAffinitySchedulingStrategy
-        self._cls = ray.remote(num_cpus=0, max_concurrency=max(1, max_concurrency))(actor_class)
+        self._cls = ray.remote(num_cpus=ACTOR_NUM_CPUS, max_concurrency=max(1, max_concurrency))(actor_class)
         self._args = args
         self.node_of: dict[int, str] = {}
         self.lost_nodes: set[str] = set()
@@ -109,7 +173,7 @@ class ActorPool:
         self.actors = [self._start(k) for k in range(n_workers)]
 
     def _start(self, k: int):
-        self.node_of[k] = _pick_node(self.ray, k, self.lost_nodes)
+        self.node_of[k] = _pick_node(self.ray, Counter(n for j, n in self.node_of.items() if j != k), self.lost_nodes)
         strategy = self._affinity(node_id=self.node_of[k], soft=False)
         return self._cls.options(scheduling_strategy=strategy).remote(*self._args)
 
@@ -134,8 +198,9 @@ class Dispatch:
 
     def __init__(self, pool: ActorPool, spec: BatchSpec, layout: BatchLayout, manifest_runs: dict[str, dict],
                  todo: list[RunSpec], progress: Progress, stats: dict[str, Any], retry_failed: bool,
-                 spec_json: dict[str, Any]):
+                 spec_json: dict[str, Any], collector=None):
         self.pool, self.spec, self.layout, self.manifest_runs = pool, spec, layout, manifest_runs
+        self.collector = collector  # provider batch mode: told which runs are in flight (runner/provider_batches.py)
         self.spec_json = spec_json
         self.last_status = 0.0
         self.progress, self.stats, self.retry_failed = progress, stats, retry_failed
@@ -143,6 +208,9 @@ class Dispatch:
         self.in_flight: dict[Any, tuple[RunSpec, int, Any]] = {}  # ref → (run, actor index, actor handle)
         self.budget_hit = False
         self.sent = 0
+        self.staged: dict[int, bool] = {}  # actor index → whether it stages its runs (unknown until it answers)
+        self.committed: Counter = Counter()  # run id → ok results settled: every run is committed exactly once
+        stats.setdefault("committed_twice", [])
 
     def loop(self) -> str:
         ray = self.pool.ray
@@ -172,8 +240,12 @@ class Dispatch:
             m["in_flight_since"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             k = self.sent % len(self.pool.actors)
             handle = self.pool.actors[k]
+            if self.collector is not None:
+                self.collector.expect.remote(r.run_id)
+            # An actor that stages its runs continues the results directory's trace of this one, sent along with it.
+            trace = head_trace(self.layout, r.run_id) if self.staged.get(k, True) else None
             ref = handle.run.remote(r.scenario.model_dump(mode="json"), r.config.model_dump(mode="json"), r.sample_index,
-                                    self.retry_failed or m["attempts"] > 1)
+                                    self.retry_failed or m["attempts"] > 1, r.run_id, trace)
             self.in_flight[ref] = (r, k, handle)
             self.stats["submitted"] += 1
             self.sent += 1
@@ -181,6 +253,8 @@ class Dispatch:
     def _settle(self, ref) -> None:
         ray = self.pool.ray
         r, k, handle = self.in_flight.pop(ref)
+        if self.collector is not None:
+            self.collector.finished.remote(r.run_id)
         m = self.manifest_runs[r.run_id]
         m.pop("in_flight_since", None)
         try:
@@ -189,17 +263,26 @@ class Dispatch:
             # The actor (or its node) died: the run is not at fault. Replace the actor and requeue;
             # the run resumes from its trace with paid calls served from the cache.
             self.pool.replace(k, handle, exc)
+            self.staged.pop(k, None)
             m["attempts"] -= 1
             self.queue.insert(0, r)
             return
         except ray.exceptions.RayError as exc:  # a bug in a run: that run failed, the batch goes on
             summary = self._failure(r, exc)
+        if "staged" in summary and self.pool.actors[k] is handle:
+            self.staged[k] = summary["staged"]
+        if "artifacts" in summary:  # a run from a node that cannot see the results directory: committed here
+            commit(self.layout, r.run_id, summary.pop("artifacts"))
         if summary["status"] == "budget":
             self.budget_hit = True
             self.queue.insert(0, r)
             m["attempts"] -= 1
             return
         m["status"], m["error"], m["node_id"] = summary["status"], summary.get("error"), summary.get("node_id")
+        if summary["status"] == "ok":
+            self.committed[r.run_id] += 1
+            if self.committed[r.run_id] == 2:
+                self.stats["committed_twice"].append(r.run_id)
         if summary["status"] == "failed" and m["attempts"] <= self.spec.retries:
             self.progress.add_spend(summary)  # the failed attempt's calls were paid
             self.queue.append(r)  # retried with its reason kept in the trace
@@ -239,11 +322,25 @@ def _recover_committed(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout
     return rebuilt
 
 
+def _refuse_paths_in_job(job_dir: Path | None, root: Path, cache_dir: str) -> None:
+    """Results or a cache inside a `ray job submit --working-dir` job's working directory would be lost with it."""
+    if job_dir is None:
+        return
+    for flag, path in (("--results-dir", root), ("--cache-dir", cache_dir)):
+        if Path(path).resolve().is_relative_to(job_dir):
+            raise InputError(flag, f"{path} is inside this job's working directory ({job_dir}), the copy of the upload "
+                             "that Ray deletes when the job ends", f"give {flag} an absolute path on the head node (or "
+                             "on storage every node mounts), e.g. /home/ubuntu/madbench/" + flag[2:].split("-")[0])
+
+
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False) -> dict[str, Any]:
     """Run the batch's pending runs, holding the results directory's lock (runner/lock.py) throughout: a second
     driver on the same directory fails at once, naming this one."""
-    with ResultsLock(layout.root, "madbench run"):
+    job_dir = job_working_dir()
+    _refuse_paths_in_job(job_dir, layout.root, cache_dir)
+    cluster_cache = wants_cluster_cache(address)
+    with ResultsLock(layout.root, "madbench run") as lock:
         manifest_runs = _manifest_entries(runs)
         rebuilt = _recover_committed(spec, runs, layout, manifest_runs)
         todo = [r for r in runs if manifest_runs[r.run_id]["status"] == "pending"
@@ -251,26 +348,46 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         # The cache this batch really used, resolved: re-scoring and the estimate find it from the manifest.
         spec_json = spec.model_dump(mode="json") | {"cache_dir": str(Path(cache_dir).resolve())}
         write_manifest(layout, spec_json, list(manifest_runs.values()), "running")
-        progress = Progress(len(todo), spec.max_cost_usd, enabled=not quiet)
+        # One budget for the batch, across invocations: what earlier ones spent is in budget.json (runner/budget.py).
+        record = read_budget(layout.root, spec.max_cost_usd)
+        progress = Progress(len(todo), spec.max_cost_usd, enabled=not quiet, spent_before=record.spent_usd)
         stats = {"runs": len(runs), "skipped": len(runs) - len(todo), "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt}
         t0 = time.perf_counter()
         state = "finished"
+        stats["budget"] = summary(record.model_dump(), record.spent_usd)
+        if todo and record.reached:  # stopped at this cap before: nothing more is spent until it is raised
+            todo, state = [], "stopped: budget reached"
         if todo:
             ray = init_ray(address)
-            pool = ActorPool(ray, RunnerActor, (pack_dir, evidence, cache_dir, str(layout.root), spec.name, spec.max_cost_usd),
+            budget = start_budget(ray, layout.root, record)
+            progress.spent_source = lambda: budget.snapshot()["spent_usd"]
+            cache = start_cache(ray, cache_dir, cluster_cache)
+            batches = spec.provider_batches
+            collector = start_collector(ray, layout.root, lock.holder, batches) if batches else None
+            pool = ActorPool(ray, RunnerActor, (portable(pack_dir, job_dir), [portable(e, job_dir) for e in evidence], cache,
+                                                str(layout.root), spec.name, budget, lock.holder,
+                                                CollectorClient(collector) if collector else None),
                              min(spec.workers, len(todo)), spec.max_in_flight)
-            dispatch = Dispatch(pool, spec, layout, manifest_runs, todo, progress, stats, retry_failed, spec_json)
+            dispatch = Dispatch(pool, spec, layout, manifest_runs, todo, progress, stats, retry_failed, spec_json,
+                                collector)
             try:
                 state = dispatch.loop()
             except KeyboardInterrupt:
                 state = "interrupted"
                 print("\ninterrupted: committed runs are kept; run the same command again to resume", file=sys.stderr)
+            except Exception as exc:  # the batch stopped on an error: the manifest says so, never `finished`
+                state = "stopped: " + redact(f"{type(exc).__name__}: {exc}".splitlines()[0])[:300]
+                raise
             finally:
                 progress.close(len(dispatch.in_flight))
                 for m in manifest_runs.values():
                     m.pop("in_flight_since", None)
                 pool.kill_all()
                 write_manifest(layout, spec_json, list(manifest_runs.values()), state)
+                stats["budget"] = stop_budget(ray, budget, record.spent_usd)
+                stats["cache"] = stop_cache(ray, cache)
+                if collector is not None:
+                    stats["provider_batches"] = stop_collector(ray, collector) | journal_summary(layout.root)
         else:
             write_manifest(layout, spec_json, list(manifest_runs.values()), state)
         stats["state"] = state

@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +21,23 @@ from pydantic import BaseModel, Field
 
 from debate.config import DebateConfig
 from debate.context import DebateFailure, RunContext
-from debate.events import Backtest, Final, MemoShown, RunEnd, RunStart
+from debate.events import Backtest, BlindMap, Final, MemoShown, RunEnd, RunStart, last_attempt, unblinded
+from debate.outcome import Outcome
 from debate.profiles import load_profile
 from debate.protocols import PROTOCOLS
 from debate.protocols.staged import prompt_files_hash
 from debate.trace import TraceWriter, read_trace
 from eval.backtest import backtest, holding_window
 from eval.baselines import baseline_metrics
+from eval.dynamics import agent_metrics, final_positions
 from madbench_data.atomic import atomic_write_text
+from madbench_data.blind import Blinded, blind_memo, pack_companies
 from madbench_data.errors import InputError
 from madbench_data.market.pack import Pack
-from madbench_data.memo import build_memo
+from madbench_data.memo import Memo, build_memo
 from madbench_data.scenario import Scenario, check_against_pack
-from madbench_gateway import Gateway
+from madbench_gateway import Completion, Gateway, LLMRequest, ModelSpec, Totals
+from madbench_gateway.gateway import passthrough
 from madbench_gateway.secrets import redact
 from runner.wiring import install_rule_answers
 from scoring.crit_judge import load_crit_prompt
@@ -63,6 +69,8 @@ class RunResult(BaseModel):
     extras: dict[str, Any] = Field(default_factory=dict)
     metrics: dict[str, Any] | None = None
     baselines: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: Each debate agent's final allocation backtested alone (the oracle gap's inputs); {} for staged protocols.
+    agent_metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
     totals: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -92,6 +100,14 @@ class RunLayout:
 
     def __init__(self, out_dir: str | Path):
         self.out_dir = Path(out_dir)
+        #: Raises (``DriverGone``) when this process may no longer commit here (runner.lock.WriterGuard); None: always may.
+        self.guard: Callable[[], None] | None = None
+
+    def commit(self, result: RunResult) -> None:
+        """Write the run's result: its commit point (checked against the guard first)."""
+        if self.guard is not None:
+            self.guard()
+        atomic_write_text(self.result_path(result.run_id), result.model_dump_json(indent=1))
 
     def trace_path(self, run_id: str) -> Path:
         return self.out_dir / run_id / "trace.jsonl"
@@ -120,7 +136,7 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         # A failed run is attempted again (its trace keeps the failed attempt); cached calls are free.
     trace_path = layout.trace_path(run_id)
     readout = read_trace(trace_path, repair=True)  # a torn tail from a crash is cut off (and reported)
-    memo = build_memo(scenario, pack, where)
+    memo, blinded = _memos(scenario, pack, config, where)
     base = dict(run_id=run_id, scenario_id=scenario.id, invest_quarter=scenario.invest_quarter,
                 config_name=config.name, sample_index=sample_index)
     with TraceWriter(trace_path) as trace:
@@ -129,18 +145,22 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
                    scenario=scenario.model_dump(mode="json"), config=config.model_dump(mode="json"),
                    config_hash=config.content_hash(), sample_index=sample_index, prompt_hashes=prompt_hashes(config),
                    python=platform.python_version()))
+        if blinded is not None:
+            trace.write(BlindMap(mapping=blinded.mapping, options=config.blind.model_dump(mode="json"),
+                                 scenario_id=blinded.scenario.id))
         trace.write(MemoShown(sha256=memo.sha256, as_of=str(memo.as_of.date()), n_items=len(memo.items),
                    ids=sorted(memo.evidence_ids), text=memo.text))  # the text lets a trace be read without the pack
-        ctx = RunContext(run_id, scenario, memo, constraints, config, gateway, trace,
-                         scorer, sample_index, workdir=layout.out_dir,
-                         past_performance=_past_performance(pack, scenario))
+        ctx = RunContext(run_id, blinded.scenario if blinded else scenario, memo, constraints, config,
+                         BlindGateway(gateway, blinded) if blinded else gateway, trace,
+                         scorer, sample_index, workdir=_workdir(layout, scenario, blinded),
+                         past_performance=_past_performance(pack, scenario, blinded))
         try:
-            outcome = await PROTOCOLS[config.protocol](ctx)
+            outcome = _unblind(await PROTOCOLS[config.protocol](ctx), blinded)
         except DebateFailure as exc:
             error = redact(str(exc))
             result = RunResult(**base, status="failed", error=error, totals=_totals(ctx))
             trace.write(RunEnd(status="failed", error=error, totals=result.totals))
-            atomic_write_text(result_path, result.model_dump_json(indent=1))
+            layout.commit(result)
             return result
         trace.write(Final(weights=outcome.weights, cash=outcome.cash, method=outcome.method, notes=outcome.notes))
         metrics, baselines = _backtest(pack, scenario, outcome.weights, with_baselines)
@@ -148,9 +168,9 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         result = RunResult(**base, status="ok", weights=outcome.weights, cash=outcome.cash, method=outcome.method,
                            rounds_run=outcome.rounds_run, rho_bar=outcome.rho_bar, rho_by_round=outcome.rho_by_round,
                            js=outcome.js, interventions=outcome.interventions, notes=outcome.notes, extras=outcome.extras, metrics=metrics,
-                           baselines=baselines, totals=_totals(ctx))
+                           baselines=baselines, agent_metrics=_agent_backtests(pack, scenario, trace_path), totals=_totals(ctx))
         trace.write(RunEnd(status="ok", totals=result.totals))
-    atomic_write_text(result_path, result.model_dump_json(indent=1))
+    layout.commit(result)
     return result
 
 
@@ -161,12 +181,71 @@ def _totals(ctx: RunContext) -> dict[str, Any]:
     return ctx.account.model_dump()
 
 
-def _past_performance(pack: Pack, scenario: Scenario):
-    """Metrics of holdings over an earlier quarter of this scenario's universe (for a protocol's reflection)."""
+def _memos(scenario: Scenario, pack: Pack, config: DebateConfig, where: str) -> tuple[Memo, Blinded | None]:
+    """The memo the debate reads: the scenario's, or its blind counterpart (with the pseudonyms) when the config is blind."""
+    memo = build_memo(scenario, pack, where)
+    if not config.blind.enabled:
+        return memo, None
+    blinded = blind_memo(memo, scenario, pack_companies(pack.universe), config.blind)
+    return blinded.memo, blinded
+
+
+class BlindGateway:
+    """The gateway as a blind run's context reaches it (it asks only ``complete``): every message passes
+    ``Blinded.prompt`` on its way out, and the request's context ``Blinded.data``, so that what a template or a
+    protocol adds around the blind memo (the example ID AAPL-RET60 of the role prompts, the quarter a TradingAgents
+    reflection looks back on) names no company of the universe and no calendar date either. Cache keys hold the
+    request as sent."""
+
+    def __init__(self, gateway: Gateway, blinded: Blinded):
+        self.gateway, self.blinded = gateway, blinded
+
+    async def complete(self, request: LLMRequest, spec: ModelSpec | str | None = None, validate=passthrough,
+                       account: Totals | None = None) -> Completion:
+        messages = [m.model_copy(update={"content": self.blinded.prompt(m.content)}) for m in request.messages]
+        sent = request.model_copy(update={"messages": messages, "context": self.blinded.data(request.context)})
+        return await self.gateway.complete(sent, spec, validate, account=account)
+
+
+def _workdir(layout: RunLayout, scenario: Scenario, blinded: Blinded | None) -> Path:
+    """Where a protocol keeps state across runs (TradingAgents' decision log, keyed by the universe it saw). Every
+    blind universe of a size looks alike (ASSET_A, ASSET_B, ...), so a blind run's state is kept per real universe."""
+    if blinded is None:
+        return layout.out_dir
+    return layout.out_dir / "blind" / hashlib.sha256(",".join(sorted(scenario.tickers)).encode()).hexdigest()[:12]
+
+
+def _unblind(outcome: Outcome, blinded: Blinded | None) -> Outcome:
+    """A blind debate's outcome in real tickers (its allocation, and the keys of its protocol extras), for the
+    backtest, the result and runs.parquet."""
+    if blinded is None:
+        return outcome
+    back = blinded.reverse
+
+    def real(value):
+        if isinstance(value, dict):
+            return {back.get(k, k): real(v) for k, v in value.items()}
+        return [real(v) for v in value] if isinstance(value, list) else value
+    return replace(outcome, weights=blinded.to_real(outcome.weights), extras=real(outcome.extras))
+
+
+def _past_performance(pack: Pack, scenario: Scenario, blinded: Blinded | None = None):
+    """Metrics of holdings over an earlier quarter of this scenario's universe (for a protocol's reflection); a blind
+    run's holdings are in its pseudonyms (the same for the universe every quarter: ``blind.pseudonyms``)."""
     def measure(quarter, weights: dict[str, float], where: str):
         window = holding_window(pack, quarter, scenario.tickers, where=where)
-        return backtest(window, weights, allow_cash=True, where=where).metrics
+        held = blinded.to_real(weights) if blinded is not None else weights
+        return backtest(window, held, allow_cash=True, where=where).metrics
     return measure
+
+
+def _agent_backtests(pack: Pack, scenario: Scenario, trace_path: Path) -> dict[str, dict[str, Any]]:
+    """Each debate agent's final allocation (read back from this attempt's trace) backtested alone."""
+    finals = final_positions(unblinded(last_attempt(read_trace(trace_path).typed())))  # a blind run's turns in real tickers
+    if not finals:
+        return {}
+    window = holding_window(pack, scenario.quarter, scenario.tickers, where=f"scenario {scenario.id}")
+    return agent_metrics(window, finals, scenario.constraints.allow_cash)
 
 
 def _backtest(pack: Pack, scenario: Scenario, weights: dict[str, float], with_baselines: bool):

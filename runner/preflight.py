@@ -3,10 +3,11 @@
 Each check collects its problems instead of stopping at the first, so one `madbench run` (or `--dry-run`)
 names them all, each with where it comes from:
 
-* every model a run can reach (its fallbacks too) has its key and accepts the configured parameters;
+* every model a run can reach (its fallbacks too) has its key and accepts the configured parameters, and every
+  scenario's memo fits in its context window (both from litellm's model information);
 * every scenario's memo builds and its allocation can be backtested: the as-of close, the holding quarter,
   and the history each baseline needs;
-* every agent's first prompt renders;
+* every prompt template a config uses renders on a real memo, in the sandbox and within the render limits;
 * the cache and results directories are writable.
 """
 
@@ -14,10 +15,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from debate.config import DebateConfig
 from debate.context import constraints_text
-from debate.profiles import load_profile
+from debate.profiles import Profile, load_profile
+from debate.protocols.staged import load_prompts
+from debate.schemas import CritiqueItem
 from eval.backtest import holding_window
 from eval.baselines import baseline_metrics
 from madbench_data.errors import InputError
@@ -26,14 +30,16 @@ from madbench_data.memo import Memo, build_memo
 from madbench_data.scenario import Scenario, check_against_pack
 from madbench_gateway.models import ModelSpec, as_spec
 from madbench_gateway.providers import provider_for
+from madbench_gateway.providers.litellm_provider import LiteLLMProvider
 from runner.batch import RunSpec
 
 #: The phase a staged protocol's stages are routed as (see debate.protocols.staged).
 STAGE_PHASES = ("propose", "crit")
 
 
-def reachable_models(config: DebateConfig) -> list[tuple[str, str, ModelSpec]]:
-    """(role, phase, spec) of every model a run of ``config`` may call, fallbacks included."""
+def reachable_models(config: DebateConfig, every_phase: bool = False) -> list[tuple[str, str, ModelSpec]]:
+    """(role, phase, spec) of every model a run of ``config`` may call, fallbacks included: each model once, or with
+    ``every_phase`` once per phase that reaches it (phases differ in temperature and answer budget)."""
     routing = config.models
     if config.protocol == "paper":
         phases = ["propose"] + (["critique", "revise"] if config.rounds else [])
@@ -52,8 +58,9 @@ def reachable_models(config: DebateConfig) -> list[tuple[str, str, ModelSpec]]:
         todo = [routing.resolve(role, phase)]
         while todo:
             spec = todo.pop(0)
-            if spec.model_dump_json() not in seen:
-                seen.add(spec.model_dump_json())
+            key = (spec.model_dump_json(), phase if every_phase else "")
+            if key not in seen:
+                seen.add(key)
                 out.append((role, phase, spec))
             todo += [as_spec(f) for f in spec.fallbacks]
     return out
@@ -62,16 +69,48 @@ def reachable_models(config: DebateConfig) -> list[tuple[str, str, ModelSpec]]:
 def model_problems(configs: list[DebateConfig]) -> list[str]:
     """Each distinct problem once, with where it arises (configs, and the roles and phases that reach the model)."""
     where: dict[str, dict[str, set[str]]] = {}
+    found: dict[tuple[str, float, int | None], list[str]] = {}
     for config in configs:
-        for role, phase, spec in reachable_models(config):
+        for role, phase, spec in reachable_models(config, every_phase=True):
             temperature = config.crit_temperature if phase in ("crit", "rca") else config.temperature
             max_tokens = getattr(config.max_tokens, phase, None)
-            for p in provider_for(spec.model).preflight(spec, temperature, max_tokens):
+            asked = (spec.model_dump_json(), temperature, max_tokens)
+            if asked not in found:
+                found[asked] = provider_for(spec.model).preflight(spec, temperature, max_tokens)
+            for p in found[asked]:
                 where.setdefault(p, {}).setdefault(config.name, set()).add(phase if role in (phase, "default")
                                                                             else f"{role} {phase}")
     def places(cs: dict[str, set[str]]) -> str:
         return "; ".join(f"config {c}: {', '.join(sorted(uses))}" for c, uses in sorted(cs.items()))
     return [f"{p} ({places(cs)})" for p, cs in sorted(where.items())]
+
+
+def context_problems(configs: list[DebateConfig], memos: dict[str, Memo]) -> list[str]:
+    """A memo longer than a model's context window (``max_input_tokens`` in litellm's model info) is an error before
+    any call, naming the scenario, its token count and the model. Tokens are counted by ``litellm.token_counter``
+    (OpenAI's tokenizers; for other models an estimate with OpenAI's cl100k), and only for a memo with more UTF-8
+    bytes than the window: a byte-level BPE token is at least one byte, so a shorter memo fits uncounted. The memo is
+    only part of a prompt: one that fits may still leave a later turn's prompt too long, which the provider refuses."""
+    where: dict[str, set[str]] = {}
+    counted: dict[tuple[str, str], int] = {}
+    for config in configs:
+        for _, _, spec in reachable_models(config):
+            provider = provider_for(spec.model)
+            window = provider.context_window(spec) if isinstance(provider, LiteLLMProvider) else None
+            if window is None:
+                continue  # a model litellm does not know, or no hosted model: nothing to check against
+            for sid, memo in memos.items():
+                if len(memo.text.encode()) <= window:
+                    continue
+                if (spec.model, sid) not in counted:
+                    counted[spec.model, sid] = provider.count_tokens(spec, memo.text)
+                n = counted[spec.model, sid]
+                if n > window:
+                    line = (f"scenario {sid}: its memo alone is {n:,} tokens (litellm.token_counter), more than {spec.model}'s "
+                            f"context window of {window:,} input tokens (litellm model info); use a model with a larger "
+                            "window, or fewer tickers or less evidence in the scenario")
+                    where.setdefault(line, set()).add(config.name)
+    return [f"{line} (config {', '.join(sorted(names))})" for line, names in sorted(where.items())]
 
 
 def scenario_problems(scenarios: list[Scenario], pack: Pack, where: str) -> tuple[dict[str, Memo], list[str]]:
@@ -89,34 +128,111 @@ def scenario_problems(scenarios: list[Scenario], pack: Pack, where: str) -> tupl
     return memos, problems
 
 
-def prompt_problems(configs: list[DebateConfig], scenario: Scenario, memo: Memo) -> list[str]:
-    """Render every paper-protocol agent's first prompt on one real memo (templates compile at load already)."""
-    problems = []
-    for config in configs:
-        if config.protocol != "paper":
-            continue  # staged prompts are rendered from typed inputs the stage builds; they compile at load
-        constraints = config.effective_constraints(scenario.constraints, f"config {config.name}: constraints")
-        for a in config.agents:
-            profile = load_profile(a.role, a.tier)
+def _sample_critique() -> dict[str, Any]:
+    item = CritiqueItem(target_agent="peer", target_claim="C1", critique_text="(a critique)", evidence_ids=[],
+                        portfolio_implication="", suggested_adjustment="", falsifier="", objection_confidence=0.5)
+    return {"from_agent": "peer", **item.model_dump()}
+
+
+def paper_samples(profile: Profile, config: DebateConfig, common: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What the paper protocol supplies to each phase's template (debate.protocols.paper), with one peer, one critique
+    and one nudge: the shapes its templates iterate over."""
+    peer = {"agent_id": "peer", "role": "peer", "output": "{}"}
+    return {"propose": {**common, "round": 0},
+            "critique": {**common, "peers": [peer], "tone": profile.tone(config.pid.beta0)},
+            "revise": {**common, "own": "{}", "critiques": [_sample_critique()], "nudges": ["(a nudge)"]},
+            "judge": {**common, "finals": [peer]}}
+
+
+def _failure(exc: Exception, where: str) -> str:
+    """An InputError from the render already names its template; anything else gets the template's place."""
+    return str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc} (in {where})"
+
+
+def paper_prompt_problems(config: DebateConfig, scenario: Scenario, memo: Memo, constraints: str) -> list[str]:
+    """Every template of every profile the config uses (each agent's propose, critique and revise; the judge's), once."""
+    speakers = [(f"agent {a.agent_id}", a.agent_id, a.role, a.tier) for a in config.agents]
+    if config.aggregation == "judge":
+        speakers.append(("judge", "judge", "judge", config.judge_tier))
+    problems, seen = [], set()
+    for who, agent_id, role, tier in speakers:
+        if (role, tier) in seen:
+            continue  # one render per profile: agents that share one share its templates
+        seen.add((role, tier))
+        profile = load_profile(role, tier)
+        common = {"memo": memo.text, "universe": list(scenario.tickers), "constraints": constraints, "agent_id": agent_id,
+                  "role": role, "round": 1, "schema": "{}"}
+        phases = ("judge",) if role == "judge" else ("propose", "critique", "revise")
+        samples = paper_samples(profile, config, common)
+        for phase in phases:
             try:
-                profile.render("propose", memo=memo.text, universe=list(scenario.tickers),
-                               constraints=constraints_text(constraints), agent_id=a.agent_id, role=a.role, round=0,
-                               schema="{}")
+                profile.render(phase, **samples[phase])
             except Exception as exc:  # any template failure is a config problem to report with the others
-                problems.append(f"config {config.name}: agent {a.agent_id} ({a.role}/{a.tier}) propose prompt: "
-                                f"{type(exc).__name__}: {exc}")
+                problems.append(f"config {config.name}: {who} ({role}/{tier}) {phase} prompt: "
+                                f"{_failure(exc, profile.templates[phase][1].where)}")
     return problems
 
 
+def staged_prompt_problems(config: DebateConfig, scenario: Scenario, memo: Memo, constraints: str) -> list[str]:
+    """Every stage prompt of a staged protocol, once. Its dynamic inputs are JSON text the stages build (given as
+    "{}" here); the memo stands in for any desk's slice of it."""
+    prompts, compiled = load_prompts(config.protocol)
+    known = {"universe": ", ".join(scenario.tickers), "constraints": constraints, "evidence": memo.text,
+             "memo": memo.text, "round": 1, "schema": "{}"}
+    problems = []
+    for stage, spec in prompts.stages.items():
+        variables = {k: known.get(k, stage if k == "role" else "{}") for k in spec.variables}
+        try:
+            compiled[stage].render(**variables)
+        except Exception as exc:  # any template failure is a config problem to report with the others
+            problems.append(f"config {config.name}: {config.protocol} stage {stage} prompt: "
+                            f"{_failure(exc, compiled[stage].where)}")
+    return problems
+
+
+def prompt_problems(configs: list[DebateConfig], scenario: Scenario, memo: Memo) -> list[str]:
+    """Render every template each config can use once, on a real memo: a sandbox violation, a runaway template or a
+    prompt over the size limit (madbench_data.templates) fails here, before any run, not in every run."""
+    problems: list[str] = []
+    for config in configs:
+        constraints = constraints_text(config.effective_constraints(scenario.constraints, f"config {config.name}: constraints"))
+        check = paper_prompt_problems if config.protocol in ("paper", "self_consistency") else staged_prompt_problems
+        problems += [p for p in check(config, scenario, memo, constraints) if p not in problems]
+    return problems
+
+
+def _unwritable(d: Path) -> Path | None:
+    """The first of ``d``, its entries and theirs (the cache's databases; a batch's lock, traces and runs) that this
+    user cannot write, or cannot list when it is a folder."""
+    todo, depth = [d], {d: 0}
+    while todo:
+        p = todo.pop(0)
+        folder = p.is_dir()
+        if not os.access(p, os.W_OK | (os.R_OK | os.X_OK if folder else 0)):
+            return p
+        if folder and depth[p] < 2 and not p.is_symlink():
+            for child in sorted(p.iterdir()):
+                depth[child] = depth[p] + 1
+                todo.append(child)
+    return None
+
+
 def writable_problems(dirs: dict[str, Path]) -> list[str]:
-    """Each directory, or the nearest folder above it that exists, must be writable (nothing is created here)."""
+    """Each directory and what it already holds, or the nearest folder above it that exists, must be writable
+    (nothing is created here): a read-only cache would otherwise kill every runner actor as it opens it."""
     problems = []
     for what, d in dirs.items():
         existing = next(p for p in [d, *d.resolve().parents] if p.exists())
         if not existing.is_dir():
             problems.append(f"{d}: the {what} directory's path runs through a file ({existing})")
-        elif not os.access(existing, os.W_OK | os.X_OK):
-            problems.append(f"{d}: the {what} directory is not writable ({existing} is not writable by this user)")
+            continue
+        if d.exists():
+            blocked = _unwritable(d)
+        else:  # created later, in the nearest folder that exists
+            blocked = None if os.access(existing, os.W_OK | os.X_OK) else existing
+        if blocked is not None:
+            problems.append(f"the {what} directory {d} is read-only ({blocked} is not writable by this user): make it "
+                            f"writable (chmod -R u+w {d}) or choose another directory")
     return problems
 
 
@@ -126,15 +242,19 @@ def preflight(runs: list[RunSpec], pack: Pack, where: str, cache_dir: Path, resu
     scenarios = list({r.scenario.id: r.scenario for r in runs}.values())
     memos, problems = scenario_problems(scenarios, pack, where)
     problems += model_problems(configs)
-    if memos:
-        first = next(s for s in scenarios if s.id in memos)
-        problems += prompt_problems(configs, first, memos[first.id])
+    problems += context_problems(configs, memos)
+    if memos:  # the longest memo: a prompt over the size limit shows on it
+        largest = max((s for s in scenarios if s.id in memos), key=lambda s: len(memos[s.id].text))
+        problems += prompt_problems(configs, largest, memos[largest.id])
     problems += writable_problems({"LLM cache": Path(cache_dir), "results": Path(results_root)})
     return problems
 
 
 def preflight_error(problems: list[str], where: str) -> InputError:
-    """One InputError that lists every problem (the CLI prints it and exits 2)."""
+    """One InputError that lists every problem (the CLI prints it and exits 2): one line when there is one."""
+    if len(problems) == 1:
+        return InputError(where, f"found before any model call: {problems[0]}",
+                          "nothing was started; fix it and run the same command again")
     listing = "\n  - ".join(problems)
     return InputError(where, f"{len(problems)} problem(s) found before any model call:{os.linesep}  - {listing}",
                       "nothing was started; fix them and run the same command again")

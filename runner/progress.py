@@ -1,5 +1,9 @@
 """A batch's progress on stderr: runs done, failed and in flight, calls/s, tokens, spend against the budget, ETA.
 
+The spend is the batch's, over every invocation of the same command: what earlier ones spent (``spent_before``,
+from budget.json) plus this one's, read from the batch's budget actor when the driver connects it (``spent_source``,
+polled at most every ``SPENT_POLL_S``), else summed from the runs as they settle.
+
 On a terminal it is a tqdm bar; when stderr is a file or a pipe (a log, CI, nohup) it is one plain line every
 ``interval_s`` seconds, so logs get a readable history instead of carriage-return noise.
 """
@@ -9,12 +13,15 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from tqdm import tqdm
 
 #: Seconds between plain lines when the stream is not a terminal.
 PLAIN_INTERVAL_S = 30.0
+#: Seconds between two reads of the batch's spend from its budget actor.
+SPENT_POLL_S = 1.0
 
 
 def eta_s(remaining: int, durations: list[float], concurrency: float) -> float | None:
@@ -35,8 +42,12 @@ def _fmt_s(s: float | None) -> str:
 
 class Progress:
     def __init__(self, total: int, budget: float | None, stream: TextIO | None = None, enabled: bool = True,
-                 interval_s: float = PLAIN_INTERVAL_S):
+                 interval_s: float = PLAIN_INTERVAL_S, spent_before: float = 0.0):
         self.total, self.budget = total, budget
+        self.spent_before = spent_before
+        #: The batch's spend now, over every invocation (the budget actor's ledger); None: summed from the runs.
+        self.spent_source: Callable[[], float] | None = None
+        self._spent, self._polled = spent_before, float("-inf")
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
         self.interval_s = interval_s
@@ -69,6 +80,15 @@ class Progress:
         self.tokens += t.get("prompt_tokens", 0) + t.get("completion_tokens", 0)
         self.cost += t.get("cost_usd", 0.0) or 0.0
 
+    def batch_spent(self) -> float:
+        """What the batch has spent over every invocation, this one included."""
+        if self.spent_source is None:
+            return self.spent_before + self.cost
+        now = time.monotonic()
+        if now - self._polled >= SPENT_POLL_S:
+            self._spent, self._polled = self.spent_source(), now
+        return self._spent
+
     def line(self, running: int) -> str:
         elapsed = time.monotonic() - self.t0
         finished = self.done + self.failed
@@ -76,10 +96,11 @@ class Progress:
         self.concurrency = 0.9 * self.concurrency + 0.1 * max(1, running) if finished else max(1.0, float(running))
         rate = f"{self.calls / elapsed:.2f} calls/s" if self.calls and elapsed > 0 else "— calls/s"
         hit = f", cache {self.cached / self.calls:.0%}" if self.calls else ""
-        budget = f" of ${self.budget:.2f}" if self.budget else ""
+        budget = "" if not self.budget else f" of ${self.budget:.2f}" if self.budget >= 1 else f" of ${self.budget:.4g}"
+        earlier = f" (${self.spent_before:.4f} before this invocation)" if self.spent_before else ""
         eta = eta_s(self.total - finished, self.durations, self.concurrency)
         return (f"{finished}/{self.total} runs: {self.done} ok, {self.failed} failed, {running} in flight | {rate}{hit}, "
-                f"{self.tokens} tokens, ${self.cost:.4f}{budget} | elapsed {_fmt_s(elapsed)}, ETA {_fmt_s(eta)}")
+                f"{self.tokens} tokens, ${self.batch_spent():.4f}{budget}{earlier} | elapsed {_fmt_s(elapsed)}, ETA {_fmt_s(eta)}")
 
     def show(self, running: int, force: bool = False) -> None:
         if not self.enabled:
@@ -96,6 +117,7 @@ class Progress:
     def close(self, running: int) -> None:
         if not self.enabled:
             return
+        self._polled = float("-inf")  # the last line shows the final spend
         if self.bar is not None:
             self.show(running, force=True)
             self.bar.close()

@@ -23,7 +23,7 @@ from typing import Any
 from madbench_gateway import Gateway, ModelSpec, ResponseCache
 from madbench_gateway.providers import provider_for
 from runner.execute import ActorPool, init_ray
-from runner.lock import ResultsLock
+from runner.lock import ResultsLock, WriterGuard
 from runner.store import group_failures
 from scoring import rescore as rs
 from scoring.rescore import RunScores, StoredRun, part_path
@@ -36,11 +36,12 @@ CRIT_ANSWER_TOKENS = 500
 class RescoreActor:
     """Grades whole runs' CRIT tasks: one gateway, one cache handle; turns of all its runs share ``concurrency``."""
 
-    def __init__(self, cache_dir: str, concurrency: int):
+    def __init__(self, cache_dir: str, concurrency: int, root: str, holder: str):
         import ray
 
         self.cache = ResponseCache(cache_dir)
-        self.gateway = Gateway(cache=self.cache)
+        # An orphan of a killed driver pays for nothing more (runner.lock.WriterGuard).
+        self.gateway = Gateway(cache=self.cache, guard=WriterGuard(root, holder))
         self.limit = asyncio.Semaphore(max(1, concurrency))
         self.node_id = ray.get_runtime_context().get_node_id()
 
@@ -248,12 +249,12 @@ def run_rescore(job: Job, p: Plan, address: str | None = None, workers: int = 2,
                 concurrency: int = 8, quiet: bool = False, progress_every_s: float = 5.0) -> Outcome:
     """One pass: the original scores extracted, then every run of ``p.todo`` graded on Ray actors. It holds the results
     directory's lock (runner/lock.py) throughout, as ``madbench run`` does: one writer per results directory."""
-    with ResultsLock(job.root, "madbench rescore"):
-        return _run_rescore(job, p, address, workers, max_in_flight, concurrency, quiet, progress_every_s)
+    with ResultsLock(job.root, "madbench rescore") as lock:
+        return _run_rescore(job, p, address, workers, max_in_flight, concurrency, quiet, progress_every_s, lock.holder)
 
 
 def _run_rescore(job: Job, p: Plan, address: str | None, workers: int, max_in_flight: int, concurrency: int,
-                 quiet: bool, progress_every_s: float) -> Outcome:
+                 quiet: bool, progress_every_s: float, holder: str) -> Outcome:
     rs.extract_original(p.runs, job.scores_dir)
     for run_id in p.already:  # a pass stopped between writing a run's part and dropping its failure record
         rs.clear_failure(job.scores_dir, job.label, run_id)
@@ -262,7 +263,7 @@ def _run_rescore(job: Job, p: Plan, address: str | None, workers: int, max_in_fl
     progress = Progress(job.label, len(p.todo), None if quiet else sys.stderr, progress_every_s)
     ray = init_ray(address)
     # Room for every run in flight plus the progress line's totals polls.
-    pool = ActorPool(ray, RescoreActor, (str(job.cache_dir), concurrency), min(workers, len(p.todo)), max_in_flight + 4)
+    pool = ActorPool(ray, RescoreActor, (str(job.cache_dir), concurrency, str(job.root), holder), min(workers, len(p.todo)), max_in_flight + 4)
     dispatch = Dispatch(job, pool, p.todo, max_in_flight, progress)
     try:
         return dispatch.loop()

@@ -20,12 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 
-from debate.events import AnyEvent, Crit, Divergence, LLMCall, last_attempt
+from debate.events import AnyEvent, Crit, Divergence, LLMCall, last_attempt, unblinded
 from debate.grading import PILLARS
 from debate.trace import read_trace
+from eval.dynamics import ROUND_COLUMNS, position, round_dynamics, run_dynamics
 from madbench_data.atomic import atomic_write, atomic_write_text
-from madbench_data.errors import InputError
+from madbench_data.errors import InputError, format_validation_error
+from runner.cutoffs import run_post_cutoff
 from runner.pipeline import RunLayout, RunResult
 
 TABLES = ("runs", "rounds", "calls")
@@ -46,8 +49,20 @@ class BatchLayout(RunLayout):
         return self.root / "parts" / table / f"{run_id}.parquet"
 
     def stored_result(self, run_id: str) -> RunResult | None:
+        """The run's committed result, or None. A file that is not one (madbench writes it atomically, so it was
+        truncated or edited by something else) is an InputError naming it: deleting it re-runs the run."""
         p = self.result_path(run_id)
-        return RunResult.model_validate_json(p.read_text()) if p.exists() else None
+        if not p.exists():
+            return None
+        fix = ("delete it and run the batch's `madbench run` command again: that run is re-run, resuming from its "
+               "trace (kept in traces/) with its paid calls served from the cache")
+        try:
+            result = RunResult.model_validate_json(p.read_bytes())
+        except ValidationError as exc:
+            raise InputError(p, f"not a valid run result ({format_validation_error(exc)[:300]})", fix) from None
+        if result.run_id != run_id:
+            raise InputError(p, f"holds the result of run {result.run_id}, not of run {run_id}", fix)
+        return result
 
 
 def versions() -> dict[str, str]:
@@ -120,6 +135,10 @@ def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dic
         "jsd_propose": next((d.jsd for d in div if d.phase == "propose"), None),
         "jsd_final": div[-1].jsd if div else None,
         "interventions_fired": len(result.interventions), "node_id": node_id,
+        # configs/model_cutoffs.yaml: True when no model of the run can have read the quarter; None when unknown
+        "post_cutoff": run_post_cutoff(scenario["invest_quarter"], events),
+        # a blind memo (pseudonyms, relative dates): `madbench stats` pairs it with its named twin
+        "blind": bool((config.get("blind") or {}).get("enabled", False)),
     }
     for p in PILLARS:
         row[f"crit_{p}"] = sum(getattr(s.scores, p) for s in final_scores) / len(final_scores) if final_scores else None
@@ -131,15 +150,20 @@ def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dic
     for name, m in result.baselines.items():
         for k in ("total_return_pct", "excess_return_pct", "sharpe", "sortino", "volatility", "max_drawdown_pct"):
             row[f"{name}_{k}"] = m.get(k)
-    for k in ("calls", "cached", "failed", "prompt_tokens", "completion_tokens", "cost_usd", "calls_with_unknown_cost", "latency_s"):
-        row[k] = result.totals.get(k)
+    for k in ("calls", "cached", "failed", "prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens",
+              "cost_usd", "calls_with_unknown_cost", "latency_s"):
+        row[k] = result.totals.get(k)  # cached_tokens: None in results written before prompt caching was recorded
     if row["calls_with_unknown_cost"]:
         row["cost_usd"] = None  # a model outside litellm's cost map: the run's cost is unknown, not the known part
+    final = position(result.weights, result.cash) if result.status == "ok" else None
+    row.update(run_dynamics(unblinded(events), final, result.agent_metrics, (result.metrics or {}).get("total_return_pct")))
     return row
 
 
 def round_rows(result: RunResult, events: list[AnyEvent]) -> list[dict]:
     js = {d.round: d.jsd for d in events if isinstance(d, Divergence) and d.phase == "revise"}
+    # Debate dynamics (eval.dynamics) of each agent's revision; null, explicitly, where no critique round was run.
+    dynamics = round_dynamics(events)
     rows = []
     for e in events:
         if not isinstance(e, Crit) or e.label != "crit":
@@ -149,14 +173,23 @@ def round_rows(result: RunResult, events: list[AnyEvent]) -> list[dict]:
                      "rho": s.rho, "scorer": s.scorer, "scorer_is_llm": s.is_llm, "jsd_round": js.get(e.round),
                      **{p: getattr(s.scores, p) for p in PILLARS},
                      **{f"diag_{k}": int(v) for k, v in sorted(s.diagnostics.model_dump().items())},
-                     **{f"audit_{k}": v for k, v in e.audit.items()}, "clips": "; ".join(s.clips)})
+                     **{f"audit_{k}": v for k, v in e.audit.items()}, "clips": "; ".join(s.clips),
+                     **dynamics.get((e.round, e.agent), dict.fromkeys(ROUND_COLUMNS))})
     return rows
 
 
+def _billed(attempts: list[dict[str, Any]], key: str) -> int:
+    return sum(a.get(key) or 0 for a in attempts)
+
+
 def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[dict]:
+    """One row per answered call. ``cached_tokens`` and ``cache_write_tokens``: of the prompt tokens billed for this
+    call now (every attempt's), those the provider read from and wrote to its prompt cache; 0 for an answer from
+    madbench's own cache (``cached``), which billed nothing now."""
     return [{"run_id": result.run_id, "seq": e.seq, "agent": e.agent, "phase": e.phase, "round": e.round,
-             "label": e.label, "model_requested": e.model_requested, "model_used": e.model_used, "is_llm": e.is_llm,
+             "label": e.label, "model_requested": e.model_requested, "model_used": e.model_used, "provider": e.provider, "is_llm": e.is_llm,
              "cached": e.cached, "prompt_tokens": e.prompt_tokens, "completion_tokens": e.completion_tokens,
+             "cached_tokens": _billed(e.attempts, "cached_tokens"), "cache_write_tokens": _billed(e.attempts, "cache_write_tokens"),
              "cost_usd": e.cost_usd, "latency_s": e.latency_s, "overhead_ms": e.overhead_ms,
              "retries": sum(1 for a in e.attempts if a["kind"] != "ok"), "validation_retries": e.validation_retries,
              "node_id": node_id}

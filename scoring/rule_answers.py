@@ -7,14 +7,26 @@ the scoring, because it answers for both; the runner hands it to the gateway.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import random
 from collections.abc import Callable
 
 from pydantic import BaseModel
 
 from debate.rules import ANALYSTS, respond
 from debate.rules.staged_answers import answer as answer_stage
+from debate.schemas import Holding
 from debate.task import AgentTask
+from debate.validation import cap_weights
 from scoring import rca_judge, rules_scorer
+
+#: A sampled task's key (``debate.protocols.self_consistency.SampledTask``): which draw, at which temperature.
+SAMPLE_KEY = "sample"
+#: The spread of a rule-based analyst's samples: the standard deviation of the noise on its log-weights per unit
+#: of temperature (0.7, the ready configs' temperature, moves a weight by about ×/÷ 1.4 at one sigma).
+RULE_SAMPLE_SCALE = 0.5
 
 HANDLERS: dict[str, Callable[[dict], BaseModel]] = {
     **{name: (lambda ctx, n=name: respond(n, AgentTask.model_validate(ctx))) for name in [*ANALYSTS, "judge"]},
@@ -24,10 +36,39 @@ HANDLERS: dict[str, Callable[[dict], BaseModel]] = {
 }
 
 
+def sampled_answer(name: str, context: dict) -> BaseModel:
+    """One draw of a deterministic analyst, for a task that names its sample (self-consistency).
+
+    The analyst's own answer, each held weight times exp(σ·z) with σ = ``RULE_SAMPLE_SCALE`` × temperature and
+    z ~ N(0, 1) from a generator seeded by the whole task (its sample index included: the same draw every time),
+    rescaled to the same invested total and capped at max_weight. The held tickers, claims and cash stay the
+    analyst's, so the draw is as valid as the answer; at temperature 0 every draw is the answer itself.
+    """
+    task = {k: v for k, v in context.items() if k != SAMPLE_KEY}
+    out = respond(name, AgentTask.model_validate(task))
+    sigma = RULE_SAMPLE_SCALE * float(context[SAMPLE_KEY]["temperature"])
+    held = {h.ticker: h.weight for h in out.allocation if h.weight > 0}
+    if sigma == 0 or not held:
+        return out
+    seed = int(hashlib.sha256(json.dumps(context, sort_keys=True).encode()).hexdigest()[:16], 16)
+    rng = random.Random(seed)
+    drawn = {t: w * math.exp(sigma * rng.gauss(0.0, 1.0)) for t, w in sorted(held.items())}
+    invested, total = sum(held.values()), sum(drawn.values())
+    capped = cap_weights({t: w / total * invested for t, w in drawn.items()}, task["constraints"]["max_weight"])
+    rounded = {t: round(w, 6) for t, w in capped.items()}
+    top = max(rounded, key=lambda t: (rounded[t], t))  # the rounding residue on the largest holding
+    rounded[top] = round(rounded[top] + invested - sum(rounded.values()), 6)
+    return out.model_copy(update={"allocation": [Holding(ticker=h.ticker, weight=rounded.get(h.ticker, h.weight))
+                                                 for h in out.allocation]})
+
+
 def answer(name: str, context: dict) -> BaseModel:
-    """Answer ``context`` as ``rules/<name>``; a staged protocol's task goes to the stage answerer, whatever the role."""
+    """Answer ``context`` as ``rules/<name>``; a staged protocol's task goes to the stage answerer, whatever the role,
+    and a sampled task to ``sampled_answer``."""
     if "stage" in context:
         name = "stage"
+    elif SAMPLE_KEY in context:
+        return sampled_answer(name, context)
     if name not in HANDLERS:
         raise KeyError(f"known: {', '.join('rules/' + n for n in HANDLERS)}")
     return HANDLERS[name](context)

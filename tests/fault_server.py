@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 from runner.sim.http_stub import JSONHandler, StubServer, chat_completion
+from scoring.rule_answers import answer_for_context
 
 
 @dataclass
@@ -40,6 +41,8 @@ class FaultServer(StubServer):
         self.arrivals: list[float] = []
         self.outcomes: list[str] = []
         self.bodies: list[dict] = []
+        #: (outcome, sha256 of the messages) of every 200 sent: the calls a provider would bill.
+        self.answered: list[tuple[str, str]] = []
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         server = self
@@ -78,7 +81,14 @@ class FaultServer(StubServer):
                     return self.send_json(504, {"error": {"message": "stalled", "type": "timeout"}})
                 prompt = json.dumps(body.get("messages"), sort_keys=True)
                 digest = hashlib.sha256(prompt.encode()).hexdigest()[:16]
-                content = "Sure! {not json" if outcome == "invalid_json" else json.dumps({"answer": digest, "n": len(prompt)})
+                if outcome == "invalid_json":
+                    content = "Sure! {not json"
+                elif "madbench_context" in body:  # a debate turn (send_context): answered by the rule-based analysts
+                    content = answer_for_context(body["madbench_context"])
+                else:
+                    content = json.dumps({"answer": digest, "n": len(prompt)})
+                with server._lock:
+                    server.answered.append((outcome, hashlib.sha256(prompt.encode()).hexdigest()))
                 self.send_json(200, chat_completion(content, body.get("model", "fake"), len(prompt) // 4, 12, digest))
 
         super().__init__(Handler)

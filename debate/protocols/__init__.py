@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ValidationError
 
-from debate.protocols import adversarial, desks, paper, tradingagents
+from debate.protocols import adversarial, desks, paper, self_consistency, tradingagents
 from madbench_data.errors import InputError, format_validation_error
 
-_MODULES = {"paper": paper, "adversarial": adversarial, "desks": desks, "tradingagents": tradingagents}
+_MODULES = {"paper": paper, "adversarial": adversarial, "desks": desks, "tradingagents": tradingagents,
+            "self_consistency": self_consistency}
 PROTOCOLS = {name: m.run for name, m in _MODULES.items()}
 
 

@@ -18,6 +18,7 @@ from debate.events import (
     RCA,
     AnyEvent,
     Backtest,
+    BlindMap,
     ControllerStep,
     Crit,
     Divergence,
@@ -57,7 +58,7 @@ def digest(events: list[AnyEvent], row: dict) -> tuple[dict, str | None, str | N
     """(digest, memo sha, memo text) for one run's last attempt."""
     out = {"run_id": row["run_id"], "config": row["config"], "scenario_id": row["scenario_id"], "status": row["status"],
            "error": row.get("error"), "replicate": row.get("replicate"), "turns": [], "crit": [], "interventions": [],
-           "controller": [], "divergence": [], "final": None, "backtest": None, "memo": None}
+           "controller": [], "divergence": [], "final": None, "backtest": None, "memo": None, "blind": None}
     memo_sha = memo_text = None
     for e in events:
         if isinstance(e, MemoShown):
@@ -77,6 +78,8 @@ def digest(events: list[AnyEvent], row: dict) -> tuple[dict, str | None, str | N
             out["controller"].append({"round": e.round, **e.step})
         elif isinstance(e, Divergence):
             out["divergence"].append(e.model_dump(mode="json", include={"round", "phase", "jsd", "cash_spread"}))
+        elif isinstance(e, BlindMap):  # pseudonym → ticker, for the explorer's allocations
+            out["blind"] = {p: t for t, p in e.mapping.items()}
         elif isinstance(e, Final):
             out["final"] = e.model_dump(mode="json", include={"weights", "cash", "method", "notes"})
         elif isinstance(e, Backtest):

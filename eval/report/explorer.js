@@ -24,10 +24,14 @@
       el("tbody", {}, ...rows.map(r => el("tr", {}, ...r.map(c => el("td", {}, c))))));
   }
 
+  // A blind run's pseudonyms → real tickers (its turns are in pseudonyms; its final allocation in real tickers).
+  let blindNames = {};
+  const ticker = t => blindNames[t] ? t + " (" + blindNames[t] + ")" : t;
+
   function allocation(weights) {
     const entries = Object.entries(weights || {}).filter(e => e[1] > 0).sort((a, b) => b[1] - a[1]);
-    const zero = Object.entries(weights || {}).filter(e => !(e[1] > 0)).map(e => e[0]);
-    return entries.map(([t, w]) => t + " " + (100 * w).toFixed(1) + "%").join(", ") + (zero.length ? " · not held: " + zero.join(", ") : "");
+    const zero = Object.entries(weights || {}).filter(e => !(e[1] > 0)).map(e => ticker(e[0]));
+    return entries.map(([t, w]) => ticker(t) + " " + (100 * w).toFixed(1) + "%").join(", ") + (zero.length ? " · not held: " + zero.join(", ") : "");
   }
 
   function claims(list) {
@@ -77,6 +81,9 @@
     root.replaceChildren();
     root.appendChild(el("p", {}, el("b", {}, run.config + " on " + run.scenario_id), " · run " + run.run_id +
       " · status " + run.status + (run.error ? " · " + run.error : "")));
+    blindNames = run.blind || {};
+    if (run.blind) root.appendChild(section("Blind memo: the debate saw pseudonyms and relative dates",
+      table(["pseudonym", "ticker"], Object.entries(run.blind).sort().map(([p, t]) => [p, t]))));
     const memo = run.memo && memos[run.memo.sha256];
     root.appendChild(section("Memo" + (run.memo ? " (as of " + run.memo.as_of + ", " + run.memo.n_items + " items)" : ""),
       el("pre", { class: "memo" }, memo || "The memo text is not stored in this trace.")));

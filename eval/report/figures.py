@@ -148,3 +148,92 @@ def tokens_chart(cost: pd.DataFrame) -> go.Figure:
             fig.add_trace(go.Bar(x=cost["config"], y=cost[column], name=column, marker_color=colour))
     fig.update_layout(barmode="stack")
     return _layout(fig, "Tokens per configuration", height=340)
+
+
+def _mean_sem(frame: pd.DataFrame, by: str, column: str) -> pd.DataFrame:
+    return frame.groupby(by)[column].agg(["mean", "sem", "count"]).dropna(subset=["mean"])
+
+
+def dynamics_shift(rounds: pd.DataFrame, configs: list[str]) -> go.Figure:
+    """Each agent's shift toward the others' mean after a critique (L1 and JS, before − after), per round and config.
+
+    ``rounds``: rounds.parquet rows with their run's ``config`` (``eval.dynamics`` explains every column)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("L1 shift toward the others", "JS shift toward the others"))
+    col = colours(configs)
+    for c in configs:
+        g = rounds[(rounds["config"] == c) & rounds["shift_l1"].notna()]
+        if g.empty:
+            continue
+        for i, m in enumerate(("shift_l1", "shift_js"), start=1):
+            s = _mean_sem(g, "round", m)
+            fig.add_trace(go.Scatter(x=list(s.index), y=s["mean"], error_y=dict(array=s["sem"].fillna(0)), mode="lines+markers",
+                                     name=c, legendgroup=c, showlegend=i == 1, line=dict(color=col[c]),
+                                     hovertemplate=f"round %{{x}}<br>{m} %{{y:.4f}}<extra>{c}</extra>"), row=1, col=i)
+    fig.add_hline(y=0, line_dash="dot", line_color="#888")
+    fig.update_xaxes(title="round", dtick=1)
+    return _layout(fig, "Shift toward the other agents after each critique (> 0: closer; mean ± SEM over agents and runs)")
+
+
+def flip_matrix(pairs: pd.DataFrame, config: str) -> go.Figure:
+    """Critic × target heatmaps of one config, without and with new evidence cited in the revision: the colour is the
+    mean pull toward the critic (1: moved onto its allocation), the text the flips (pull ≥ ½) of all critiques.
+
+    ``pairs``: ``eval.dynamics.critique_pairs`` rows of this config's runs."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+    agents = sorted(set(pairs["critic"]) | set(pairs["target"]))
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("without new evidence", "with new evidence"), horizontal_spacing=0.12)
+    for i, new in enumerate((False, True), start=1):
+        g = pairs[pairs["new_evidence"] == new]
+        stats = g.groupby(["critic", "target"]).agg(pull=("pull", "mean"), flips=("flip", "sum"), n=("flip", "size"))
+        z = [[stats.at[(c, t), "pull"] if (c, t) in stats.index else None for t in agents] for c in agents]
+        text = [[f"{int(stats.at[(c, t), 'flips'])}/{int(stats.at[(c, t), 'n'])}" if (c, t) in stats.index else ""
+                 for t in agents] for c in agents]
+        fig.add_trace(go.Heatmap(z=z, x=agents, y=agents, text=text, texttemplate="%{text}", zmin=-1, zmax=1, colorscale="RdBu",
+                                 reversescale=True, showscale=i == 2, colorbar=dict(title="pull"),
+                                 hovertemplate="critic %{y} → target %{x}<br>mean pull %{z:.3f}<br>flips/critiques %{text}"
+                                               "<extra></extra>"), row=1, col=i)
+        fig.update_xaxes(title="target (who revised)", row=1, col=i)
+        fig.update_yaxes(title="critic" if i == 1 else None, row=1, col=i)
+    return _layout(fig, f"{config}: who moved toward whose critique (colour: mean pull; text: flips / critiques)",
+                   height=max(340, 160 + 55 * len(agents)))
+
+
+def sycophancy_collapse(runs: pd.DataFrame, rounds: pd.DataFrame, configs: list[str]) -> go.Figure:
+    """Mean sycophancy per config (over runs) and the disagreement collapse per round (fall in mean pairwise JS)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Sycophancy (movement toward a critic without new evidence)",
+                                                        "Disagreement collapse (fall in mean pairwise JS)"))
+    col = colours(configs)
+    per_round = rounds.drop_duplicates(["run_id", "round"])  # one collapse per run and round, on every agent's row
+    for c in configs:
+        s = runs.loc[(runs["config"] == c), "sycophancy_mean"].dropna()
+        if len(s):
+            fig.add_trace(go.Bar(x=[c], y=[s.mean()], error_y=dict(array=[s.sem() if len(s) > 1 else 0]), name=c, legendgroup=c,
+                                 marker_color=col[c], hovertemplate=f"%{{y:.3f}} over {len(s)} runs<extra>{c}</extra>"), row=1, col=1)
+        g = per_round[(per_round["config"] == c) & per_round["collapse"].notna()]
+        if len(g):
+            m = _mean_sem(g, "round", "collapse")
+            fig.add_trace(go.Scatter(x=list(m.index), y=m["mean"], error_y=dict(array=m["sem"].fillna(0)), mode="lines+markers",
+                                     name=c, legendgroup=c, showlegend=not len(s), line=dict(color=col[c])), row=1, col=2)
+    fig.update_yaxes(range=[0, 1], row=1, col=1)
+    fig.update_xaxes(title="round", dtick=1, row=1, col=2)
+    return _layout(fig, "Sycophancy and disagreement collapse per configuration (mean ± SEM over runs)")
+
+
+def turnover_oracle(ok: pd.DataFrame, configs: list[str]) -> go.Figure:
+    """Per run: the debate's turnover from the mean proposal (L1) and the oracle gap (best agent − aggregate, pp)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Turnover caused by the debate (L1)", "Oracle gap (best agent − aggregate, pp)"))
+    col = colours(configs)
+    for c in configs:
+        g = ok[ok["config"] == c]
+        for i, m in enumerate(("debate_turnover", "oracle_gap_pct"), start=1):
+            if g[m].notna().any():
+                fig.add_trace(go.Box(y=g[m], name=c, boxpoints="all", jitter=0.4, pointpos=0, marker_color=col[c], legendgroup=c,
+                                     showlegend=i == 1, text=g["scenario_id"]), row=1, col=i)
+    return _layout(fig, "What the debate changed: turnover from the proposals, and the oracle gap")

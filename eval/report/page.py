@@ -9,6 +9,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
+from eval.dynamics import critique_pairs
 from eval.report import figures
 from eval.report.collect import load_report_data
 from eval.stats.analysis import analyse
@@ -34,6 +35,25 @@ def _html_table(df: pd.DataFrame, digits: int = 3) -> str:
 def _script_json(obj) -> str:
     # A "<" in a string could close the <script> element or open a comment: escape every one as \u003c.
     return json.dumps(json_safe(obj), separators=(",", ":")).replace("<", "\\u003c")
+
+
+def _dynamics(ok: pd.DataFrame, rounds: pd.DataFrame, configs: list[str], table: pd.DataFrame) -> dict:
+    """The "Debate dynamics" section: figures where some run had a critique round, else a note saying why not."""
+    if "shift_l1" not in rounds.columns or "sycophancy_mean" not in ok.columns:
+        return {"dynamics_figs": [], "flip_figs": [], "dynamics_html": "",
+                "dynamics_note": "These results predate the dynamics columns: delete the results' parts/ folder and run "
+                                 "the batch's `madbench run` again, which rebuilds every table from the traces."}
+    rounds = rounds.merge(ok[["run_id", "config"]], on="run_id")
+    pairs = critique_pairs(rounds).merge(rounds[["run_id", "config"]].drop_duplicates(), on="run_id")
+    debated = [c for c in configs if (pairs["config"] == c).any()]
+    if not debated:
+        return {"dynamics_figs": [], "flip_figs": [], "dynamics_html": _html_table(table),
+                "dynamics_note": "No run of these configurations had a critique round (the paper protocol's propose → "
+                                 "critique → revise): shift, flips, sycophancy and collapse are null."}
+    figs = [figures.dynamics_shift(rounds, debated), figures.sycophancy_collapse(ok, rounds, debated),
+            figures.turnover_oracle(ok, configs)]
+    return {"dynamics_figs": [_fig_html(f) for f in figs], "dynamics_html": _html_table(table), "dynamics_note": "",
+            "flip_figs": [_fig_html(figures.flip_matrix(pairs[pairs["config"] == c], c)) for c in debated]}
 
 
 def build_report(root: str | Path, out: str | Path | None = None, compare: list[str] | None = None,
@@ -73,6 +93,7 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
         "ols_formula": analysis.ols_formula or "", "ols_note": analysis.ols_note or "", "ols_html": _html_table(analysis.ols_table),
         "divergence_fig": _fig_html(figures.divergence(data.divergence[data.divergence["config"].isin(configs)], configs)),
         "pillar_fig": _fig_html(figures.pillar_trajectories(data.rounds, runs, configs)),
+        **_dynamics(ok, data.rounds, configs, analysis.dynamics),
         "cost_html": _html_table(cost), "n_pairs": len(analysis.pairs), "n_correlations": len(analysis.correlations),
         "tokens_fig": _fig_html(figures.tokens_chart(cost)) if cost.get("prompt_tokens", pd.Series([0])).fillna(0).sum() > 0
         else "<p class='muted'>No tokens spent: these runs made no LLM calls (rule-based analysts).</p>",

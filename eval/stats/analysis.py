@@ -11,6 +11,7 @@ from eval.stats.beats import beats_baseline
 from eval.stats.correlate import agent_rho_correlations, computed, delta_correlations, not_computed, quality_correlations
 from eval.stats.degenerate import Degenerate
 from eval.stats.describe import summarise
+from eval.stats.dynamics_table import dynamics_table
 from eval.stats.frame import check_runs, ok_runs, ordered_configs
 from eval.stats.paired import PairedComparison, all_pairs
 from eval.stats.regress import RankDeficient, build_formula, ols
@@ -35,12 +36,16 @@ class Analysis:
     ols_formula: str | None = None
     ols_table: pd.DataFrame | None = None
     ols_note: str | None = None
+    #: Debate dynamics by config (``eval.stats.dynamics_table``); empty when the runs predate its columns.
+    dynamics: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def markdown(self) -> str:
         parts = ["## Comparison (paired on scenario and replicate)", "", self.table.markdown(), ""]
         parts += ["## Paired differences", "", _md(pd.DataFrame([p.record() for p in self.pairs])), ""]
         if self.beats:
             parts += ["## Beats 1/N (binomial, one-sided)", "", _md(pd.DataFrame(self.beats)), ""]
+        if len(self.dynamics):
+            parts += ["## Debate dynamics (means over runs; n/a: no critique round)", "", _md(self.dynamics), ""]
         if self.correlations:
             parts += ["## Reasoning quality against performance", ""]
             if self.computed_correlations:
@@ -74,6 +79,8 @@ class Analysis:
     def write_csvs(self, out: Path) -> list[Path]:
         frames = {"summary": pd.DataFrame(self.summaries), "paired": pd.DataFrame([p.record() for p in self.pairs]),
                   "beats_1n": pd.DataFrame(self.beats), "correlations": pd.DataFrame(self.correlations)}
+        if len(self.dynamics):
+            frames["dynamics"] = self.dynamics
         if self.ols_table is not None:
             frames["ols"] = self.ols_table
         else:  # a table from an earlier fit must not stand beside statistics that refuse one
@@ -98,7 +105,7 @@ def analyse(runs: pd.DataFrame, where: str, compare: list[str] | None = None, me
     pairs = all_pairs(ok, configs, metrics)
     summaries = summarise(runs, configs, metrics)
     analysis = Analysis(configs, metrics, summaries, pairs, comparison_table(summaries, pairs, configs, metrics, correction),
-                        beats_baseline(ok, configs))
+                        beats_baseline(ok, configs), dynamics=dynamics_table(runs, configs))
     if "rho_bar" in ok.columns and ok["rho_bar"].notna().sum() >= 3:
         ys = [y for y in PERFORMANCE if y in ok.columns]
         xs = ["rho_bar", *[p for p in PILLAR_COLUMNS if p in ok.columns]]

@@ -5,6 +5,12 @@ For differences d_i = a_i − b_i over n pairs (mean d̄, standard deviation s_d
   CI = d̄ ± t_{1−α/2, n−1} · s_d / √n                     (its confidence_interval)
   Cohen's d_z = d̄ / s_d = t / √n
   Wilcoxon signed-rank on the d_i as a distribution-free check (scipy.stats.wilcoxon).
+
+Beside each difference, what each side spent on the same n pairs: mean tokens per run (prompt + completion of
+every answered call, a cached answer with the tokens it was first answered with) and mean cost per run in US
+dollars (what was paid then: a cached answer costs nothing; NaN when any of those runs has an unknown cost), from
+runs.parquet's ``prompt_tokens``, ``completion_tokens`` and ``cost_usd``. "Debate beats equal compute" is a
+difference whose two sides spent about the same tokens.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import pandas as pd
 
 from eval.stats.frame import pair_keys
 
+COMPUTE_FIELDS = ("tokens_a", "tokens_b", "cost_usd_a", "cost_usd_b")
+
 
 @dataclass(frozen=True)
 class PairedComparison:
@@ -27,6 +35,12 @@ class PairedComparison:
     diff: float
     ci_low: float
     ci_high: float
+    #: Mean tokens and cost per run of each side over the same n pairs; None (and no column in the record) when the
+    #: runs table has no such column, e.g. a Parquet of metrics alone.
+    tokens_a: float | None
+    tokens_b: float | None
+    cost_usd_a: float | None
+    cost_usd_b: float | None
     t: float
     p: float
     d: float
@@ -35,11 +49,17 @@ class PairedComparison:
     unpaired_b: int
 
     def record(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in COMPUTE_FIELDS}
 
 
 def paired_arrays(runs: pd.DataFrame, a: str, b: str, metric: str) -> tuple[np.ndarray, np.ndarray, int, int]:
     """Align a and b by scenario (and replicate); return the finite pairs and the unpaired counts."""
+    paired, unpaired_a, unpaired_b = _paired_frame(runs, a, b, metric)
+    return paired["a"].to_numpy(), paired["b"].to_numpy(), unpaired_a, unpaired_b
+
+
+def _paired_frame(runs: pd.DataFrame, a: str, b: str, metric: str) -> tuple[pd.DataFrame, int, int]:
+    """The finite pairs (columns a and b, indexed by the pair keys) and the unpaired counts."""
     keys = pair_keys(runs)
     side = {}
     for name in (a, b):
@@ -53,7 +73,19 @@ def paired_arrays(runs: pd.DataFrame, a: str, b: str, metric: str) -> tuple[np.n
     paired = joined[finite]
     unpaired_a = int((joined["a"].notna() & ~finite).sum())
     unpaired_b = int((joined["b"].notna() & ~finite).sum())
-    return paired["a"].to_numpy(), paired["b"].to_numpy(), unpaired_a, unpaired_b
+    return paired, unpaired_a, unpaired_b
+
+
+def compute_per_run(runs: pd.DataFrame, config: str, index: pd.Index) -> dict[str, float | None]:
+    """Mean tokens and cost per run of ``config``'s runs at the pair keys ``index`` (see the module docstring):
+    NaN over no pair or when one of the runs' values is unknown, None when the table has no such column."""
+    rows = runs[runs["config"] == config].set_index(pair_keys(runs)).reindex(index)
+
+    def mean(values: pd.Series) -> float:  # skipna=False: one unknown makes the mean unknown, not that of the rest
+        return float(values.astype(float).mean(skipna=False)) if len(values) else float("nan")
+    has_tokens = {"prompt_tokens", "completion_tokens"} <= set(runs.columns)
+    return {"tokens": mean(rows["prompt_tokens"].astype(float) + rows["completion_tokens"].astype(float)) if has_tokens else None,
+            "cost_usd": mean(rows["cost_usd"]) if "cost_usd" in runs.columns else None}
 
 
 def paired_test(x_a: np.ndarray, x_b: np.ndarray, confidence: float = 0.95) -> dict[str, float]:
@@ -76,8 +108,12 @@ def paired_test(x_a: np.ndarray, x_b: np.ndarray, confidence: float = 0.95) -> d
 
 
 def compare(runs: pd.DataFrame, a: str, b: str, metric: str, confidence: float = 0.95) -> PairedComparison:
-    x_a, x_b, un_a, un_b = paired_arrays(runs, a, b, metric)
-    return PairedComparison(metric=metric, a=a, b=b, unpaired_a=un_a, unpaired_b=un_b, **paired_test(x_a, x_b, confidence))
+    paired, un_a, un_b = _paired_frame(runs, a, b, metric)
+    spent_a, spent_b = compute_per_run(runs, a, paired.index), compute_per_run(runs, b, paired.index)
+    return PairedComparison(metric=metric, a=a, b=b, unpaired_a=un_a, unpaired_b=un_b,
+                            tokens_a=spent_a["tokens"], tokens_b=spent_b["tokens"],
+                            cost_usd_a=spent_a["cost_usd"], cost_usd_b=spent_b["cost_usd"],
+                            **paired_test(paired["a"].to_numpy(), paired["b"].to_numpy(), confidence))
 
 
 def all_pairs(runs: pd.DataFrame, configs: list[str], metrics: list[str]) -> list[PairedComparison]:

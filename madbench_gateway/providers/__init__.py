@@ -8,6 +8,7 @@ the layer that has it (``register_provider``). Adding a provider is one module p
 from __future__ import annotations
 
 from .base import Provider, RawResponse
+from .batching import BatchCollector, BatchingProvider
 from .litellm_provider import LiteLLMProvider
 from .local import LocalModelProvider
 
@@ -22,9 +23,17 @@ def register_provider(prefix: str, provider: Provider) -> None:
     PROVIDERS[prefix] = provider
 
 
+def use_provider_batches(collector: BatchCollector) -> Provider:
+    """From now on, in this process, answer every litellm-routed model through provider batches gathered by
+    ``collector`` (providers/batching.py); returns the provider installed. A runner actor in batch mode calls it."""
+    global DEFAULT_PROVIDER
+    DEFAULT_PROVIDER = BatchingProvider(LiteLLMProvider(), collector)
+    return DEFAULT_PROVIDER
+
+
 def provider_for(model: str) -> Provider:
     prefix = model.split("/", 1)[0] if "/" in model else ""
     return PROVIDERS.get(prefix, DEFAULT_PROVIDER)
 
 
-__all__ = ["PROVIDERS", "Provider", "RawResponse", "provider_for", "register_provider"]
+__all__ = ["PROVIDERS", "Provider", "RawResponse", "provider_for", "register_provider", "use_provider_batches"]

@@ -13,6 +13,9 @@ class RawResponse:
     model_used: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    #: Of ``prompt_tokens``: read from and written to the provider's prompt cache (None: not reported).
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
     finish_reason: str | None = None
     #: Provider-specific facts worth keeping in the trace (never credentials).
     extra: dict[str, Any] = field(default_factory=dict)
@@ -41,8 +44,10 @@ class Provider(Protocol):
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         """What stands for the endpoint in the cache key (a stable name, not an ephemeral port)."""
 
-    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> float | None:
-        """US dollars for one attempt; None when unknown (never a made-up 0)."""
+    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, cached_tokens: int | None = None,
+             cache_write_tokens: int | None = None) -> float | None:
+        """US dollars for one attempt (``prompt_tokens`` includes the cached and cache-write ones, priced at their own
+        rates); None when unknown (never a made-up 0)."""
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
         """One attempt. Raises the classified errors of ``gateway.errors``."""

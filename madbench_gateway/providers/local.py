@@ -54,7 +54,7 @@ class LocalModelProvider:
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return spec.api_base or f"local://{Path(ensure_model_file(spec.model.split('/', 1)[1])).name}"
 
-    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> float:
+    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, **cache_split: int | None) -> float:
         return 0.0  # runs on this machine; nothing is billed
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:

@@ -40,7 +40,7 @@ class RulesProvider:
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return None
 
-    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None) -> float:
+    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, **cache_split: int | None) -> float:
         return 0.0
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:

@@ -62,19 +62,22 @@ GROUPS: tuple[Group, ...] = (
         "stats": "summaries, paired tests, paper-style tables, correlations and OLS over runs.parquet",
         "power": "scenarios needed for a paired test to detect an effect",
     }),
+    Group("runner.cli.probe", {
+        "probe": "leakage probes: how far a model's memory of each quarter's returns beats chance (recall)",
+    }),
     Group("runner.cli.report", {
         "report": "write a self-contained report.html (tables, plots, trace explorer) for a results dir",
     }),
     Group("runner.cli.llm", {
         "llm": "send requests through the gateway",
-        "cache": "inspect or prune the LLM response cache",
+        "cache": "inspect, verify (against the runs that used it) or prune the LLM response cache",
         "model": "the embedded offline model (Gemma 3 270M behind llama.cpp)",
     }),
     Group("runner.cli.sim", {
         "sim": "a simulated OpenAI-compatible provider (rate limits, latency) for trying setups offline",
     }),
     Group("runner.cli.bench", {
-        "bench": "benchmarks: memo, backtest, gateway, runner, throughput against a simulated provider, cached replay",
+        "bench": "benchmarks: memo, backtest, gateway, runner, throughput against a simulated provider, cached replay, cost per run",
     }),
 )
 

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from debate.config_file import load_debate_config
 from debate.events import (
     Backtest,
+    BlindMap,
     ControllerStep,
     Crit,
     Divergence,
@@ -206,6 +207,12 @@ def _intervention(e: Intervention | InterventionCheck) -> str:
     return f"   {e.event.upper():<8} " + json.dumps(_fields(e, "event"), sort_keys=True)
 
 
+def _blind_map(e: BlindMap) -> str:
+    pairs = ", ".join(f"{p}={t}" for t, p in sorted(e.mapping.items(), key=lambda kv: kv[1]))
+    opts = " ".join(f"{k}={v}" for k, v in e.options.items() if k != "enabled")
+    return f"   BLIND    {pairs} ({opts}; turns below are in pseudonyms, FINAL in real tickers)"
+
+
 def _final(e: Final) -> str:
     held = ", ".join(f"{t} {x:.3f}" for t, x in sorted(e.weights.items(), key=lambda kv: -kv[1]) if x > 0)
     return f"   FINAL    ({e.method}) {held}" + (f", cash {e.cash:.3f}" if e.cash else "")
@@ -224,5 +231,5 @@ def _run_end(e: RunEnd) -> str:
 _RENDERERS: dict[type[Event], Callable[[Any], str]] = {
     RunStart: _run_start, MemoShown: _memo, LLMCall: _llm_call, LLMFailure: _llm_failure, Turn: _turn, Crit: _crit,
     Divergence: _divergence, ControllerStep: _controller, Intervention: _intervention, InterventionCheck: _intervention,
-    Final: _final, Backtest: _backtest, RunEnd: _run_end,
+    Final: _final, Backtest: _backtest, RunEnd: _run_end, BlindMap: _blind_map,
 }

@@ -1,4 +1,10 @@
-"""`madbench llm ask`, `madbench cache …` and `madbench model …`: check a provider, inspect the cache, run the offline model."""
+"""`madbench llm ask`, `madbench cache …` and `madbench model …`: check a provider, inspect the cache, run the offline model.
+
+`madbench cache verify` is the cache's tamper evidence. An entry's checksum catches accidents, but whoever edits
+an answer can recompute it; the traces that used the cache cannot be edited that way (they are elsewhere, and
+hash-chained). Every ``llm_call`` event records ``answer_sha256``, so each is looked up under its cache key and
+the hash of what the cache holds now compared: a difference is an entry edited or replaced after the run.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,14 @@ import json
 import re
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from madbench_data.errors import InputError
+from pydantic import ValidationError
+
+from debate.events import LLMCall
+from debate.trace import TraceSymlinkError, read_trace
+from madbench_data.errors import InputError, format_validation_error
 from madbench_gateway import (
     Gateway,
     GatewayFailure,
@@ -21,10 +32,12 @@ from madbench_gateway import (
     RetryPolicy,
     resolve_cache_dir,
 )
+from madbench_gateway.cache import answer_sha256
 from madbench_gateway.errors import OutputInvalid
 from madbench_gateway.local_model import LocalServer
 from runner.cli.commands import command_parser
 from runner.cli.common import CACHE_DIR_HELP
+from runner.store import read_manifest
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -71,6 +84,14 @@ def register(sub) -> None:
     p.add_argument("--model", help="only entries of this model")
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     p.set_defaults(func=cmd_cache_prune)
+    p = cache.add_parser("verify", help="check the cache's answers against the hashes recorded by the runs that used them")
+    p.add_argument("results_dirs", nargs="+", metavar="RESULTS_DIR",
+                   help="a batch's results directory, or the --out directory of `madbench debate`")
+    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's cache_dir from its "
+                                       "manifest, else ~/.cache/madbench/llm)")
+    p.add_argument("--drop", action="store_true", help="delete the mismatched and corrupt entries, so those calls are asked again")
+    p.add_argument("--json", action="store_true", help="print a machine-readable summary as one JSON object")
+    p.set_defaults(func=cmd_cache_verify)
 
     p = command_parser(sub, "model")
     model = p.add_subparsers(dest="model_cmd", required=True, metavar="ACTION", help="what to do with the model's server")
@@ -176,6 +197,150 @@ def cmd_cache_prune(args) -> int:
         removed = cache.prune(age, args.model)
     print(f"removed {removed} entries older than {args.older_than}")
     return 0
+
+
+@dataclass
+class _Call:
+    """One ``llm_call`` event to check: which run and call, under which key, and the answer hash it recorded."""
+
+    run: str
+    seq: int
+    where: str
+    key: str
+    sha256: str
+    cached: bool
+    #: True when the trace predates ``answer_sha256`` and the hash is that of its traced response.
+    from_response: bool
+
+    def line(self, problem: str) -> str:
+        return f"run {self.run}: call {self.seq} ({self.where}), key {self.key}: {problem}"
+
+
+@dataclass
+class _Verdict:
+    calls: int = 0
+    ok: int = 0
+    missing: int = 0
+    unrecorded: int = 0
+    dropped: int = 0
+    runs: set[str] = field(default_factory=set)
+    caches: set[str] = field(default_factory=set)
+    mismatched: list[dict] = field(default_factory=list)
+    corrupt: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _run_traces(root: Path) -> list[tuple[str, Path]]:
+    """(run id, trace) of every run under ``root``: a batch's ``traces/<run>.jsonl``, a debate's ``<run>/trace.jsonl``."""
+    if not root.is_dir():
+        raise InputError(root, "not a directory", "give a batch's results directory or the --out directory of `madbench debate`")
+    found = [(t.stem, t) for t in sorted((root / "traces").glob("*.jsonl"))]
+    found += [(t.parent.name, t) for t in sorted(root.rglob("trace.jsonl"))]
+    if not found:
+        raise InputError(root, "holds no run traces (traces/*.jsonl or <run>/trace.jsonl)",
+                         "give a batch's results directory or the --out directory of `madbench debate`")
+    return found
+
+
+def _recorded_calls(run: str, trace: Path, verdict: _Verdict) -> list[_Call]:
+    """The run's ``llm_call`` events that recorded an answer (an event of an older trace: its response's hash)."""
+    try:
+        readout = read_trace(trace)
+    except TraceSymlinkError as exc:
+        raise InputError(None, str(exc)) from None
+    verdict.notes += readout.problems  # a torn tail or a broken chain: the whole events before it are still checked
+    calls = []
+    for record in readout.events:
+        if record.get("event") != "llm_call":
+            continue
+        try:
+            e = LLMCall.model_validate(record)
+        except ValidationError as exc:
+            raise InputError(trace, f"event {record.get('seq')} is not an llm_call madbench reads: {format_validation_error(exc)}",
+                             "restore the trace from the run's own copy") from None
+        sha, from_response = (e.answer_sha256, False) if e.answer_sha256 else \
+            (None if e.response is None else answer_sha256(e.response), True)
+        verdict.calls += 1
+        if sha is None:
+            verdict.unrecorded += 1
+            continue
+        calls.append(_Call(run, e.seq, f"{e.agent} {e.label}, round {e.round}", e.key, sha, e.cached, from_response))
+    return calls
+
+
+def _check_calls(cache: ResponseCache, calls: list[_Call], verdict: _Verdict) -> None:
+    """Compare each call's recorded hash with the cache's entry; one finding per run, key and recorded answer."""
+    states, seen = {}, set()
+    for call in calls:
+        if call.key not in states:
+            states[call.key] = cache.inspect(call.key)
+        state = states[call.key]
+        if state.status == "missing":
+            verdict.missing += 1
+            continue
+        if state.status == "present" and state.answer_sha256 == call.sha256:
+            verdict.ok += 1
+            continue
+        if (call.run, call.key, call.sha256) in seen:
+            continue
+        seen.add((call.run, call.key, call.sha256))
+        finding = {"run": call.run, "seq": call.seq, "call": call.where, "key": call.key, "recorded_sha256": call.sha256,
+                   "cached": call.cached, "from_response": call.from_response, "cache_dir": str(cache.directory)}
+        if state.status == "corrupt":
+            verdict.corrupt.append({**finding, "reason": state.reason,
+                                    "line": call.line(f"the cache entry is corrupt ({state.reason})")})
+            continue
+        used = "was served from the cache" if call.cached else "received from the provider"
+        source = " (hash of its traced response: the trace predates answer_sha256)" if call.from_response else ""
+        verdict.mismatched.append({**finding, "cache_sha256": state.answer_sha256, "line": call.line(
+            f"the cache's answer (sha256 {state.answer_sha256[:12]}) differs from the one the run {used} "
+            f"(sha256 {call.sha256[:12]}){source}: edited or replaced after the run")})
+
+
+def _cache_for(root: Path, cli: str | None) -> Path:
+    """--cache-dir, else $MADBENCH_CACHE_DIR, else the cache the batch recorded in its manifest, else the default."""
+    spec = read_manifest(root).get("spec", {}) if (root / "manifest.json").is_file() else {}
+    directory = resolve_cache_dir(cli, spec.get("cache_dir"))
+    if not (directory / "responses").is_dir():
+        raise InputError(directory, f"no LLM response cache here (the cache for {root})",
+                         "give the cache the runs used with --cache-dir")
+    return directory
+
+
+def cmd_cache_verify(args) -> int:
+    verdict = _Verdict()
+    by_cache: dict[Path, list[_Call]] = {}
+    for root in map(Path, args.results_dirs):
+        directory = _cache_for(root, args.cache_dir)
+        for run, trace in _run_traces(root):
+            verdict.runs.add(run)
+            by_cache.setdefault(directory, []).extend(_recorded_calls(run, trace, verdict))
+    for directory, calls in by_cache.items():
+        verdict.caches.add(str(directory))
+        with ResponseCache(directory) as cache:
+            before = len(verdict.mismatched), len(verdict.corrupt)
+            _check_calls(cache, calls, verdict)
+            if args.drop:  # this cache's findings only
+                bad = {f["key"] for f in verdict.mismatched[before[0]:] + verdict.corrupt[before[1]:]}
+                verdict.dropped += sum(cache.delete(key) for key in bad)
+    return _report_verify(verdict, args.json)
+
+
+def _report_verify(v: _Verdict, as_json: bool) -> int:
+    bad = bool(v.mismatched or v.corrupt)
+    if as_json:
+        print(json.dumps({"clean": not bad, "caches": sorted(v.caches), "runs": len(v.runs), "calls": v.calls, "ok": v.ok,
+                          "mismatched": v.mismatched, "corrupt": v.corrupt, "missing": v.missing,
+                          "unrecorded": v.unrecorded, "dropped": v.dropped, "trace_problems": v.notes}, indent=1))
+        return 1 if bad else 0
+    for finding in v.mismatched + v.corrupt:
+        print(finding["line"])
+    for note in v.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"checked {v.calls} calls of {len(v.runs)} run{'s' * (len(v.runs) != 1)} against {', '.join(sorted(v.caches))}: {v.ok} match, "
+          f"{len(v.mismatched)} differ, {len(v.corrupt)} corrupt, {v.missing} not in the cache (pruned, never cached, or from a "
+          f"provider that is not cached), {v.unrecorded} recorded no answer" + (f"; dropped {v.dropped} entries" if v.dropped else ""))
+    return 1 if bad else 0
 
 
 def cmd_model_serve(args) -> int:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from eval.report.page import build_report
 from runner.cli.commands import command_parser
 from runner.cli.common import csv_list
+from runner.store import BatchLayout
 
 
 def register(sub) -> None:
@@ -18,7 +21,15 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_report)
 
 
+def check_committed(results_dir: str) -> None:
+    """Every committed result of a batch directory reads: a corrupt one is named, with what to do, before any work."""
+    layout = BatchLayout(results_dir)
+    for p in sorted(Path(results_dir).glob("runs/*.json")):
+        layout.stored_result(p.stem)
+
+
 def cmd_report(args) -> int:
+    check_committed(args.results_dir)
     path = build_report(args.results_dir, args.out, csv_list(args.compare), args.correction, args.max_traces)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, opens offline)")
     return 0

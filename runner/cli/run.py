@@ -16,7 +16,8 @@ from runner.cli.commands import EXIT_INTERRUPTED, EXIT_RUNS_FAILED, command_pars
 from runner.cli.common import add_pack_args
 from runner.estimate import EXPECTED_RATES, MemoInfo, calibrate, estimate_batch, estimate_run, format_table
 from runner.execute import run_batch
-from runner.preflight import preflight, preflight_error
+from runner.preflight import preflight, preflight_error, reachable_models
+from runner.provider_batches import batch_problems
 from runner.store import BatchLayout, current_step, group_failures, read_manifest
 
 
@@ -33,6 +34,9 @@ def register(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--model", help="every role and phase on this model, overriding the batch's `model` and each config's "
                                    "routing (e.g. rules/auto: any batch offline); results go to <batch>@<model>")
+    p.add_argument("--provider-batch", action="store_true", help="answer LLM calls through the provider's batch API "
+                   "(about half the price, results within hours): one provider batch per debate phase; the same as "
+                   "`execution: batch` in the batch file")
     p.add_argument("--max-runs", type=int, metavar="N", help=f"allow a batch of up to N runs (default {MAX_RUNS:,}: a "
                    "larger expansion is refused before anything is built)")
     add_pack_args(p)
@@ -53,6 +57,8 @@ def prepare(args):
             raise InputError("--model", f"{args.model!r} is not a model string", "write e.g. rules/auto or openai/gpt-4o-mini")
         spec = spec.model_copy(update={"model": args.model})
         name = spec.name + "@" + "".join(c if c.isalnum() or c in "_.-" else "-" for c in args.model)
+    if getattr(args, "provider_batch", False) and spec.provider_batches is None:
+        spec = spec.model_copy(update={"execution": "batch"})
     max_runs = getattr(args, "max_runs", None)
     if max_runs is not None and max_runs < 1:
         raise InputError("--max-runs", f"{max_runs} allows no run", "give a positive number of runs")
@@ -107,6 +113,8 @@ def retry_command(args) -> str:
                         ("--model", args.model), ("--address", args.address)):
         if value:
             words += [flag, str(value)]
+    if getattr(args, "provider_batch", False):
+        words.append("--provider-batch")
     for e in args.evidence or []:
         words += ["--evidence", str(e)]
     return shlex.join(words + ["--retry-failed"])
@@ -121,9 +129,25 @@ def failure_summary(runs: list[dict], limit_lines: int = 3) -> list[str]:
     return out
 
 
+def budget_lines(b: dict, batch: str) -> tuple[str | None, str | None]:
+    """(the batch's spend against its cap, over every invocation; what to do when the cap stopped it) from
+    ``run_batch``'s ``stats["budget"]``."""
+    cap = "" if b["cap_usd"] is None else f" of ${b['cap_usd']:g}"
+    spent = None if not (cap or b["spent_usd"]) else (
+        f"budget: ${b['spent_usd']:.4f}{cap} spent on this batch over every invocation "
+        f"(${b['spent_usd'] - b['spent_before_usd']:.4f} in this one)")
+    reached = None if not b["reached"] else (
+        f"{b['reached']}: raise max_cost_usd in {batch} to continue from the ${b['spent_usd']:.4f} spent "
+        "(committed runs are kept; the others resume with their paid calls served from the cache)")
+    return spent, reached
+
+
 def cmd_run(args) -> int:
     spec, runs, root, pack, pack_dir, evidence, cache_dir = prepare(args)
     problems = preflight(runs, pack, args.batch, Path(cache_dir), root)
+    if not problems and spec.provider_batches is not None:
+        configs = {r.config.name: r.config for r in runs}.values()
+        problems = batch_problems([m for c in configs for _, _, m in reachable_models(c)])
     if problems:
         raise preflight_error(problems, args.batch)
     if args.dry_run:
@@ -152,6 +176,11 @@ def cmd_run(args) -> int:
           f"{stats['wall_s']:.1f} s; {status['ok']} ok, {status['failed']} failed, {status['pending']} pending; "
           f"state {stats['state']}; table rows: {', '.join(f'{k} {v}' for k, v in stats['tables'].items())}; "
           f"results in {root}")
+    spent, reached = budget_lines(stats["budget"], args.batch)
+    if spent:
+        print(spent)
+    if reached:
+        print(reached, file=sys.stderr)
     if status["failed"]:
         print(f"{status['failed']} run(s) failed:", file=sys.stderr)
         print("\n".join(failure_summary(read_manifest(root)["runs"])), file=sys.stderr)
@@ -170,9 +199,9 @@ def cmd_status(args) -> int:
     m = read_manifest(root)
     runs = m["runs"]
     counts = {s: sum(1 for r in runs if r["status"] == s) for s in ("ok", "failed", "pending")}
-    committed = sum(1 for r in runs if (root / "runs" / f"{r['run_id']}.json").exists())
-    flying = [r for r in runs if r.get("in_flight_since")]
     layout = BatchLayout(root)
+    committed = sum(1 for r in runs if layout.stored_result(r["run_id"]) is not None)  # each read: a corrupt one is named
+    flying = [r for r in runs if r.get("in_flight_since")]
     in_flight = [{"run_id": r["run_id"], "config": r["config"], "scenario_id": r["scenario_id"],
                   "since": r["in_flight_since"], "step": current_step(layout.trace_path(r["run_id"]))} for r in flying]
     by_config: dict[str, dict[str, int]] = {}

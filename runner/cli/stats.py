@@ -6,12 +6,14 @@ import json
 from pathlib import Path
 
 from eval.stats.analysis import analyse
-from eval.stats.frame import batch_order, json_safe, load_runs
+from eval.stats.frame import batch_order, json_safe, load_runs, ordered_configs
 from eval.stats.power import power_table
+from eval.stats.split import split_by
 from madbench_data.errors import InputError
 from madbench_data.parquet import read_parquet
 from runner.cli.commands import command_parser
 from runner.cli.common import csv_list
+from runner.store import BatchLayout
 
 
 def register(sub) -> None:
@@ -23,6 +25,8 @@ def register(sub) -> None:
     p.add_argument("--correction", choices=["none", "holm", "bh"], default="none", help="multiple-comparison correction within each metric")
     p.add_argument("--out", help="folder for the CSV tables (default RESULTS_DIR/stats, or FILE-stats beside the Parquet)")
     p.add_argument("--json", action="store_true", help="print paired comparisons and per-configuration summaries as JSON records")
+    p.add_argument("--by", metavar="COLUMN", help="every statistic once per value of a runs column, e.g. post_cutoff (null values "
+                                                  "are their own part); CSV tables go to OUT/COLUMN=VALUE/")
     p.set_defaults(func=cmd_stats)
 
     p = command_parser(sub, "power")
@@ -46,6 +50,9 @@ def _source(args) -> tuple[Path, Path | None, Path]:
     root = Path(args.results_dir)
     if not root.is_dir():
         raise InputError(str(root), "is not a results directory", "give the folder `madbench run` wrote (it holds runs.parquet)")
+    layout = BatchLayout(root)
+    for p in sorted(root.glob("runs/*.json")):  # a corrupt committed result is named, with what to do
+        layout.stored_result(p.stem)
     rounds = root / "rounds.parquet"
     return root / "runs.parquet", rounds if rounds.exists() else None, root / "stats"
 
@@ -57,6 +64,8 @@ def cmd_stats(args) -> int:
     compare = csv_list(args.compare)
     if compare is None and args.results_dir:
         compare = batch_order(args.results_dir, runs)
+    if args.by:
+        return _stats_by(args, runs, rounds, compare, str(runs_file), Path(args.out) if args.out else default_out)
     analysis = analyse(runs, str(runs_file), compare, csv_list(args.metric), args.correction, rounds)
     out = Path(args.out) if args.out else default_out
     written = analysis.write_csvs(out)
@@ -66,6 +75,29 @@ def cmd_stats(args) -> int:
     else:
         print(analysis.markdown())
         print(f"CSV tables: {', '.join(str(p) for p in written)}")
+    return 0
+
+
+def _stats_by(args, runs, rounds, compare: list[str] | None, where: str, out: Path) -> int:
+    """``cmd_stats`` once per value of ``--by``: the same tables, each under a heading naming the value."""
+    compare = ordered_configs(runs, compare, where)  # unknown --compare names fail here, once
+    parts = split_by(runs[runs["config"].isin(compare)], args.by, "--by")
+    records, texts = [], []
+    for label, part in parts:
+        present = set(part["config"].astype(str))
+        here = f"{where} ({args.by}={label})"
+        part_rounds = rounds[rounds["run_id"].isin(part["run_id"])] if rounds is not None and "run_id" in part else rounds
+        analysis = analyse(part, here, [c for c in compare if c in present], csv_list(args.metric), args.correction, part_rounds)
+        written = analysis.write_csvs(out / f"{args.by}={label}")
+        records.append({"by": args.by, "value": label, "runs": len(part),
+                        "paired": [p.record() for p in analysis.pairs], "summaries": analysis.summaries})
+        texts.append(f"# {args.by} = {label} ({len(part)} runs)\n\n{analysis.markdown()}\n"
+                     f"CSV tables: {', '.join(str(p) for p in written)}\n")
+    if args.json:
+        print(json.dumps(json_safe(records), indent=1))
+    else:
+        print(f"Split by {args.by}: " + ", ".join(f"{r['value']} {r['runs']} runs" for r in records) + "\n")
+        print("\n".join(texts))
     return 0
 
 

@@ -22,7 +22,8 @@ def test_all_six_roles_in_three_tiers():
 def test_tiers_differ_as_the_paper_describes():
     basic, causal, enriched = (load_profile("macro", t) for t in TIERS)
     names = lambda p: [n for n, _ in p.system_blocks]  # noqa: E731
-    assert names(basic) == ["identity", "basic_evidence_rules", "basic_output", "output_contract"]
+    # common blocks first (they open the shared system message), then the role's (they open the user message)
+    assert names(basic) == ["basic_evidence_rules", "basic_output", "output_contract", "identity"]
     # the basic tier describes its own output (paper App. B.16): a cited free-text rationale, no claims
     assert "in square brackets" in basic.system and "Do not write numbered or structured claims" in basic.system
     assert '"assumptions"' not in basic.system and '"assumptions"' in causal.system
@@ -55,13 +56,16 @@ def _edit(path, old, new):
 
 def test_template_variable_typo_fails_at_load(roles_copy):
     _edit(roles_copy / "_common.yaml", "Universe: {{ universe | join", "Universe: {{ univers | join")
-    with pytest.raises(InputError, match=r"_common.yaml: phases.propose.*undeclared variable\(s\): univers"):
+    with pytest.raises(InputError, match=r"_common.yaml: context.*undeclared variable\(s\): univers"):
         load_profile("macro", "basic", roles_copy)
+    _edit(roles_copy / "_common.yaml", "Universe: {{ univers | join", "Universe: {{ universe | join")
+    _edit(roles_copy / "_common.yaml", "You are agent {{ agent_id }}. Propose", "You are agent {{ agent }}. Propose")
+    with pytest.raises(InputError, match=r"_common.yaml: phases.propose.*undeclared variable\(s\): agent"):
+        load_profile("value", "basic", roles_copy)
 
 
 def test_missing_variable_declaration_and_unsupplied_variable_fail_at_load(roles_copy):
-    _edit(roles_copy / "_common.yaml", "variables: [memo, universe, constraints, agent_id, schema]",
-          "variables: [memo, universe, constraints, agent_id, schema, portfolio_value]")
+    _edit(roles_copy / "_common.yaml", "variables: [agent_id, schema]", "variables: [agent_id, schema, portfolio_value]")
     with pytest.raises(InputError, match="engine does not supply: portfolio_value"):
         load_profile("value", "causal", roles_copy)
 
@@ -90,5 +94,5 @@ def test_attribute_typos_raise_at_render_instead_of_printing_blank(roles_copy):
 def test_sandbox_blocks_unsafe_attribute_access(roles_copy):
     _edit(roles_copy / "_common.yaml", "Universe: {{ universe | join", "Universe: {{ universe.__class__.__mro__ }}{{ universe | join")
     p = load_profile("macro", "basic", roles_copy)
-    with pytest.raises(jinja2.exceptions.SecurityError):
-        p.render("propose", memo="m", universe=["A"], constraints="c", agent_id="x", schema="{}")
+    with pytest.raises(InputError, match=r"_common.yaml: context: unsafe template: access to attribute '__class__'"):
+        p.render_context(memo="m", universe=["A"], constraints="c")

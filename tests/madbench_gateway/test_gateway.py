@@ -149,9 +149,12 @@ def test_fatal_errors_are_not_retried_and_secrets_never_recorded(tmp_path, monke
 def test_budget_stops_new_calls_and_unknown_cost_is_none():
     with FaultServer() as server:
         gw = Gateway(budget=Budget(max_cost_usd=1e-9))
-        priced = asyncio.run(gw.complete(ask("q", model="openai/gpt-4o-mini"), spec_for(server, model="openai/gpt-4o-mini"), as_json))
+        with pytest.raises(BudgetExhausted):  # its maximum cost does not fit the cap: refused before it is sent
+            asyncio.run(gw.complete(ask("q", model="openai/gpt-4o-mini"), spec_for(server, model="openai/gpt-4o-mini"), as_json))
+        assert server.requests == 0
+        priced = asyncio.run(Gateway().complete(ask("q", model="openai/gpt-4o-mini"), spec_for(server, model="openai/gpt-4o-mini"), as_json))
         assert priced.cost_usd and priced.cost_usd > 0
-        with pytest.raises(BudgetExhausted):
+        with pytest.raises(BudgetExhausted):  # once reached, calls of no known price stop too
             asyncio.run(gw.complete(ask("q2"), spec_for(server), as_json))
         unknown = asyncio.run(Gateway().complete(ask("q3"), spec_for(server), as_json))
     assert unknown.cost_usd is None

@@ -16,7 +16,7 @@ from runner.cli import GROUPS, build_parser, main
 from runner.cli.commands import COMMANDS, command_word, group_of
 
 TOP_LEVEL = {"demo", "run", "status", "data", "scenarios", "memo", "debate", "trace", "backtest", "rescore", "stats", "power",
-             "report", "llm", "cache", "model", "sim", "bench"}
+             "probe", "report", "llm", "cache", "model", "sim", "bench"}
 
 
 def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

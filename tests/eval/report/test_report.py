@@ -38,7 +38,7 @@ def test_report_is_self_contained_and_holds_every_section(batch_results, capsys)
     assert main(["report", str(batch_results)]) == 0
     html = (batch_results / "report.html").read_text()
     assert "wrote" in capsys.readouterr().out
-    for anchor in ("comparison", "distributions", "paired", "quality", "divergence", "pillars", "cost", "explorer-section"):
+    for anchor in ("comparison", "distributions", "paired", "quality", "divergence", "pillars", "dynamics", "cost", "explorer-section"):
         assert f'id="{anchor}"' in html
     assert "A: single-causal" in html and "B: causal-debate-3" in html
     assert not re.search(r'<(script|link|img)[^>]+(src|href)="https?://', html)  # nothing fetched when opened
@@ -72,6 +72,10 @@ def test_report_renders_in_chromium_without_console_errors(batch_results, tmp_pa
         page.wait_for_selector("#explorer .turn")
         assert page.locator(".js-plotly-plot").count() >= 9
         assert page.locator("table.cmp tbody tr").count() >= 5
+        # Debate dynamics: shift, sycophancy/collapse, turnover/oracle gap, and causal-debate-3's flip matrix drawn
+        assert page.locator("#dynamics-section .js-plotly-plot").count() >= 4
+        assert page.locator("#flip-matrices .js-plotly-plot .hm").count() >= 1
+        assert "causal-debate-3: who moved toward whose critique" in page.locator("#flip-matrices").inner_text()
         first = page.locator("#explorer-run option").count()
         page.select_option("#explorer-config", "single-causal")
         assert 0 < page.locator("#explorer-run option").count() < first

@@ -1,0 +1,33 @@
+"""Debate dynamics by configuration: the per-run columns of ``eval.dynamics`` averaged over finished runs.
+
+Each cell is the mean over the config's runs that have the value (n runs with critiques beside it); a config
+without critique rounds (staged protocols, a single agent) shows n/a, never 0. flips_per_run is the mean
+number of flips (an agent closing at least half its L1 distance to a critic) per run, and new_evidence_share
+the share of those flips whose revision cited evidence the agent had never cited before.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from eval.stats.frame import ok_runs
+
+#: runs.parquet column → the table's column.
+COLUMNS = {"shift_l1_mean": "shift_l1", "shift_js_mean": "shift_js", "sycophancy_mean": "sycophancy",
+           "collapse_mean": "collapse", "debate_turnover": "turnover", "oracle_gap_pct": "oracle_gap_pct"}
+
+
+def dynamics_table(runs: pd.DataFrame, configs: list[str]) -> pd.DataFrame:
+    """One row per config; empty when the runs table predates the dynamics columns."""
+    if not {*COLUMNS, "flips", "flips_new_evidence"} <= set(runs.columns):
+        return pd.DataFrame()
+    ok = ok_runs(runs)
+    rows = []
+    for config in configs:
+        g = ok[ok["config"] == config]
+        flips, with_new = g["flips"].dropna().astype(float), g["flips_new_evidence"].dropna().astype(float)
+        rows.append({"config": config, "runs_with_critiques": int(g["sycophancy_mean"].notna().sum()),
+                     **{out: g[column].astype(float).mean() for column, out in COLUMNS.items()},
+                     "flips_per_run": flips.mean() if len(flips) else None,
+                     "new_evidence_share": with_new.sum() / flips.sum() if flips.sum() > 0 else None})
+    return pd.DataFrame(rows)

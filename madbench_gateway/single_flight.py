@@ -1,0 +1,80 @@
+"""Single flight: identical requests in flight at the same time are sent once.
+
+Two runs of a batch (or two batches sharing one cache) often ask the very same question at the same moment:
+the same memo, agent and phase under two configs whose difference does not reach the prompt, or a resumed
+run racing its own replay. Without coordination each pays. With it, the first caller of a cache key *leads*:
+it holds the key while it calls the provider and stores the answer; the others wait, then find the answer
+in the cache. A leader that fails releases the key and the next waiter calls in its turn (a failure is not
+an answer to share).
+
+Two levels, both keyed by the request's cache key:
+
+* in one process (a runner actor's event loop): an ``asyncio.Lock`` per key;
+* across processes sharing the cache directory (other actors, other drivers; other nodes where the cache
+  is on shared storage that honours ``flock``): an exclusive ``flock`` on one of ``SHARDS`` lock files
+  under ``<cache>/inflight/``. The OS drops a dead holder's lock, so a killed process never blocks a key.
+  Keys share shard files, so two different requests may occasionally wait on each other; with 4,096 shards
+  and a few dozen calls in flight that is rare and costs one call's latency, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+#: Lock files under ``<cache>/inflight/`` (created on first use, never deleted: deleting a flocked file races).
+SHARDS = 4096
+#: How often a waiter in another process looks again (it waits for a whole provider call, so 50 ms is cheap).
+POLL_S = 0.05
+
+
+class SingleFlight:
+    """``async with flight.hold(key):`` — at most one holder of ``key`` at a time, in this process and across
+    processes sharing ``directory`` (``None``: this process only)."""
+
+    def __init__(self, directory: Path | None):
+        self.directory = Path(directory) if directory is not None else None
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._waiting: dict[str, int] = {}
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        try:
+            async with lock:
+                fd = await self._flock(key) if self.directory is not None else None
+                try:
+                    yield
+                finally:
+                    if fd is not None:
+                        os.close(fd)  # closing drops the flock
+        finally:
+            self._waiting[key] -= 1
+            if not self._waiting[key]:  # nobody else holds or awaits this key: forget it
+                del self._waiting[key], self._locks[key]
+
+    def shard_path(self, key: str) -> Path:
+        assert self.directory is not None
+        # sha256, not hash(): the shard must be the same in every process (hash() is salted per process)
+        return self.directory / f"{int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % SHARDS:04d}.lock"
+
+    async def _flock(self, key: str) -> int:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.shard_path(key), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return fd
+                except BlockingIOError:
+                    await asyncio.sleep(POLL_S)
+        except BaseException:
+            os.close(fd)
+            raise
+

@@ -1,0 +1,170 @@
+"""One cost budget per batch: shared by all its runner actors, and carried over from one invocation to the next.
+
+``<results>/budget.json`` records what the batch has spent (``spent_usd``), under which cap (``cap_usd``), and
+whether a call was refused at that cap (``reached``). The driver reads it when it starts (``read_budget``) and
+starts one ``BudgetActor`` for the batch (a named Ray actor on the driver's node, ``madbench-budget-<pid>-<dir>``)
+that keeps the ledger (``madbench_gateway.accounting.Ledger``). Every runner actor's gateway asks it through a
+``RayBudget`` before each paid request: it reserves the request's maximum cost, and settles the reservation to
+what was billed. A reservation waits while spent plus every hold plus its own would pass the cap, and is refused
+(the budget is reached) when spent plus its own would. So calls in flight on many actors at once stay under the cap
+together, and the batch stops only when the next call cannot fit.
+
+Persistence: the actor rewrites budget.json (atomically) after every settlement that cost something and when it
+first refuses a reservation. A crash (kill -9 of the driver takes the actor with it) therefore loses at most the
+calls in flight, whose reservations were never settled.
+
+Re-running the same command continues from the recorded spend. A batch stopped at its cap stays stopped while
+the cap is not raised: the driver runs nothing and says so. Raising ``max_cost_usd`` (or removing it) continues.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from madbench_data.atomic import atomic_write_text
+from madbench_data.errors import InputError
+from madbench_gateway.accounting import Budget, Ledger
+from madbench_gateway.errors import BudgetExhausted
+
+BUDGET_FILE = "budget.json"
+
+
+class BudgetRecord(BaseModel):
+    """What ``budget.json`` holds."""
+
+    model_config = ConfigDict(extra="forbid")
+    cap_usd: float | None = None
+    spent_usd: float = Field(0.0, ge=0)
+    #: Why an invocation stopped at this cap (a call that could not fit); None while calls may go on.
+    reached: str | None = None
+    updated: str = ""
+
+
+def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
+    """The batch's recorded spend, under this invocation's cap: a raised (or removed) cap clears ``reached``, and a
+    cap at or below what was spent is reached at once."""
+    path = Path(root) / BUDGET_FILE
+    record = BudgetRecord()
+    if path.exists():
+        try:
+            record = BudgetRecord.model_validate_json(path.read_bytes())
+        except ValidationError as exc:
+            raise InputError(path, f"not a budget record: {exc.errors()[0]['msg']}",
+                             "restore it, or delete it to count this batch's spend from zero") from None
+    reached = record.reached
+    if cap_usd is None or (record.cap_usd is not None and cap_usd > record.cap_usd):
+        reached = None
+    if cap_usd is not None and record.spent_usd >= cap_usd:
+        reached = f"budget of ${cap_usd:g} reached: ${record.spent_usd:.4f} spent by earlier invocations"
+    return BudgetRecord(cap_usd=cap_usd, spent_usd=record.spent_usd, reached=reached, updated=record.updated)
+
+
+def write_budget(root: str | Path, record: BudgetRecord) -> None:
+    stamped = record.model_copy(update={"updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    atomic_write_text(Path(root) / BUDGET_FILE, stamped.model_dump_json(indent=1) + "\n")
+
+
+class BudgetActor:
+    """The batch's ledger, in one Ray actor (one call at a time), persisted to budget.json as it changes."""
+
+    def __init__(self, root: str, record: dict[str, Any]):
+        rec = BudgetRecord.model_validate(record)
+        self.root = root
+        self.ledger = Ledger(rec.cap_usd, rec.spent_usd, rec.reached)
+
+    def reserve(self, amount: float) -> dict[str, Any]:
+        """{"token": t}, {"token": None} (wait for calls in flight), or {"refused": why}, with the ledger's state."""
+        # A refusal travels as a value: Ray would wrap a raised BudgetExhausted in its own error.
+        was = self.ledger.reached
+        try:
+            token = self.ledger.reserve(amount)
+        except BudgetExhausted as exc:
+            if was is None:
+                self._persist()
+            return {"refused": str(exc), **self.state()}
+        return {"token": token, **self.state()}
+
+    def settle(self, token: int | None, cost: float | None) -> dict[str, Any]:
+        self.ledger.settle(token, cost)
+        if cost:
+            self._persist()
+        return self.state()
+
+    def state(self) -> dict[str, Any]:
+        led = self.ledger
+        return {"cap_usd": led.cap_usd, "spent_usd": led.spent_usd, "reserved_usd": led.reserved_usd,
+                "reached": led.reached}
+
+    def _persist(self) -> None:
+        led = self.ledger
+        write_budget(self.root, BudgetRecord(cap_usd=led.cap_usd, spent_usd=led.spent_usd, reached=led.reached))
+
+
+class RayBudget(Budget):
+    """The ``Budget`` a runner actor's gateway asks: reservations and settlements go to the batch's ``BudgetActor``.
+
+    ``check`` answers from what the actor said last (spent, reached): it needs no round trip, and a stale answer
+    costs nothing, since every paid request still reserves. Requests with no known price reserve 0 and never
+    leave the process, so a batch of rule-based models makes no call to the actor. ``Budget.reserve`` does the
+    waiting. Picklable: the driver hands one to each runner actor."""
+
+    def __init__(self, handle, record: BudgetRecord):
+        self.handle = handle
+        self.ledger = Ledger(record.cap_usd, record.spent_usd, record.reached)  # a mirror: spent and reached only
+
+    async def _hold(self, amount: float) -> int | None:
+        if amount <= 0:
+            self.check()
+            return 0
+        reply = self._mirror(await self.handle.reserve.remote(amount))
+        if "refused" in reply:
+            raise BudgetExhausted(reply["refused"])
+        return reply["token"]
+
+    async def settle(self, token: int | None, cost: float | None) -> None:
+        if token or cost:
+            self._mirror(await self.handle.settle.remote(token, cost))
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ledger now (from the driver, which may block)."""
+        import ray
+        return self._mirror(ray.get(self.handle.state.remote()))
+
+    def _mirror(self, state: dict[str, Any]) -> dict[str, Any]:
+        self.ledger.spent_usd, self.ledger.reached = state["spent_usd"], state["reached"]
+        return state
+
+
+def start_budget(ray, root: str | Path, record: BudgetRecord) -> RayBudget:
+    """Write ``record`` to budget.json and start the batch's ``BudgetActor`` on this (the driver's) node, where the
+    results directory is surely writable; returns the ``RayBudget`` to hand to the runner actors."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    write_budget(root, record)  # from the driver first: a directory it cannot write fails here, plainly
+    here = ray.get_runtime_context().get_node_id()
+    name = f"madbench-budget-{os.getpid()}-{hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:12]}"
+    cls = ray.remote(num_cpus=0, max_restarts=0)(BudgetActor)
+    handle = cls.options(name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote(
+        str(root), record.model_dump())
+    budget = RayBudget(handle, record)
+    budget.snapshot()  # up and answering before any runner actor asks it
+    return budget
+
+
+def stop_budget(ray, budget: RayBudget, spent_before: float) -> dict[str, Any]:
+    """The ledger's final state (already in budget.json: the actor wrote it as it changed), then stop the actor."""
+    state = budget.snapshot()
+    ray.kill(budget.handle)
+    return summary(state, spent_before)
+
+
+def summary(state: dict[str, Any], spent_before: float) -> dict[str, Any]:
+    """What the batch spent against its cap, over every invocation, and how much of it earlier ones spent."""
+    return {"cap_usd": state["cap_usd"], "spent_usd": state["spent_usd"], "spent_before_usd": spent_before,
+            "reached": state["reached"]}

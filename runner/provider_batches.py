@@ -1,0 +1,462 @@
+"""Provider batch mode for a batch of runs: one collector, one provider batch per debate phase, a journal.
+
+In batch mode (``execution: batch`` in a batch file, or ``madbench run --provider-batch``) every runner actor's
+gateway answers litellm-routed models through ``madbench_gateway.providers.batching.BatchingProvider``, which
+hands each request to this batch's one ``Collector`` (a Ray actor on the driver's node) and waits. The collector
+holds the requests until every run in flight is blocked on a model call (the driver tells it which runs are in
+flight; a request carries its run), then waits ``settle_s`` with no new request (the sibling calls of a phase
+arrive a few ms apart), or until the oldest has waited ``window_s``; then it submits them as one provider batch
+per model (OpenAI's rule), polls it every ``poll_s``, and answers each waiting call from its result line. Runs
+proceed in lockstep, so a phase of every run in flight is one provider batch.
+
+Durable: each provider batch is journaled in ``<results>/provider_batches/<id>.json`` (atomic writes) before
+anything is confirmed: the intent and its request keys first, then the uploaded input file, then the batch id,
+then each state change, and its result lines in ``<id>.output.jsonl`` once collected. A restarted driver's
+collector reads the journal: it re-attaches to batches still in flight (a request they hold is never submitted
+again), answers from collected results, finds a batch whose creation was cut off by listing the provider's
+batches (by input file), and forgets an intent that never reached the provider. Requests an expired or failed
+batch left unanswered are resubmitted, and only those (at most ``max_resubmits`` times). An error line is
+returned to the waiting call, so the gateway retries it like any provider error (into a later batch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from madbench_data.atomic import atomic_write_bytes, atomic_write_text
+from madbench_gateway.errors import FatalProviderError, ProviderError
+from madbench_gateway.models import ModelSpec
+from madbench_gateway.providers import provider_for
+from madbench_gateway.providers.batching import (
+    BATCH_PROVIDERS,
+    TERMINAL_STATES,
+    BatchAPI,
+    batch_group,
+    batch_pricing,
+    parse_lines,
+)
+from madbench_gateway.providers.litellm_provider import LiteLLMProvider, import_litellm
+from madbench_gateway.secrets import redact
+from runner.lock import WriterGuard
+
+JOURNAL_DIR = "provider_batches"
+
+
+class ProviderBatchOptions(BaseModel):
+    """``execution:`` in a batch file, in full (``execution: batch`` is these defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["batch"] = "batch"
+    #: The longest a request waits to be submitted (when some run is busy elsewhere and never blocks).
+    window_s: float = Field(60.0, gt=0)
+    #: Quiet time after every run is blocked, for sibling calls of a phase still on their way.
+    settle_s: float = Field(0.5, ge=0)
+    #: Quiet time after which the queue goes even though some run in flight has not asked: it may be waiting for
+    #: an identical request another run asked (the gateway sends those once), or still computing.
+    idle_s: float = Field(2.0, gt=0)
+    #: Seconds between two looks at a submitted batch.
+    poll_s: float = Field(30.0, gt=0)
+    #: Times a request an expired or failed batch left unanswered is submitted again before its call fails.
+    max_resubmits: int = Field(3, ge=0)
+
+
+class JournalEntry(BaseModel):
+    """What ``<results>/provider_batches/<id>.json`` holds about one provider batch."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    provider: str
+    model: str
+    api_base: str | None = None
+    api_key_env: str | None = None
+    #: The custom_id of each request in it: the gateway's key of the request as sent.
+    keys: list[str]
+    #: uploading → submitting → the provider's states (validating, in_progress, finalizing, completed, expired,
+    #: failed, cancelling, cancelled); ``abandoned``: it never reached the provider (nothing to pay).
+    state: str = "uploading"
+    input_file_id: str | None = None
+    batch_id: str | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    #: Result lines downloaded into <id>.output.jsonl.
+    collected: bool = False
+    request_counts: dict[str, int] | None = None
+    answered: int = 0
+    resubmitted: int = 0
+    #: Which prices its calls are accounted at (madbench_gateway.providers.batching.batch_pricing).
+    pricing: str = ""
+    reason: str | None = None
+    created: str = ""
+    updated: str = ""
+
+    @property
+    def group(self) -> dict[str, Any]:
+        return {"provider": self.provider, "model": self.model, "api_base": self.api_base, "api_key_env": self.api_key_env}
+
+
+@dataclass
+class Queued:
+    group: dict[str, Any]
+    body: dict[str, Any]
+    since: float
+
+
+def _now() -> str:
+    t = time.time()  # to the millisecond: the journal is read back in this order
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+
+
+def read_journal(root: str | Path) -> list[JournalEntry]:
+    """Every journaled provider batch of a results directory, oldest first."""
+    folder = Path(root) / JOURNAL_DIR
+    return sorted((JournalEntry.model_validate_json(p.read_bytes()) for p in folder.glob("*.json")),
+                  key=lambda e: (e.created, e.id))
+
+
+def journal_summary(root: str | Path) -> dict[str, Any]:
+    """How a results directory's runs used provider batches: batches created at the provider, requests in them,
+    their states, and the prices they were accounted at (``madbench bench cost`` reads ``provider_batches``)."""
+    entries = read_journal(root)
+    created = [e for e in entries if e.batch_id is not None]
+    return {"provider_batches": len(created), "requests": sum(len(e.keys) for e in created),
+            "answered": sum(e.answered for e in created), "resubmitted": sum(e.resubmitted for e in entries),
+            "states": dict(Counter(e.state for e in entries)),
+            "pricing": {f"{e.provider}/{e.model}": e.pricing for e in created}}
+
+
+def batch_problems(specs: list[ModelSpec]) -> list[str]:
+    """Models a batch in provider batch mode would call that have no batch API madbench can use (one line each).
+    Models answered locally (``rules/…``, ``local/…``) are called as always."""
+    problems = set()
+    for spec in specs:
+        if isinstance(provider_for(spec.model), LiteLLMProvider):
+            provider = batch_group(spec)["provider"]
+            if provider not in BATCH_PROVIDERS:
+                problems.add(f"{spec.model}: provider batch mode supports {', '.join(BATCH_PROVIDERS)} models (OpenAI's "
+                             f"batch format), not {provider}: route it to one, or run without --provider-batch")
+    return sorted(problems)
+
+
+class Collector:
+    """The provider batches of one batch of runs (see the module's docstring). Plain async Python: the driver runs
+    it as a Ray actor (``start_collector``), a test may run it in its own event loop."""
+
+    def __init__(self, root: str, holder: str | None, options: dict[str, Any] | None = None):
+        self.dir = Path(root) / JOURNAL_DIR
+        self.guard = WriterGuard(root, holder) if holder else None
+        self.opt = ProviderBatchOptions.model_validate(options or {})
+        self.expected: Counter[str] = Counter()  # run → in flight (dispatched and not yet settled)
+        self.unresolved: Counter[str | None] = Counter()  # run → its calls waiting
+        self.waiters: dict[str, list[asyncio.Future]] = {}
+        self.asked: dict[str, Queued] = {}  # every request asked for: resubmitted from here when a batch drops it
+        self.queued: dict[str, Queued] = {}
+        self.in_batch: dict[str, str] = {}  # custom_id → the journaled batch holding it
+        self.answers: dict[str, dict[str, Any]] = {}  # custom_id → its result line (status 200)
+        self.resubmits: Counter[str] = Counter()
+        self.entries: dict[str, JournalEntry] = {}
+        self.last_arrival = 0.0
+        self.tasks: set[asyncio.Task] = set()
+
+    # ------------------------------------------------------------ the driver's side
+
+    async def start(self) -> dict[str, Any]:
+        """Read the journal (re-attaching to what a killed driver left in flight), then start flushing."""
+        import_litellm()  # now, not while the first batch of the first phase waits
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for entry in read_journal(self.dir.parent):
+            self.entries[entry.id] = entry
+            if entry.collected:
+                self._load_answers(entry)
+            elif entry.batch_id is not None:
+                self._attach(entry)
+                self._spawn(self._poll(entry))
+            elif entry.state == "submitting":
+                self._attach(entry)
+                self._spawn(self._reconcile(entry))
+            elif entry.state == "uploading":
+                self._write(entry.model_copy(update={"state": "abandoned", "reason": "the driver stopped before the "
+                                                     "upload was confirmed: never submitted"}))
+        self._spawn(self._tick())
+        return self.stats()
+
+    async def expect(self, party: str) -> None:
+        self.expected[party] += 1
+
+    async def finished(self, party: str) -> None:
+        self.expected[party] -= 1
+        if self.expected[party] <= 0:
+            del self.expected[party]
+
+    def stats(self) -> dict[str, Any]:
+        return {"queued": len(self.queued), "in_batch": len(self.in_batch), "answers": len(self.answers),
+                "in_flight_runs": len(self.expected), "journaled": len(self.entries),
+                "provider_batches": sum(1 for e in self.entries.values() if e.batch_id is not None)}
+
+    async def stop(self) -> dict[str, Any]:
+        for task in list(self.tasks):
+            task.cancel()
+        return self.stats()
+
+    # ------------------------------------------------------------ the calls' side
+
+    async def ask(self, party: str | None, group: dict[str, Any], custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The result line for one request (madbench_gateway.providers.batching.BatchCollector)."""
+        if custom_id in self.answers:
+            return self.answers[custom_id]
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.setdefault(custom_id, []).append(fut)
+        self.asked[custom_id] = Queued(group, body, time.monotonic())
+        if custom_id not in self.in_batch and custom_id not in self.queued:
+            self.queued[custom_id] = self.asked[custom_id]
+        self.last_arrival = time.monotonic()
+        self.unresolved[party] += 1
+        try:
+            return await fut
+        finally:
+            self.unresolved[party] -= 1
+            if self.unresolved[party] <= 0:
+                del self.unresolved[party]
+
+    def _resolve(self, custom_id: str, line: dict[str, Any]) -> None:
+        for fut in self.waiters.pop(custom_id, []):
+            if not fut.done():
+                fut.set_result(line)
+
+    # ------------------------------------------------------------ flushing
+
+    def due(self, now: float) -> bool:
+        """Submit now: every run in flight is blocked on a call and none arrived for ``settle_s``, or none arrived
+        for ``idle_s``, or the oldest queued request has waited ``window_s``."""
+        if not self.queued:
+            return False
+        if now - min(q.since for q in self.queued.values()) >= self.opt.window_s:
+            return True
+        quiet = now - self.last_arrival
+        if quiet < self.opt.settle_s:
+            return False
+        return quiet >= self.opt.idle_s or all(self.unresolved.get(p, 0) > 0 for p in self.expected)
+
+    async def _tick(self) -> None:
+        while True:
+            if self.due(time.monotonic()):
+                self.flush()
+            await asyncio.sleep(0.05)
+
+    def flush(self) -> list[str]:
+        """Submit every queued request: one provider batch per group (provider account, endpoint, model)."""
+        groups: dict[str, list[str]] = {}
+        for custom_id, q in self.queued.items():
+            groups.setdefault(json.dumps(q.group, sort_keys=True), []).append(custom_id)
+        made = []
+        for keys in groups.values():
+            group = self.queued[keys[0]].group
+            created = _now()
+            entry = JournalEntry(id=f"pb-{created.replace(':', '').replace('-', '')[:-1]}-{uuid.uuid4().hex[:6]}", **group,
+                                 keys=keys, pricing=batch_pricing(f"{group['provider']}/{group['model']}")["source"],
+                                 created=created)
+            lines = [{"custom_id": k, "method": "POST", "url": "/v1/chat/completions", "body": self.queued[k].body}
+                     for k in keys]
+            self._attach(entry)
+            self._write(entry)  # the intent, before anything reaches the provider
+            self._spawn(self._submit(entry, lines))
+            made.append(entry.id)
+        self.queued.clear()
+        return made
+
+    # ------------------------------------------------------------ one provider batch
+
+    async def _submit(self, entry: JournalEntry, lines: list[dict[str, Any]]) -> None:
+        api = BatchAPI(entry.group)
+        try:
+            file_id = await api.upload(lines, f"{entry.id}.jsonl")
+        except ProviderError as exc:
+            return self._abandon(entry, f"upload failed: {exc.reason}", fatal=isinstance(exc, FatalProviderError))
+        entry = self._write(entry.model_copy(update={"state": "submitting", "input_file_id": file_id}))
+        self._check_guard()  # nothing is created for a driver that is gone
+        try:
+            batch = await api.create(file_id, {"madbench_batch": entry.id})
+        except FatalProviderError as exc:
+            return self._abandon(entry, f"create refused: {exc.reason}", fatal=True)
+        except ProviderError:
+            return await self._reconcile(entry)  # it may exist anyway: look before asking again
+        entry = self._write(_seen(entry, batch))
+        await self._poll(entry)
+
+    async def _reconcile(self, entry: JournalEntry) -> None:
+        """A batch whose creation was not confirmed: find it at the provider by its input file, or forget it. Its
+        calls wait while the provider cannot say (submitting them again might pay twice)."""
+        api = BatchAPI(entry.group)
+        while True:
+            try:
+                found = await api.find(entry.input_file_id)
+                break
+            except FatalProviderError as exc:
+                return self._abandon(entry, f"its creation was not confirmed and the provider's batches cannot be "
+                                     f"listed ({exc.reason}): look for it on the provider's dashboard", fatal=True)
+            except ProviderError:
+                await asyncio.sleep(self.opt.poll_s)
+        if found is None:
+            return self._abandon(entry, "its creation was not confirmed and the provider lists no batch for its input "
+                                 "file: never submitted")
+        entry = self._write(_seen(entry, found))
+        await self._poll(entry)
+
+    async def _poll(self, entry: JournalEntry) -> None:
+        api = BatchAPI(entry.group)
+        while entry.state not in TERMINAL_STATES:
+            await asyncio.sleep(self.opt.poll_s)
+            try:
+                batch = await api.retrieve(entry.batch_id)
+            except FatalProviderError as exc:
+                return self._fail_keys(entry, f"provider batch {entry.batch_id}: {exc.reason}")
+            except ProviderError:
+                continue  # a transient error: look again later
+            if batch["status"] != entry.state:
+                entry = self._write(_seen(entry, batch))
+        await self._collect(entry, api)
+
+    async def _collect(self, entry: JournalEntry, api: BatchAPI) -> None:
+        """Download a finished batch's result lines (kept beside its journal), then answer the calls waiting."""
+        data = b""
+        for file_id in (entry.output_file_id, entry.error_file_id):
+            while file_id:
+                try:
+                    data += await api.content(file_id)
+                    break
+                except FatalProviderError as exc:
+                    return self._fail_keys(entry, f"results of provider batch {entry.batch_id}: {exc.reason}")
+                except ProviderError:
+                    await asyncio.sleep(self.opt.poll_s)
+        self._check_guard()
+        atomic_write_bytes(self.dir / f"{entry.id}.output.jsonl", data)
+        lines = parse_lines(data)
+        answered = sum(1 for k in entry.keys if _ok(lines.get(k)))
+        missing = [k for k in entry.keys if k not in lines or _dropped(lines[k])]
+        entry = self._write(entry.model_copy(update={"collected": True, "answered": answered,
+                                                     "resubmitted": sum(1 for k in missing if k in self.waiters)}))
+        self._deliver(entry, lines, missing)
+
+    def _deliver(self, entry: JournalEntry, lines: dict[str, dict[str, Any]], missing: list[str]) -> None:
+        for key in entry.keys:
+            if self.in_batch.get(key) == entry.id:
+                del self.in_batch[key]
+        for key in entry.keys:
+            line = lines.get(key)
+            if key in missing:
+                self._resubmit(key, entry)
+            elif _ok(line):
+                self.answers[key] = line | {"madbench_batch": entry.id}
+                self._resolve(key, self.answers[key])
+            else:
+                self._resolve(key, line | {"madbench_batch": entry.id})  # an error line: the gateway retries it
+
+    def _resubmit(self, key: str, entry: JournalEntry) -> None:
+        """A request the batch left unanswered (expired, failed, cancelled): into the next batch, if a call still
+        waits for it."""
+        if key not in self.waiters:
+            return
+        self.resubmits[key] += 1
+        if self.resubmits[key] > self.opt.max_resubmits:
+            self._resolve(key, {"error": {"kind": "fatal", "message": f"left unanswered by {self.resubmits[key]} "
+                                          f"provider batches (the last, {entry.batch_id}, ended {entry.state})"}})
+            return
+        q = self.asked[key]
+        self.queued[key] = Queued(q.group, q.body, time.monotonic())
+
+    def _abandon(self, entry: JournalEntry, reason: str, fatal: bool = False) -> None:
+        """Nothing reached the provider (nothing to pay): each waiting call gets the error, and the gateway asks
+        again after its backoff (into a later batch), or stops on a fatal one."""
+        entry = self._write(entry.model_copy(update={"state": "abandoned", "reason": redact(reason)[:500]}))
+        self._fail_keys(entry, reason, "fatal" if fatal else "transient")
+
+    def _fail_keys(self, entry: JournalEntry, reason: str, kind: str = "fatal") -> None:
+        for key in entry.keys:
+            if self.in_batch.get(key) == entry.id:
+                del self.in_batch[key]
+                self._resolve(key, {"error": {"kind": kind, "message": redact(reason)[:500]}})
+
+    # ------------------------------------------------------------ journal
+
+    def _attach(self, entry: JournalEntry) -> None:
+        for key in entry.keys:
+            if key not in self.answers:
+                self.in_batch[key] = entry.id
+
+    def _load_answers(self, entry: JournalEntry) -> None:
+        path = self.dir / f"{entry.id}.output.jsonl"
+        lines = parse_lines(path.read_bytes()) if path.exists() else {}
+        for key, line in lines.items():
+            if _ok(line):
+                self.answers[key] = line | {"madbench_batch": entry.id}
+
+    def _write(self, entry: JournalEntry) -> JournalEntry:
+        self._check_guard()
+        entry = entry.model_copy(update={"updated": _now()})
+        atomic_write_text(self.dir / f"{entry.id}.json", entry.model_dump_json(indent=1) + "\n")
+        self.entries[entry.id] = entry
+        return entry
+
+    def _check_guard(self) -> None:
+        if self.guard is not None:
+            self.guard()
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+
+def _ok(line: dict[str, Any] | None) -> bool:
+    return bool(line) and not line.get("error") and (line.get("response") or {}).get("status_code") == 200
+
+
+def _dropped(line: dict[str, Any]) -> bool:
+    """A line that says the request was never run (the batch expired or was cancelled first)."""
+    return (line.get("error") or {}).get("code") in ("batch_expired", "batch_cancelled")
+
+
+def _seen(entry: JournalEntry, batch: dict[str, Any]) -> JournalEntry:
+    """``entry`` as the provider last described its batch."""
+    counts = batch.get("request_counts")
+    return entry.model_copy(update={
+        "batch_id": batch["id"], "state": batch["status"], "output_file_id": batch.get("output_file_id"),
+        "error_file_id": batch.get("error_file_id"),
+        "request_counts": None if counts is None else {k: int(v) for k, v in counts.items() if v is not None}})
+
+
+class CollectorClient:
+    """The ``BatchCollector`` a runner actor's gateway asks: a picklable handle on the batch's collector actor."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    async def ask(self, party: str | None, group: dict[str, Any], custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return await self.handle.ask.remote(party, group, custom_id, body)
+
+
+def start_collector(ray, root: str | Path, holder: str, options: ProviderBatchOptions):
+    """Start the batch's collector on this (the driver's) node, where the results directory is writable, and read
+    its journal; returns the actor's handle."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=100_000)(Collector)
+    handle = cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote(
+        str(root), holder, options.model_dump())
+    ray.get(handle.start.remote())
+    return handle
+
+
+def stop_collector(ray, handle) -> dict[str, Any]:
+    stats = ray.get(handle.stop.remote())
+    ray.kill(handle)
+    return stats

@@ -1,0 +1,138 @@
+"""Runs on a node that cannot see the results directory: staged on that node, committed by the driver.
+
+A batch's results live in one place, the driver's results directory (on the head for a `ray job submit` job).
+A runner actor whose node sees that directory (the driver's node, or any node when it is on shared storage)
+writes there as it goes: the trace appended and fsynced event by event, the result written last. A node that
+does not see it (a cloud worker without shared storage) must not write to its own disk and call that
+committed. Such an actor runs the debate in a staging directory on its node, with every guarantee of a run
+(append-only trace fsynced as it happens, resume from the trace after a crash of the actor), and hands back
+the trace, the result and the table parts, which the driver writes into the results directory: the trace,
+then the result (the commit point), then the parts, each atomically.
+
+What a worker's disk holds is only the trace of a run in flight. If the node is lost, the run starts again
+on another node from the results directory's trace; its paid calls are served by the cluster's cache.
+
+Which mode an actor is in is decided by what it sees: the results directory's lock file holding this
+driver's holder line (``runner.lock.WriterGuard``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from madbench_data.atomic import atomic_write_bytes
+from madbench_gateway.errors import DriverGone
+from runner.lock import WriterGuard
+from runner.store import TABLES, BatchLayout
+
+#: Every this many seconds at most, a staged actor checks that its driver is still there.
+OWNER_CHECK_S = 2.0
+
+
+def sees_results(root: str | Path, holder: str) -> bool:
+    """Whether this process sees the driver's results directory: its lock, held, with the driver's holder line."""
+    try:
+        WriterGuard(root, holder)()
+    except DriverGone:
+        return False
+    return True
+
+
+def staging_root(root: str | Path) -> Path:
+    """This node's staging directory for the results directory ``root`` (a path on the driver's machine)."""
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / "madbench-staging" / digest
+
+
+class OwnerGuard:
+    """The ``WriterGuard`` of a node that cannot see the lock: the driver is alive while the batch's budget actor,
+    which Ray ends with its driver, answers. Raises ``DriverGone`` otherwise; asked at most every few seconds."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.checked = float("-inf")
+
+    def __call__(self) -> None:
+        import ray
+        if time.monotonic() - self.checked < OWNER_CHECK_S:
+            return
+        try:
+            ray.get(self.handle.state.remote(), timeout=60)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            raise DriverGone("the driver that started this work is gone (its budget actor no longer answers)") from None
+        self.checked = time.monotonic()
+
+
+def prepare(staged: BatchLayout, run_id: str, head_trace: bytes | None) -> None:
+    """Before a run: its staged trace continues the results directory's (``head_trace``), and no stale result or
+    parts of it are left here. A staged trace that already extends the head's (an attempt this node began) is kept."""
+    path = staged.trace_path(run_id)
+    head = head_trace or b""
+    local = path.read_bytes() if path.exists() else b""
+    if not local.startswith(head):
+        if head:
+            atomic_write_bytes(path, head)
+        else:
+            path.unlink()
+    staged.result_path(run_id).unlink(missing_ok=True)
+    for table in TABLES:
+        staged.part(table, run_id).unlink(missing_ok=True)
+
+
+def collect(staged: BatchLayout, run_id: str) -> dict[str, Any]:
+    """After a run: its trace, result and parts as bytes (removed from this node: the driver now holds them)."""
+    paths = {"trace": staged.trace_path(run_id), "result": staged.result_path(run_id),
+             **{f"part:{t}": staged.part(t, run_id) for t in TABLES}}
+    out = {name: p.read_bytes() for name, p in paths.items()}
+    for p in paths.values():
+        p.unlink()
+    return out
+
+
+def commit(layout: BatchLayout, run_id: str, artifacts: dict[str, Any]) -> None:
+    """On the driver: write a staged run's files into the results directory: the trace, the result (the commit
+    point), then its table parts. The trace must extend the one already there: traces are append-only."""
+    trace = artifacts["trace"]
+    path = layout.trace_path(run_id)
+    if path.exists() and not trace.startswith(before := path.read_bytes()):
+        raise RuntimeError(f"{path}: the trace run {run_id} brought back does not extend the {len(before)} bytes "
+                           "already there; refusing to replace them (was the results directory written meanwhile?)")
+    result = json.loads(artifacts["result"])
+    if result.get("run_id") != run_id:
+        raise RuntimeError(f"run {run_id} brought back the result of run {result.get('run_id')}")
+    atomic_write_bytes(path, trace)
+    atomic_write_bytes(layout.result_path(run_id), artifacts["result"])
+    for table in TABLES:
+        atomic_write_bytes(layout.part(table, run_id), artifacts[f"part:{table}"])
+
+
+def head_trace(layout: BatchLayout, run_id: str) -> bytes | None:
+    """The results directory's trace of ``run_id`` (None when there is none), to send with a run to a staged actor."""
+    path = layout.trace_path(run_id)
+    return path.read_bytes() if path.exists() else None
+
+
+def job_working_dir() -> Path | None:
+    """The working directory of the `ray job submit --working-dir` job this driver is the entrypoint of (its
+    current directory: Ray unpacks the upload there on each node, and deletes it when the job's runtime env is
+    released); None outside such a job. Ray hands a job's entrypoint its runtime env in this variable."""
+    raw = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")
+    if not raw:
+        return None
+    runtime_env = (json.loads(raw) or {}).get("runtime_env") or {}
+    return Path.cwd().resolve() if runtime_env.get("working_dir") else None
+
+
+def portable(path: str | Path, working_dir: Path | None) -> str:
+    """``path`` as a runner actor on any node should open it: relative to the job's working directory when it is
+    inside it (each node has its own copy, at another absolute path), else as given."""
+    p = Path(path).resolve()
+    if working_dir is not None and p.is_relative_to(working_dir):
+        return str(p.relative_to(working_dir)) or "."
+    return str(path)

@@ -1,0 +1,158 @@
+"""`self_consistency`: the combining maths (mean, per-ticker majority vote), the sample indices, and runs on the
+rule-based answers, which draw distinct samples at temperature > 0 and collapse to one at temperature 0."""
+
+import asyncio
+import random
+import statistics
+
+import pytest
+
+from debate.config_file import parse_debate_config
+from debate.protocols.self_consistency import (
+    SAMPLE_STRIDE,
+    majority_allocation,
+    sample_index,
+    samples_for,
+    vote_shares,
+)
+from debate.trace import read_trace
+from madbench_data.errors import InputError
+from madbench_data.scenario import Constraints
+from madbench_gateway import Gateway
+from runner.pipeline import run_debate
+from tests.debate.test_engine import TICKERS, config, world  # noqa: F401  (fixture)
+
+U = ["A", "B", "C", "D"]
+
+
+def alloc(**w):
+    return {t: w.get(t, 0.0) for t in U}
+
+
+def test_majority_is_the_per_ticker_median_rescaled():
+    samples = [alloc(A=0.5, B=0.5), alloc(A=0.4, B=0.3, C=0.3), alloc(A=0.6, C=0.4)]
+    weights, cash, notes = majority_allocation(samples, [0.0] * 3, U, Constraints())
+    # medians A 0.5, B 0.3, C 0.3, D 0 (held by no sample): rescaled by 1.1 to sum to 1
+    assert weights == pytest.approx({"A": 0.5 / 1.1, "B": 0.3 / 1.1, "C": 0.3 / 1.1, "D": 0.0})
+    assert cash == 0.0 and notes == []
+    # an even N takes the mean of the two middle values: B held by half the samples is held
+    weights, _, _ = majority_allocation(samples + [alloc(A=1.0)], [0.0] * 4, U, Constraints())
+    med = {"A": 0.55, "B": 0.15, "C": 0.15, "D": 0.0}
+    assert weights == pytest.approx({t: v / 0.85 for t, v in med.items()})
+
+
+def test_majority_holds_exactly_the_tickers_most_samples_hold():
+    """For odd N, "weight ≥ x" wins a majority exactly when x ≤ the median: held ⟺ vote share > ½."""
+    rng = random.Random(3)
+    for _ in range(50):
+        samples = []
+        for _ in range(rng.choice([3, 5, 7])):
+            held = rng.sample(U, rng.randint(2, 4))
+            raw = {t: rng.random() + 0.05 for t in held}
+            samples.append(alloc(**{t: v / sum(raw.values()) for t, v in raw.items()}))
+        share = vote_shares(samples, U)
+        if sum(s > 0.5 for s in share.values()) < 1:
+            continue
+        weights, _, notes = majority_allocation(samples, [0.0] * len(samples), U, Constraints())
+        assert {t for t in U if weights[t] > 0} == {t for t in U if share[t] > 0.5}
+        assert sum(weights.values()) == pytest.approx(1.0) and notes == []
+        meds = {t: statistics.median(s[t] for s in samples) for t in U}
+        held = sum(meds.values())
+        assert weights == pytest.approx({t: meds[t] / held for t in U})
+
+
+def test_majority_fills_up_to_the_constraints_by_vote_share_then_trims_and_caps():
+    samples = [alloc(A=1.0), alloc(B=1.0), alloc(A=0.5, C=0.5)]
+    # only A has a positive median; min_holdings 2 adds B (share ⅓, mean ⅓) before C (share ⅓, mean ⅙)
+    weights, _, notes = majority_allocation(samples, [0.0] * 3, U, Constraints(min_holdings=2))
+    assert weights == pytest.approx({"A": 0.6, "B": 0.4, "C": 0.0, "D": 0.0}) and "added B" in notes[0]
+    # max_weight 0.4 needs three names to carry the book: B then C join, and A is capped
+    weights, _, _ = majority_allocation(samples, [0.0] * 3, U, Constraints(max_weight=0.4))
+    assert weights["A"] == pytest.approx(0.4) and sum(weights.values()) == pytest.approx(1.0)
+    assert max(weights.values()) <= 0.4 + 1e-12 and weights["D"] == 0.0
+    # max_tickers keeps the largest medians
+    wide = [alloc(A=0.4, B=0.3, C=0.2, D=0.1)] * 3
+    weights, _, notes = majority_allocation(wide, [0.0] * 3, U, Constraints(max_tickers=2))
+    assert weights == pytest.approx({"A": 0.4 / 0.7, "B": 0.3 / 0.7, "C": 0.0, "D": 0.0}) and "dropped C, D" in notes[0]
+    # cash: the median cash, the invested part rescaled to the rest
+    weights, cash, _ = majority_allocation([alloc(A=0.8), alloc(A=0.5), alloc(A=0.9)], [0.2, 0.5, 0.1], U,
+                                           Constraints(allow_cash=True))
+    assert cash == 0.2 and weights["A"] == pytest.approx(0.8)
+
+
+def test_samples_for_matches_tokens_and_sample_indices_never_collide():
+    assert samples_for(205_058, 7_079) == 29  # causal-debate-3's estimate over one macro proposal's
+    assert samples_for(100, 7_000) == 1
+    with pytest.raises(ValueError):
+        samples_for(1_000, 0)
+    assert sample_index(3, 0) == 3  # sample 0 is the single agent's own draw at that replicate
+    indices = {sample_index(k, i) for k in range(4) for i in range(30)}
+    assert len(indices) == 120
+    with pytest.raises(ValueError, match="below"):
+        sample_index(SAMPLE_STRIDE, 0)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({}, r"give samples \(N\), or match_tokens_of"),
+    ({"samples": 3, "match_tokens_of": "causal-debate-3", "pilot": "results/x"}, "not both"),
+    ({"samples": 3, "pilot": "results/x"}, "go together"),
+    ({"samples": 0}, "greater than or equal to 1"),
+    ({"samples": 3, "combine": "vote"}, "combine"),
+])
+def test_bad_options_fail_when_the_config_loads(options, message):
+    data = config("self-consistency-macro.yaml").model_dump(mode="json") | {"options": options}
+    with pytest.raises(InputError, match=message):
+        parse_debate_config(data, "sc.yaml")
+
+
+def turns(tmp_path, result, kind):
+    return [e for e in read_trace(tmp_path / result.run_id / "trace.jsonl").events if e["event"] == kind]
+
+
+def run_sc(world, tmp_path, **update):  # noqa: F811
+    pack, scenario = world
+    cfg = config("self-consistency-macro.yaml")
+    cfg = cfg.model_copy(update={"options": {**cfg.options, "samples": 5}, **update})
+    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
+    assert result.status == "ok", result.error
+    return result, turns(tmp_path, result, "turn"), turns(tmp_path, result, "llm_call")
+
+
+@pytest.mark.parametrize("combine", ["mean", "majority"])
+def test_a_run_on_the_rule_based_analyst_draws_distinct_samples_and_combines_them(world, tmp_path, combine):  # noqa: F811
+    result, sample_turns, calls = run_sc(world, tmp_path / combine, options={"samples": 5, "combine": combine})
+    assert [t["label"] for t in sample_turns] == [f"propose:sample{i}" for i in range(5)]
+    assert len(calls) == 5 and len({c["key"] for c in calls}) == 5  # each sample its own request (cache key)
+    weights = [t["weights"] for t in sample_turns]
+    assert len({tuple(sorted(w.items())) for w in weights}) == result.extras["distinct_samples"] > 1
+    if combine == "mean":
+        expected = {t: sum(w[t] for w in weights) / 5 for t in TICKERS}
+    else:
+        med = {t: statistics.median(w[t] for w in weights) for t in TICKERS}
+        expected = {t: v / sum(med.values()) for t, v in med.items()}
+    assert result.weights == pytest.approx(expected, abs=1e-6)
+    assert result.method == f"self_consistency:{combine}" and result.rounds_run == 0 and result.rho_bar is None
+    assert result.extras["samples"] == 5 and not any(e for e in turns(tmp_path / combine, result, "crit"))
+    divergence = turns(tmp_path / combine, result, "divergence")
+    assert len(divergence) == 1 and divergence[0]["jsd"] > 0 and len(divergence[0]["pairwise"]) == 10
+
+
+def test_sample_zero_is_the_single_agents_request_and_temperature_zero_collapses(world, tmp_path):  # noqa: F811
+    pack, scenario = world
+    single = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml"), Gateway(), tmp_path / "single"))
+    single_key = next(c["key"] for c in turns(tmp_path / "single", single, "llm_call") if c["phase"] == "propose")
+    result, sample_turns, calls = run_sc(world, tmp_path / "cold", temperature=0.0)
+    assert calls[0]["key"] != single_key  # the temperature is part of the request
+    warm, _, warm_calls = run_sc(world, tmp_path / "warm")
+    assert warm_calls[0]["key"] == single_key  # same prompt, model, temperature and sample index: one cache entry
+    # a deterministic analyst at temperature 0: N samples are one answer, and the run says so
+    assert result.extras["distinct_samples"] == 1
+    single_weights = next(t["weights"] for t in turns(tmp_path / "single", single, "turn") if t["phase"] == "propose")
+    assert all(t["weights"] == single_weights for t in sample_turns) and result.weights == pytest.approx(single_weights)
+
+
+def test_a_config_with_knobs_the_protocol_would_ignore_fails_loudly(world, tmp_path):  # noqa: F811
+    pack, scenario = world
+    two = config("mean3-causal.yaml").model_copy(update={"protocol": "self_consistency", "options": {"samples": 2}})
+    with pytest.raises(InputError, match="self_consistency samples one agent, got 3"):
+        asyncio.run(run_debate(scenario, pack, two, Gateway(), tmp_path))

@@ -1,0 +1,76 @@
+"""Prompts are ordered for providers' prompt caches: every agent turn of a paper-protocol run opens with the same
+bytes (the common rules, the task, universe, constraints and the memo), and what varies comes after them.
+
+The prompts checked are the request bodies as the simulated provider received them over HTTP, from a real run of
+causal-debate-3 (three agents, two rounds of critique and revision, the JS intervention, a judge).
+"""
+
+import asyncio
+import os
+
+import pytest
+
+from debate.config_file import load_debate_config
+from madbench_data.market.pack import load_pack
+from madbench_data.memo import build_memo
+from madbench_data.paths import CONFIGS_DIR
+from madbench_data.scenario import Scenario, load_scenarios
+from madbench_gateway import Gateway, ModelRouting, ModelSpec, RateLimits
+from runner.pipeline import run_debate
+from runner.sim.provider import SimProvider
+from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
+
+TURNS = ("propose", "critique", "revise", "judge")
+#: The smallest memo of the paper's 35 scenarios (15.6k characters): the tightest case for the bound below.
+SMALLEST_PAPER_MEMO = "2022Q1_rand3_1"
+#: The shared prefix must be at least this share of the shortest agent prompt. The shortest is a proposal, whose own
+#: part (the role's blocks, the instruction, the output outline) is about 1.4k characters, against 18k characters of
+#: rules, task and memo for the smallest paper memo (93% measured); below 80%, something turn-specific has moved into
+#: the shared part, or a turn's own part has grown past a quarter of the memo, and the cached share falls with it.
+MIN_PREFIX_SHARE = 0.80
+
+
+def agent_turns(scenario: Scenario, pack, tmp_path) -> list[list[dict]]:
+    """The messages of every agent and judge turn of one causal-debate-3 run, as sent."""
+    with SimProvider(record_bodies=True) as sim:
+        spec = ModelSpec(model="openai/madbench-sim", api_base=sim.url, send_context=True,
+                         limits=RateLimits(max_concurrency=8))
+        cfg = load_debate_config(CONFIGS_DIR / "debate" / "causal-debate-3.yaml")
+        cfg = cfg.model_copy(update={"models": ModelRouting.single(spec)})
+        result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
+        bodies = list(sim.bodies)
+    assert result.status == "ok", result.error
+    turns = [b["messages"] for b in bodies if (b.get("madbench_context") or {}).get("phase") in TURNS]
+    phases = {(b.get("madbench_context") or {}).get("phase") for b in bodies}
+    assert set(TURNS) <= phases and len(turns) >= 3 * 5 + 1  # 3 proposals, 2 rounds of 3 critiques and revisions, judge
+    return turns
+
+
+def text(messages: list[dict]) -> str:
+    return "\n".join(m["content"] for m in messages)
+
+
+def test_every_turn_opens_with_the_same_system_message(make_pack, tmp_path):
+    pack = load_pack(make_pack(tickers=("AAA", "BBB", "CCC", "DDD")))
+    scenario = Scenario(id="syn", invest_quarter="2021Q3", tickers=["AAA", "BBB", "CCC", "DDD"],
+                        constraints={"max_weight": 0.6, "min_holdings": 2})
+    turns = agent_turns(scenario, pack, tmp_path)
+    memo = build_memo(scenario, pack).text
+    systems = {m[0]["content"] for m in turns}
+    assert len(systems) == 1 and all(m[0]["role"] == "system" for m in turns)
+    (system,) = systems
+    assert system.endswith(memo + "\n")  # the memo closes the shared part
+    for who in ("You are the macro strategist", "You are agent", "round", "--- Proposal of agent"):
+        assert who not in system  # roles, agents, rounds and peers' proposals come after it
+
+
+@requires_shared
+def test_the_shared_prefix_covers_the_memo_on_the_smallest_paper_memo(tmp_path):
+    pack = load_pack(SHARED_MARKET, [SHARED_PAPER])
+    scenario = next(s for s in load_scenarios(SHARED_PAPER / "scenarios_35.yaml") if s.id == SMALLEST_PAPER_MEMO)
+    prompts = [text(m) for m in agent_turns(scenario, pack, tmp_path)]
+    prefix = os.path.commonprefix(prompts)
+    memo = build_memo(scenario, pack).text
+    assert memo in prefix  # the whole memo, byte for byte, in every turn's shared opening
+    shortest = min(map(len, prompts))
+    assert len(prefix) / shortest >= MIN_PREFIX_SHARE, (len(prefix), shortest)

@@ -1,0 +1,166 @@
+"""One budget per batch (issue 21, defect 4): ``max_cost_usd`` holds across runner actors and across invocations.
+
+Each paid request reserves its maximum cost before it is sent and settles to what it billed, so runs in flight on
+several actors at once never take the batch past its cap; ``<results>/budget.json`` carries the spend over to the
+next invocation of the same command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from debate.events import LLMCall, LLMFailure
+from debate.trace import read_trace
+from madbench_gateway import Budget, BudgetExhausted, LLMRequest, Message, accounting
+from madbench_gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
+from runner.budget import BUDGET_FILE, BudgetRecord, read_budget, write_budget
+from runner.cli import main
+from runner.cli.commands import EXIT_RUNS_FAILED
+from runner.sim.provider import SimProvider
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs" / "debate"
+TICKERS = ["AAA", "BBB", "CCC", "DDD"]
+PRICED = "openai/gpt-4o-mini"  # in litellm's offline cost map: the simulator's usage has a known cost
+
+
+def test_reservations_wait_for_calls_in_flight_and_stop_at_a_call_that_cannot_fit():
+    budget = Budget(1.0)
+
+    async def scenario():
+        a = await budget.reserve(0.4)
+        b = await budget.reserve(0.5)
+        # 0 spent + 0.9 held + 0.2 > 1: it waits for the calls in flight, and goes once one settles for less.
+        waiting = asyncio.ensure_future(budget.reserve(0.2))
+        await asyncio.sleep(0.3)
+        assert not waiting.done() and budget.ledger.reserved_usd == pytest.approx(0.9)
+        await budget.settle(a, 0.1)  # billed less than its maximum: the rest of its hold is free again
+        c = await asyncio.wait_for(waiting, 2)
+        assert budget.ledger.reserved_usd == pytest.approx(0.7)
+        await budget.settle(b, None)  # unknown cost (no price): holds nothing any more, adds nothing
+        await budget.settle(c, 0.2)
+        zero = await budget.reserve(0.0)  # a call of no known price reserves nothing
+        await budget.settle(zero, 0.0)
+        assert budget.ledger.held == {} and budget.spent_usd == pytest.approx(0.3)
+        await budget.settle(await budget.reserve(0.7), 0.65)  # exactly up to the cap is allowed
+        with pytest.raises(BudgetExhausted, match=r"\$0.9500 spent, and the next call may cost up to \$0.1000"):
+            await budget.reserve(0.1)  # cannot fit even with nothing in flight: the budget is reached
+
+    asyncio.run(scenario())
+    assert budget.spent_usd == pytest.approx(0.95) and budget.spent_usd <= 1.0
+    with pytest.raises(BudgetExhausted):
+        budget.check()  # reached stops every later call too, the free ones included
+    with pytest.raises(KeyError):
+        asyncio.run(Budget(1.0).settle(12345, 0.1))  # settling a reservation never made is a bug, not a no-op
+    uncapped = Budget(None)
+    asyncio.run(uncapped.settle(asyncio.run(uncapped.reserve(1e6)), 2.5))
+    assert uncapped.spent_usd == 2.5
+
+
+def test_a_hold_never_settled_stops_a_waiting_call_without_marking_the_budget_reached(monkeypatch):
+    monkeypatch.setattr(accounting, "HOLD_PATIENCE_S", 0.5)
+    budget = Budget(1.0)
+
+    async def scenario():
+        await budget.reserve(0.9)  # a call whose actor was lost: never settled
+        with pytest.raises(BudgetExhausted, match="waited 0.5 s for calls in flight"):
+            await budget.reserve(0.2)
+
+    asyncio.run(scenario())
+    assert budget.ledger.reached is None  # the next invocation starts with no holds and may go on
+
+
+def test_a_requests_maximum_tokens_bound_what_it_can_bill():
+    text = "0.0123, -0.0456; → é" * 50  # digits and non-ASCII: more tokens than chars/3.5 would say
+    request = LLMRequest(model=PRICED, messages=[Message(role="user", content=text)], max_tokens=300)
+    prompt, completion = max_tokens(request)
+    assert prompt >= len(text.encode()) and completion == 300
+    assert max_tokens(request.model_copy(update={"max_tokens": None}))[1] == UNBOUNDED_COMPLETION_TOKENS
+
+
+def test_the_recorded_spend_carries_over_and_a_raised_cap_clears_reached(tmp_path):
+    assert read_budget(tmp_path, 1.0) == BudgetRecord(cap_usd=1.0)  # a new batch has spent nothing
+    write_budget(tmp_path, BudgetRecord(cap_usd=0.05, spent_usd=0.04, reached="budget of $0.05 reached: ..."))
+    same = read_budget(tmp_path, 0.05)
+    assert same.spent_usd == 0.04 and same.reached  # the same cap: still reached
+    raised = read_budget(tmp_path, 0.10)
+    assert raised.spent_usd == 0.04 and raised.reached is None and raised.cap_usd == 0.10
+    assert read_budget(tmp_path, None).reached is None
+    assert "spent by earlier invocations" in read_budget(tmp_path, 0.03).reached  # a cap below the spend
+    (tmp_path / BUDGET_FILE).write_text('{"spent_usd": "lots"}')
+    with pytest.raises(Exception, match="not a budget record.*delete it to count"):
+        read_budget(tmp_path, 1.0)
+
+
+def _batch(tmp_path: Path, pack: Path, sim: SimProvider, cap: float) -> Path:
+    scen = tmp_path / "scenarios.yaml"
+    scen.write_text(yaml.safe_dump({"scenarios": [
+        {"id": f"s{q}", "invest_quarter": q, "tickers": TICKERS, "constraints": {"max_weight": 0.6}}
+        for q in ("2021Q2", "2021Q3", "2021Q4", "2022Q1")]}))
+    path = tmp_path / "batch.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "budget", "scenarios": {"file": str(scen)},
+        "configs": [str(CONFIGS / "single-causal.yaml"), str(CONFIGS / "causal-debate-3.yaml")],
+        "model": {"model": PRICED, "api_base": sim.url, "send_context": True, "limits": {"max_concurrency": 16}},
+        "replicates": 1, "pack": str(pack), "results_dir": str(tmp_path / "results"), "cache_dir": str(tmp_path / "cache"),
+        "retries": 0, "max_in_flight": 4, "workers": 2, "max_cost_usd": cap}))
+    return path
+
+
+def paid_in_traces(root: Path) -> float:
+    """What every trace of the batch says was paid: answers not served from the cache, and failed calls' attempts."""
+    total = 0.0
+    for trace in (root / "traces").glob("*.jsonl"):
+        for e in read_trace(trace).typed():
+            if isinstance(e, LLMCall) and not e.cached:
+                total += e.cost_usd or 0.0
+            elif isinstance(e, LLMFailure):
+                total += sum(a.get("cost_usd") or 0.0 for a in e.attempts)
+    return total
+
+
+def spent(root: Path) -> float:
+    return json.loads((root / BUDGET_FILE).read_text())["spent_usd"]
+
+
+@pytest.mark.slow
+def test_the_cap_holds_across_actors_and_invocations(make_pack, tmp_path, ray_local, capsys):
+    pack = make_pack(tickers=tuple(TICKERS))
+    root = tmp_path / "results" / "budget"
+    cap = 0.03  # about half of what the 8 runs cost
+    with SimProvider() as sim:
+        batch = _batch(tmp_path, pack, sim, cap)
+        assert main(["run", str(batch), "--quiet"]) == EXIT_RUNS_FAILED
+        out, err = capsys.readouterr()
+        first = spent(root)
+        # Several actors with several runs each in flight, and the cap is never passed: reservations, not hindsight.
+        assert 0 < first <= cap, first
+        assert paid_in_traces(root) == pytest.approx(first, rel=1e-9)  # every call paid is in the ledger, once
+        assert "state stopped: budget reached" in out and f"budget: ${first:.4f} of $0.03 spent" in out
+        assert "budget of $0.03 reached" in err and "raise max_cost_usd" in err
+        status = json.loads((root / "manifest.json").read_text())["runs"]
+        assert 0 < sum(r["status"] == "ok" for r in status) < 8
+
+        # The same command again: nothing is sent, nothing more is spent, and it says why.
+        requests = sim.stats.requests
+        assert main(["run", str(batch), "--quiet"]) == EXIT_RUNS_FAILED
+        out, err = capsys.readouterr()
+        assert sim.stats.requests == requests and spent(root) == first
+        assert "state stopped: budget reached" in out and "raise max_cost_usd" in err
+
+        # A raised cap continues from the recorded spend: the runs finish, and the paid calls are not paid again.
+        spec = yaml.safe_load(batch.read_text())
+        batch.write_text(yaml.safe_dump(spec | {"max_cost_usd": 1.0}))
+        assert main(["run", str(batch), "--quiet"]) == 0
+        out, err = capsys.readouterr()
+        final = spent(root)
+        assert first < final <= 1.0
+        assert paid_in_traces(root) == pytest.approx(final, rel=1e-9)
+        assert f"(${final - first:.4f} in this one)" in out and "state finished" in out
+    budget = json.loads((root / BUDGET_FILE).read_text())
+    assert budget["cap_usd"] == 1.0 and budget["reached"] is None

@@ -1,0 +1,195 @@
+"""Blind runs end to end: every protocol debates pseudonyms offline, no prompt holds a real ticker, company name
+or calendar date, and the result, the backtest and runs.parquet are in real tickers.
+
+Prompts are captured at the gateway (every request of the run, its messages and the context a provider may be
+sent), on a self-made pack with named companies and dated filings and calls, and on the shared market pack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from debate.config import DebateConfig
+from debate.config_file import load_debate_config
+from debate.events import BlindMap, Final, Turn, last_attempt, parse_event
+from debate.trace import read_trace
+from madbench_data.market.pack import load_pack
+from madbench_data.scenario import Scenario, load_scenarios
+from madbench_gateway import Gateway, ModelRouting
+from runner.batch import load_batch, resolve_configs
+from runner.cli import main
+from runner.pipeline import RunResult, run_debate, run_id_for
+from runner.store import run_row
+from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
+from tests.madbench_data.test_blind import NAMES, UNIVERSE, blind_world, leaks
+
+ROOT = Path(__file__).resolve().parents[2]
+#: One config of each protocol (debate/protocols/__init__.py), the paper's first.
+PROTOCOL_CONFIGS = {"paper": "causal-debate-3.yaml", "adversarial": "adversarial.yaml", "desks": "desks.yaml",
+                    "tradingagents": "tradingagents.yaml"}
+
+
+class RecordingGateway(Gateway):
+    """A gateway that keeps every request's rendered messages and context: what a model of the run could read."""
+
+    def __init__(self):
+        super().__init__()
+        self.prompts: list[str] = []
+
+    async def complete(self, request, *args, **kw):
+        self.prompts.append("\n".join(m.content for m in request.messages) + "\n" + json.dumps(request.context))
+        return await super().complete(request, *args, **kw)
+
+
+def config(name: str, blind: bool | dict = True) -> DebateConfig:
+    cfg = load_debate_config(ROOT / "configs" / "debate" / name)
+    return DebateConfig.model_validate({**cfg.model_dump(mode="json"), "models": ModelRouting.single("rules/auto").model_dump(),
+                                        "blind": blind})
+
+
+def run_blind(scenario, pack, cfg, out: Path) -> tuple[RunResult, list, str]:
+    gateway = RecordingGateway()
+    result = asyncio.run(run_debate(scenario, pack, cfg, gateway, out))
+    events = last_attempt(read_trace(out / result.run_id / "trace.jsonl").typed())
+    assert gateway.prompts, "the run asked no model"
+    return result, events, "\n".join(gateway.prompts)
+
+
+def check_blind_run(result: RunResult, events: list, prompts: str, scenario: Scenario, names: list[str]) -> None:
+    assert result.status == "ok", result.error
+    assert leaks(prompts, list(scenario.tickers), names) == []
+    blind = next(e for e in events if isinstance(e, BlindMap))
+    pseudonyms = set(blind.mapping.values())
+    assert set(blind.mapping) == set(scenario.tickers) and all(p in prompts for p in pseudonyms)
+    # the debate answered in pseudonyms; the final allocation, the backtest and the result are in real tickers
+    answers = json.dumps([e.output for e in events if isinstance(e, Turn)])
+    assert all(p in answers for p in pseudonyms) and leaks(answers, list(scenario.tickers), names) == []
+    assert all(set(e.weights) <= pseudonyms for e in events if isinstance(e, Turn) and e.weights)
+    final = next(e for e in events if isinstance(e, Final))
+    assert list(result.weights) == list(scenario.tickers) and final.weights == result.weights
+    assert result.metrics["total_return_pct"] is not None and "equal" in result.baselines
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOL_CONFIGS))
+def test_blind_run_of_every_protocol_shows_no_name_ticker_or_date(make_pack, tmp_path, protocol):
+    pack, scenario = blind_world(make_pack)
+    cfg = config(PROTOCOL_CONFIGS[protocol])
+    result, events, prompts = run_blind(scenario, pack, cfg, tmp_path)
+    check_blind_run(result, events, prompts, scenario, list(NAMES.values()))
+    # the rule-based analysts read only the memo's numbers, so the named run allocates alike (blind-safe)
+    named = asyncio.run(run_debate(scenario, pack, config(PROTOCOL_CONFIGS[protocol], blind=False), Gateway(), tmp_path))
+    assert named.run_id != result.run_id and named.weights == result.weights
+    row = run_row("b", result, cfg.model_dump(mode="json"), scenario.model_dump(mode="json"), events, "n")
+    assert row["blind"] is True and json.loads(row["weights"]) == result.weights
+    named_events = last_attempt(read_trace(tmp_path / named.run_id / "trace.jsonl").typed())
+    named_row = run_row("b", named, config(PROTOCOL_CONFIGS[protocol], blind=False).model_dump(mode="json"),
+                        scenario.model_dump(mode="json"), named_events, "n")
+    assert named_row["blind"] is False
+    same = [k for k in ("debate_turnover", "oracle_gap_pct", "total_return_pct") if k in row]
+    assert [row[k] for k in same] == [named_row[k] for k in same]  # dynamics read the turns back in real tickers
+
+
+@requires_shared
+@pytest.mark.skipif(not (SHARED_PAPER / "filings.parquet").exists(), reason="the paper's evidence tables are absent")
+@pytest.mark.parametrize("protocol", sorted(PROTOCOL_CONFIGS))
+def test_blind_runs_on_the_market_pack_show_no_name_ticker_or_date(tmp_path, protocol):
+    """AAPL, AMD, MSFT and NVDA in 2022Q4 (the paper's scenario), with their filings and earnings calls."""
+    pack = _market_pack()
+    scenario = {s.id: s for s in load_scenarios(SHARED_PAPER / "scenarios_35.yaml")}["2022Q4_tech"]
+    result, events, prompts = run_blind(scenario, pack, config(PROTOCOL_CONFIGS[protocol]), tmp_path)
+    names = [str(pack.universe.loc[t, "name"]).split(" (")[0] for t in scenario.tickers]
+    check_blind_run(result, events, prompts, scenario, names)
+    assert "ASSET_" in prompts and "t\u2212" in prompts  # the memo's relative dates reached the models (as sent)
+
+
+_PACK = {}
+
+
+def _market_pack():
+    if "market" not in _PACK:
+        _PACK["market"] = load_pack(SHARED_MARKET, [SHARED_PAPER])
+    return _PACK["market"]
+
+
+def test_tradingagents_reflects_on_last_quarter_in_pseudonyms(make_pack, tmp_path):
+    """The decision log follows one universe from quarter to quarter: same pseudonyms, relative quarter, real backtest."""
+    pack, scenario = blind_world(make_pack)
+    cfg = config("tradingagents.yaml", blind={"macro": "bucket"})
+    first = scenario.model_copy(update={"id": "syn-2021Q2", "invest_quarter": "2021Q2"})
+    assert asyncio.run(run_debate(first, pack, cfg, Gateway(), tmp_path)).status == "ok"
+    result, events, prompts = run_blind(scenario, pack, cfg, tmp_path)
+    check_blind_run(result, events, prompts, scenario, list(NAMES.values()))
+    reflection = next(e for e in events if e.event == "reflection")  # the trace keeps what the protocol wrote
+    assert reflection.source_run and reflection.text.startswith("Last quarter (2021Q2) the desk held ASSET_")
+    assert "Last quarter (Q\u22121) the desk held ASSET_" in prompts  # what the models read
+    assert "rounded to the nearest 1" in prompts and "bps QoQ" not in prompts  # macro: bucket
+
+
+def test_blind_is_off_by_default_part_of_the_run_identity_when_on(make_pack):
+    _, scenario = blind_world(make_pack)
+    plain = load_debate_config(ROOT / "configs" / "debate" / "causal-debate-3.yaml")
+    assert not plain.blind.enabled and "blind" not in plain.model_dump() and "blind" not in plain.model_dump_json()
+    off = plain.model_copy(update={"blind": plain.blind.model_copy(update={"sectors": "drop"})})
+    assert run_id_for(scenario, off, 0) == run_id_for(scenario, plain, 0) and off.content_hash() == plain.content_hash()
+    on = DebateConfig.model_validate({**plain.model_dump(mode="json"), "blind": True})
+    bucket = DebateConfig.model_validate({**plain.model_dump(mode="json"), "blind": {"macro": "bucket"}})
+    ids = {run_id_for(scenario, c, 0) for c in (plain, on, bucket)}
+    assert len(ids) == 3 and len({c.content_hash() for c in (plain, on, bucket)}) == 3
+    assert DebateConfig.model_validate(on.model_dump(mode="json")) == on  # the options survive a round trip
+
+
+def test_trace_show_names_the_pseudonyms(make_pack, tmp_path, capsys):
+    pack, scenario = blind_world(make_pack)
+    result = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml"), Gateway(), tmp_path))
+    assert main(["trace", "show", str(tmp_path / result.run_id)]) == 0
+    shown = capsys.readouterr().out
+    blind = next(line for line in shown.splitlines() if "BLIND" in line)
+    assert all(f"={t}" in blind for t in UNIVERSE) and "FINAL" in shown
+    records = read_trace(tmp_path / result.run_id / "trace.jsonl").events
+    assert [parse_event(r).event for r in records][:3] == ["run_start", "blind_map", "memo"]
+
+
+def test_the_leakage_batch_pairs_named_with_blind_and_nothing_else():
+    path = ROOT / "configs" / "batches" / "leakage.yaml"
+    spec, base = load_batch(path)
+    configs = {c.name: c for c in resolve_configs(spec, base, str(path))}
+    assert [(p.control, p.treatment, p.factor) for p in spec.pairs] == [("causal-debate-3", "causal-debate-3-blind", ["blind"])]
+    control, treatment = configs["causal-debate-3"], configs["causal-debate-3-blind"]
+    assert not control.blind.enabled and treatment.blind.enabled
+    a, b = (c.model_dump(mode="json", exclude={"name", "description"}) for c in (control, treatment))
+    assert {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} == {"blind"}
+    assert spec.model is None  # a real provider by --model, or the configs' own routing
+
+
+@pytest.mark.slow
+@requires_shared
+@pytest.mark.skipif(not (SHARED_PAPER / "filings.parquet").exists(), reason="the paper's evidence tables are absent")
+def test_leakage_batch_runs_offline_and_stats_pairs_named_with_blind(tmp_path, capsys):
+    """The ready batch with --model rules/auto on a real local Ray: 6 scenarios x 2 arms; named − blind is 0 for
+    rule-based analysts (they read no name or date), which checks the transformation end to end."""
+    spec = yaml.safe_load((ROOT / "configs" / "batches" / "leakage.yaml").read_text())
+    base = ROOT / "configs" / "batches"
+    spec |= {"scenarios": {**spec["scenarios"], "file": str((base / spec["scenarios"]["file"]).resolve())},
+             "pack": str((base / spec["pack"]).resolve()), "evidence": [str((base / e).resolve()) for e in spec["evidence"]],
+             "configs": [str((base / c).resolve()) for c in spec["configs"]], "results_dir": str(tmp_path)}
+    path = tmp_path / "leakage.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["run", str(path), "--model", "rules/auto", "--quiet"]) == 0
+    root = next(p for p in tmp_path.glob("leakage*") if p.is_dir())  # leakage@rules-auto
+    runs = pd.read_parquet(root / "runs.parquet")
+    assert len(runs) == 12 and (runs.status == "ok").all() and runs.groupby("config").blind.all().to_dict() == {
+        "causal-debate-3": False, "causal-debate-3-blind": True}
+    scenarios = {s.id: s for s in load_scenarios(spec["scenarios"]["file"])}
+    for _, row in runs.iterrows():  # real tickers in the table, in the scenario's order
+        assert list(json.loads(row.weights)) == sorted(scenarios[row.scenario_id].tickers)
+    capsys.readouterr()
+    assert main(["stats", str(root), "--json"]) == 0
+    paired = json.loads(capsys.readouterr().out)["paired"]
+    sharpe = next(p for p in paired if p["metric"] == "sharpe")
+    assert (sharpe["a"], sharpe["b"], sharpe["n"], sharpe["diff"]) == ("causal-debate-3", "causal-debate-3-blind", 6, 0.0)

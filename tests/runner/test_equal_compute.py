@@ -1,0 +1,138 @@
+"""The equal-compute axis: configs/batches/equal-compute.yaml offline to completion with its paired table of tokens
+and cost per run, and `match_tokens_of` choosing N from a pilot's calls.parquet (a pilot over real HTTP)."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from madbench_data.errors import InputError
+from madbench_data.scenario import load_scenarios
+from runner.batch import load_batch, resolve_configs
+from runner.cli import main
+from runner.pipeline import run_id_for
+from runner.sim.provider import SimProvider
+
+ROOT = Path(__file__).resolve().parents[2]
+BATCH = ROOT / "configs" / "batches" / "equal-compute.yaml"
+TICKERS = ["AAA", "BBB", "CCC", "DDD"]
+PRICED = "openai/gpt-4o-mini"  # in litellm's offline cost map: the simulator's usage has a known cost
+SC = ["self-consistency-macro", "self-consistency-macro-majority"]
+
+
+def write_scenarios(tmp_path: Path) -> Path:
+    scen = tmp_path / "scenarios.yaml"
+    scen.write_text(yaml.safe_dump({"scenarios": [
+        {"id": f"s{q}", "invest_quarter": q, "tickers": TICKERS, "constraints": {"max_weight": 0.6, "min_holdings": 2}}
+        for q in ("2021Q3", "2021Q4")]}))
+    return scen
+
+
+def batch_copy(tmp_path: Path, pack_dir: Path, **over) -> Path:
+    """The ready batch on two synthetic scenarios: its configs and pairs as they are, small and local."""
+    spec = yaml.safe_load(BATCH.read_text())
+    spec["configs"] = [str((BATCH.parent / c).resolve()) for c in spec["configs"]]
+    spec |= {"scenarios": {"file": str(write_scenarios(tmp_path))}, "pack": str(pack_dir),
+             "results_dir": str(tmp_path / "results"), "max_in_flight": 4, "workers": 1, "retries": 0} | over
+    path = tmp_path / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def sc_config(folder: Path, **options) -> Path:
+    """self-consistency-macro with other options, written in ``folder``."""
+    data = yaml.safe_load((ROOT / "configs" / "debate" / "self-consistency-macro.yaml").read_text())
+    data |= {"name": "sc-matched", "options": options}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "sc-matched.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def resolve_one(tmp_path: Path, config: Path, model="rules/auto"):
+    spec = {"name": "m", "scenarios": {"file": str(write_scenarios(tmp_path))}, "configs": [str(config)], "model": model}
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    spec_, base = load_batch(path)
+    return resolve_configs(spec_, base, str(path))[0]
+
+
+@pytest.mark.slow
+def test_the_batch_runs_offline_and_stats_puts_tokens_and_cost_beside_each_difference(make_pack, tmp_path, capsys):
+    batch = batch_copy(tmp_path, make_pack(tickers=tuple(TICKERS)))
+    assert main(["run", str(batch), "--dry-run", "--json"]) == 0
+    estimate = {c["config"]: c for c in json.loads(capsys.readouterr().out)["configs"]}
+    assert estimate["self-consistency-macro"]["calls"] == 2 * 29  # N proposals per run, nothing else
+    args = ["run", str(batch), "--model", "rules/auto", "--cache-dir", str(tmp_path / "cache"), "--quiet"]
+    assert main(args) == 0, capsys.readouterr().err
+    root = tmp_path / "results" / "equal-compute@rules-auto"
+    runs = pd.read_parquet(root / "runs.parquet")
+    assert len(runs) == 10 and (runs.status == "ok").all(), runs[["config", "error"]]
+    sc = runs[runs.config.isin(SC)]
+    assert (sc.calls == 29).all() and (sc.x_samples == 29).all() and (sc.x_distinct_samples > 1).all()
+    assert set(sc.method) == {"self_consistency:mean", "self_consistency:majority"}
+    capsys.readouterr()
+    assert main(["stats", str(root), "--metric", "sharpe,total_return_pct"]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("| metric | a | b |"))
+    assert "| tokens_a | tokens_b | cost_usd_a | cost_usd_b |" in header
+    paired = pd.read_csv(root / "stats" / "paired.csv")
+    row = paired[(paired.a == "self-consistency-macro") & (paired.b == "causal-debate-3") & (paired.metric == "sharpe")]
+    assert len(row) == 1 and row.iloc[0].n == 2
+    # rule-based answers count no tokens and cost nothing: the columns say so rather than stay empty
+    assert (paired[["tokens_a", "tokens_b", "cost_usd_a", "cost_usd_b"]] == 0).all().all()
+    # …and so a rules/auto run is no pilot to match tokens on; nor is a config the pilot did not run
+    with pytest.raises(InputError, match="record no tokens for a proposal"):
+        resolve_one(tmp_path, sc_config(tmp_path / "c1", match_tokens_of="causal-debate-3", pilot=str(root)))
+    with pytest.raises(InputError, match=r"has no finished run of 'nope' \(it has: causal-debate-3, mean3-causal"):
+        resolve_one(tmp_path, sc_config(tmp_path / "c2", match_tokens_of="nope", pilot=str(root)))
+
+
+def test_a_missing_pilot_or_a_second_agent_is_named_when_the_batch_loads(tmp_path):
+    with pytest.raises(InputError, match="options.pilot: no runs.parquet and calls.parquet in"):
+        resolve_one(tmp_path, sc_config(tmp_path / "c", match_tokens_of="causal-debate-3", pilot="../no-such-results"))
+    data = yaml.safe_load((ROOT / "configs" / "debate" / "mean3-causal.yaml").read_text())
+    data |= {"protocol": "self_consistency", "options": {"samples": 3}}
+    three = tmp_path / "three.yaml"
+    three.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match=r"configs\[0\] \(mean3-causal\): agents: self_consistency samples one agent, got 3"):
+        resolve_one(tmp_path, three)
+
+
+@pytest.mark.slow
+def test_match_tokens_of_picks_n_from_a_pilots_calls_and_the_runs_then_spend_alike(make_pack, tmp_path, capsys):
+    pack_dir = make_pack(tickers=tuple(TICKERS))
+    with SimProvider() as sim:
+        model = {"model": PRICED, "api_base": sim.url, "send_context": True, "limits": {"max_concurrency": 8}}
+        debate = str(ROOT / "configs" / "debate" / "causal-debate-3.yaml")
+        pilot = batch_copy(tmp_path, pack_dir, name="pilot", configs=[debate], model=model)
+        assert main(["run", str(pilot), "--cache-dir", str(tmp_path / "cache"), "--quiet"]) == 0, capsys.readouterr().err
+        root = tmp_path / "results" / "pilot"
+        runs, calls = pd.read_parquet(root / "runs.parquet"), pd.read_parquet(root / "calls.parquet")
+        tokens = calls.prompt_tokens + calls.completion_tokens
+        per_run = tokens.groupby(calls.run_id).sum().mean()
+        per_proposal = tokens[calls.phase == "propose"].mean()
+        n = round(per_run / per_proposal)
+        assert len(runs) == 2 and per_proposal > 0 and 10 < n < 60
+        # the pilot path is read relative to the config file; the resolved config keeps N, not the path
+        config = sc_config(tmp_path / "configs", match_tokens_of="causal-debate-3", pilot="../results/pilot", combine="mean")
+        resolved = resolve_one(tmp_path, config, model=PRICED)
+        assert resolved.options == {"samples": n, "combine": "mean"}
+        assert f"N = {n} samples matched to causal-debate-3" in resolved.description
+        explicit = resolve_one(tmp_path, sc_config(tmp_path / "c3", samples=n, combine="mean"), model=PRICED)
+        s = load_scenarios(tmp_path / "scenarios.yaml")[0]
+        assert run_id_for(s, resolved, 0) == run_id_for(s, explicit, 0)  # the run identity is N's, matched or given
+        # the matched baseline beside the debate, in the pilot's own results: the debate runs are reused
+        both = batch_copy(tmp_path, pack_dir, name="pilot", configs=[debate, str(config)], model=model)
+        assert main(["run", str(both), "--cache-dir", str(tmp_path / "cache"), "--quiet"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["stats", str(root), "--metric", "sharpe", "--json"]) == 0
+    pair = json.loads(capsys.readouterr().out)["paired"][0]
+    assert {pair["a"], pair["b"]} == {"causal-debate-3", "sc-matched"} and pair["n"] == 2
+    spent = {pair["a"]: pair["tokens_a"], pair["b"]: pair["tokens_b"]}
+    assert spent["causal-debate-3"] == pytest.approx(per_run)
+    # N proposals come within half a proposal of the debate's tokens (their lengths vary a little by scenario)
+    assert abs(spent["sc-matched"] - spent["causal-debate-3"]) <= 0.5 * per_proposal + 0.05 * per_run
+    assert pair["cost_usd_a"] > 0 and pair["cost_usd_b"] > 0

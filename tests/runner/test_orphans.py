@@ -1,0 +1,69 @@
+"""A driver killed with SIGKILL leaves runner actors behind for a few seconds; they must neither pay for calls
+nor commit runs once it is gone, and the resumed batch pays only for what was in flight at the kill.
+Calls are counted at a real HTTP server (the simulated provider)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from runner.sim.provider import SimConfig, SimProvider
+from tests.runner.test_batch import ROOT
+from tests.runner.test_chaos import run_cli, sim_batch
+
+pytestmark = pytest.mark.slow
+
+MAX_IN_FLIGHT = 4
+
+
+@pytest.fixture
+def pack(make_pack):
+    from tests.runner.test_batch import TICKERS
+    return make_pack(tickers=tuple(TICKERS))
+
+
+def start_driver(batch: Path) -> subprocess.Popen:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def wait_for_commits(root: Path, n: int, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while len(list((root / "runs").glob("*.json"))) < n if (root / "runs").exists() else True:
+        assert time.monotonic() < deadline, "no run committed in time"
+        time.sleep(0.1)
+
+
+def test_orphaned_actors_stop_paying_and_committing_and_the_resume_pays_only_for_calls_in_flight(pack, tmp_path):
+    with SimProvider(SimConfig(latency_median_s=0.4, latency_sigma=0.2, seed=5)) as sim:
+        (tmp_path / "ref").mkdir()
+        reference = sim_batch(tmp_path / "ref", pack, sim, max_in_flight=MAX_IN_FLIGHT)
+        assert (out := run_cli(reference)).returncode == 0, out.stderr[-2000:]
+        uninterrupted = sim.stats.requests
+
+        batch = sim_batch(tmp_path, pack, sim, max_in_flight=MAX_IN_FLIGHT)
+        root = tmp_path / "results" / "t"
+        before = sim.stats.requests
+        driver = start_driver(batch)
+        wait_for_commits(root, 2)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait()
+        at_kill = sim.stats.requests
+        committed_at_kill = len(list((root / "runs").glob("*.json")))
+        time.sleep(6)  # the window in which orphaned actors used to go on calling and committing
+        after_grace = sim.stats.requests
+        assert after_grace - at_kill == 0, f"{after_grace - at_kill} calls paid after the driver was killed"
+        assert len(list((root / "runs").glob("*.json"))) == committed_at_kill
+
+        assert (out := run_cli(batch)).returncode == 0, out.stderr[-2000:]
+        paid = sim.stats.requests - before
+    runs = pd.read_parquet(root / "runs.parquet")
+    assert len(runs) == 8 and runs.run_id.is_unique and (runs.status == "ok").all()
+    # Every call is paid once, except those in flight at the kill (their answers died with their actors).
+    assert paid <= uninterrupted + MAX_IN_FLIGHT, (paid, uninterrupted)

@@ -1,0 +1,297 @@
+"""Provider batch mode against the simulated provider's /v1/files and /v1/batches, over real HTTP.
+
+The collector alone (in the test's event loop): one provider batch for the requests of every blocked run, an
+expired batch resubmitted for its missing requests only, a restarted collector re-attaching to the batch a
+killed one left in flight, a creation cut off before its id was journaled found again by its input file. The
+gateway in batch mode: a validation failure asked again with its feedback in the next batch, a cached call never
+batched. Then the whole runner (Ray, the CLI): the a7 debates in batch mode against a synchronous run, and a
+driver killed with SIGKILL while a batch is in flight.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+import madbench_gateway.providers as providers
+from madbench_gateway import Gateway, LLMRequest, Message, ModelSpec, OutputInvalid, ResponseCache
+from madbench_gateway.providers.batching import BatchAPI, BatchingProvider
+from madbench_gateway.providers.litellm_provider import LiteLLMProvider
+from runner.cli import main
+from runner.provider_batches import Collector, JournalEntry, journal_summary, read_journal
+from runner.sim.provider import SimProvider
+from tests.runner.test_batch import ROOT, TICKERS
+
+FAST = {"poll_s": 0.1, "settle_s": 0.1, "idle_s": 1.0}
+
+
+def group_for(sim) -> dict:
+    return {"provider": "openai", "model": "madbench-sim", "api_base": sim.url, "api_key_env": None}
+
+
+def body(text: str) -> dict:
+    return {"model": "madbench-sim", "messages": [{"role": "user", "content": text}]}
+
+
+def content(line: dict) -> str:
+    return line["response"]["body"]["choices"][0]["message"]["content"]
+
+
+async def started(root, **opt) -> Collector:
+    c = Collector(str(root), None, FAST | opt)
+    await c.start()
+    return c
+
+
+def test_the_requests_of_every_blocked_run_go_in_one_provider_batch_journaled_before_it_is_sent(tmp_path):
+    async def go(sim):
+        c = await started(tmp_path)
+        for run in ("r1", "r2"):
+            await c.expect(run)
+        asks = [c.ask(f"r{i % 2 + 1}", group_for(sim), f"k{i}", body(f"q{i}")) for i in range(4)]
+        return await asyncio.gather(*asks)
+
+    with SimProvider() as sim:
+        sim.batches.config.completion_delay_s = 0.3
+        lines = asyncio.run(go(sim))
+        assert len(sim.batches.batches) == 1 and sim.batches.submitted == {f"k{i}": 1 for i in range(4)}
+        assert [content(x) for x in lines] == [content({"response": {"body": sim.reply(body(f"q{i}"))}}) for i in range(4)]
+    (entry,) = read_journal(tmp_path)
+    assert entry.state == "completed" and entry.collected and entry.answered == 4 and entry.batch_id and entry.input_file_id
+    assert entry.keys == [f"k{i}" for i in range(4)] and entry.pricing.startswith("unknown")
+    assert (tmp_path / "provider_batches" / f"{entry.id}.output.jsonl").exists()
+    assert journal_summary(tmp_path)["provider_batches"] == 1
+
+
+def test_a_flush_waits_for_every_run_in_flight_to_block(tmp_path):
+    async def go(sim):
+        c = await started(tmp_path, idle_s=5.0)
+        for run in ("r1", "r2"):
+            await c.expect(run)
+        first = asyncio.ensure_future(c.ask("r1", group_for(sim), "a", body("a")))
+        await asyncio.sleep(1.0)  # r2 is still busy: nothing is sent yet
+        sent_before = len(sim.batches.batches)
+        await c.ask("r2", group_for(sim), "b", body("b"))
+        await first
+        return sent_before
+
+    with SimProvider() as sim:
+        assert asyncio.run(go(sim)) == 0
+        assert len(sim.batches.batches) == 1 and set(sim.batches.submitted) == {"a", "b"}
+
+
+def test_an_expired_batch_is_resubmitted_for_its_missing_requests_only(tmp_path):
+    async def go(sim):
+        c = await started(tmp_path)
+        return await asyncio.gather(*[c.ask(None, group_for(sim), f"k{i}", body(f"q{i}")) for i in range(6)])
+
+    with SimProvider() as sim:
+        sim.batches.config.expire_next = 1  # the first batch expires with half its lines answered
+        lines = asyncio.run(go(sim))
+        first, second = (sim.batches.batches[b] for b in sorted(sim.batches.batches))
+        done = {json.loads(x)["custom_id"] for x in sim.batches.files[first.output_file_id][1].decode().splitlines()}
+        assert first.status == "expired" and len(done) == 3
+        assert {x["custom_id"] for x in second.lines} == {f"k{i}" for i in range(6)} - done  # only the missing ones
+        assert all("response" in x and x["response"]["status_code"] == 200 for x in lines)
+    states = [(e.state, e.answered, e.resubmitted) for e in read_journal(tmp_path)]
+    assert states == [("expired", 3, 3), ("completed", 3, 0)]
+
+
+def test_a_restarted_collector_reattaches_to_the_batch_in_flight_and_submits_nothing_twice(tmp_path):
+    async def killed_while_in_flight(sim):
+        c = await started(tmp_path)
+        for i in range(3):
+            asyncio.ensure_future(c.ask(None, group_for(sim), f"k{i}", body(f"q{i}")))
+        while not any(e.batch_id for e in read_journal(tmp_path)):
+            await asyncio.sleep(0.05)
+        # the loop ends here: the collector and its calls die with it, the batch goes on at the provider
+
+    async def restarted(sim):
+        c = await started(tmp_path)
+        assert c.stats()["in_batch"] == 3
+        return await asyncio.gather(*[c.ask(None, group_for(sim), f"k{i}", body(f"q{i}")) for i in range(3)])
+
+    with SimProvider() as sim:
+        sim.batches.config.completion_delay_s = 1.5
+        asyncio.run(killed_while_in_flight(sim))
+        assert read_journal(tmp_path)[0].state in ("validating", "in_progress")
+        lines = asyncio.run(restarted(sim))
+        assert len(sim.batches.batches) == 1 and max(sim.batches.submitted.values()) == 1
+        assert [content(x) for x in lines] == [content({"response": {"body": sim.reply(body(f"q{i}"))}}) for i in range(3)]
+    assert read_journal(tmp_path)[0].state == "completed"
+
+
+def test_a_creation_cut_off_before_its_id_was_journaled_is_found_by_its_input_file(tmp_path):
+    async def go(sim):
+        api = BatchAPI(group_for(sim))
+        lines = [{"custom_id": "k", "method": "POST", "url": "/v1/chat/completions", "body": body("q")}]
+        file_id = await api.upload(lines, "in.jsonl")
+        await api.create(file_id, {})  # created at the provider, but the driver died before journaling its id
+        folder = tmp_path / "provider_batches"
+        folder.mkdir()
+        for entry in (JournalEntry(id="pb-cut", **group_for(sim), keys=["k"], state="submitting", input_file_id=file_id,
+                                   created="1"),
+                      JournalEntry(id="pb-intent", **group_for(sim), keys=["j"], created="2")):  # never uploaded
+            (folder / f"{entry.id}.json").write_text(entry.model_dump_json())
+        c = await started(tmp_path)
+        return await c.ask(None, group_for(sim), "k", body("q"))
+
+    with SimProvider() as sim:
+        line = asyncio.run(go(sim))
+        assert line["response"]["status_code"] == 200 and len(sim.batches.batches) == 1
+    assert [(e.id, e.state) for e in read_journal(tmp_path)] == [("pb-cut", "completed"), ("pb-intent", "abandoned")]
+
+
+def test_the_gateway_in_batch_mode_retries_an_invalid_answer_with_feedback_in_the_next_batch_and_never_batches_a_cached_call(
+        tmp_path, monkeypatch):
+    seen = []
+
+    def first_answer_invalid(content, spec):
+        seen.append(content)
+        if len(seen) == 1:
+            raise OutputInvalid("weights must sum to 1")
+        return json.loads(content)
+
+    async def go(sim, gateway, spec):
+        c = await started(tmp_path / "results")
+        monkeypatch.setattr(providers, "DEFAULT_PROVIDER", BatchingProvider(LiteLLMProvider(), c))
+        request = LLMRequest(model=spec.model, messages=[Message(role="user", content="allocate")])
+        first = await gateway.complete(request, spec, first_answer_invalid)
+        again = await gateway.complete(request, spec, first_answer_invalid)
+        return first, again
+
+    with SimProvider() as sim, ResponseCache(tmp_path / "cache") as cache:
+        spec = ModelSpec(model="openai/madbench-sim", api_base=sim.url)
+        first, again = asyncio.run(go(sim, Gateway(cache=cache), spec))
+        batches = [sim.batches.batches[b] for b in sorted(sim.batches.batches)]
+        assert len(batches) == 2 and [len(b.lines) for b in batches] == [1, 1]
+        retry = batches[1].lines[0]["body"]["messages"]
+        assert retry[-1]["role"] == "user" and "weights must sum to 1" in retry[-1]["content"]  # the feedback
+    assert first.validation_retries == 1 and not first.cached
+    assert again.cached and again.content == first.content  # from the cache: no third batch
+
+
+# ---------------------------------------------------------------------------------------------- the whole runner
+
+def a7_batch(tmp_path: Path, pack: Path, sim, name: str, execution=None) -> Path:
+    """The a7 batch (configs/batches/a7.yaml: its two configs) on two scenarios of a synthetic pack, every call to
+    the simulated provider (rule-based answers), as tests/runner/test_chaos.py points batches at it."""
+    a7 = yaml.safe_load((ROOT / "configs/batches/a7.yaml").read_text())
+    scen = tmp_path / "scenarios.yaml"
+    scen.write_text(yaml.safe_dump({"scenarios": [
+        {"id": f"s{q}", "invest_quarter": q, "tickers": TICKERS, "constraints": {"max_weight": 0.6}}
+        for q in ("2021Q3", "2022Q1")]}))
+    model = {"model": "openai/madbench-sim", "api_base": sim.url, "send_context": True,
+             "limits": {"max_concurrency": 16}, "retry": {"backoff_base_s": 0.2, "backoff_max_s": 2.0}}
+    spec = {"name": name, "scenarios": {"file": str(scen)}, "pack": str(pack), "model": model,
+            "configs": [str((ROOT / "configs/batches" / c).resolve()) for c in a7["configs"]], "pairs": a7["pairs"],
+            "results_dir": str(tmp_path / "results"), "cache_dir": str(tmp_path / f"cache-{name}"),
+            "max_in_flight": 8, "workers": 2, "retries": 0}
+    if execution is not None:
+        spec["execution"] = execution
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def run_cli(batch: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet", *extra],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def steps_of(trace: Path) -> list[list[str]]:
+    """A run's model calls in steps: the calls of one gathered phase (same phase, round and label) in a row."""
+    steps: list[list[str]] = []
+    last = None
+    for e in map(json.loads, trace.read_text().splitlines()):
+        if e["event"] == "llm_call":
+            here = (e["phase"], e["round"], e["label"])
+            if here != last:
+                steps.append([])
+            steps[-1].append(e["key"])
+            last = here
+    return steps
+
+
+@pytest.fixture
+def pack(make_pack):
+    return make_pack(tickers=tuple(TICKERS))
+
+
+BATCH_MODE = {"mode": "batch", "poll_s": 0.2, "settle_s": 0.3, "idle_s": 2.0}
+
+
+@pytest.mark.slow
+def test_a7_in_provider_batch_mode_is_one_provider_batch_per_phase_and_allocates_as_a_sync_run(pack, tmp_path):
+    with SimProvider() as sim:
+        t = time.monotonic()
+        assert (out := run_cli(a7_batch(tmp_path, pack, sim, "sync"))).returncode == 0, out.stderr[-2000:]
+        sync_s = time.monotonic() - t
+        calls_sync = sim.stats.requests
+        sim.batches.config.completion_delay_s = 1.0
+        t = time.monotonic()
+        assert (out := run_cli(a7_batch(tmp_path, pack, sim, "batch", BATCH_MODE))).returncode == 0, out.stderr[-2000:]
+        batch_s = time.monotonic() - t
+        assert sim.stats.requests == calls_sync  # no synchronous call in batch mode
+        batches = [[x["custom_id"] for x in sim.batches.batches[b].lines] for b in sorted(sim.batches.batches)]
+    assert max(sim.batches.submitted.values()) == 1
+    sync, batch = (pd.read_parquet(tmp_path / "results" / n / "runs.parquet").set_index("run_id") for n in ("sync", "batch"))
+    assert len(batch) == 4 and (batch.status == "ok").all()
+    assert (batch.loc[sync.index, "weights"] == sync["weights"]).all()  # the same allocations from the same answers
+    in_batch = {key: i for i, keys in enumerate(batches) for key in keys}
+    longest = 0
+    for trace in (tmp_path / "results" / "batch" / "traces").glob("*.jsonl"):
+        steps = steps_of(trace)
+        longest = max(longest, len(steps))
+        where = [sorted({in_batch[k] for k in step if k in in_batch}) for step in steps]
+        assert all(len(w) <= 1 for w in where), where  # the calls of one phase of a run are never split
+        sent = [w[0] for w in where if w]
+        assert sent == sorted(set(sent)), where  # each phase of a run in a later batch than the one before
+    assert len(batches) == longest, batches  # in lockstep: one provider batch per debate phase, shared by every run
+    summary = journal_summary(tmp_path / "results" / "batch")
+    assert summary["provider_batches"] == len(batches) and summary["answered"] == summary["requests"]
+    print(f"\nprovider batch mode on a7 (4 runs): {len(batches)} provider batches for {longest} phases, "
+          f"{summary['requests']} requests; wall {batch_s:.1f} s against {sync_s:.1f} s synchronously (batch delay 1 s)")
+
+
+@pytest.mark.slow
+def test_a_driver_killed_while_a_batch_is_in_flight_reattaches_on_rerun_and_submits_no_request_twice(pack, tmp_path):
+    with SimProvider() as sim:
+        sim.batches.config.completion_delay_s = 4.0
+        batch = a7_batch(tmp_path, pack, sim, "kill", BATCH_MODE)
+        journal = tmp_path / "results" / "kill" / "provider_batches"
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
+        driver = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 240
+        while not any(e.batch_id and e.state in ("validating", "in_progress") for e in
+                      (read_journal(journal.parent) if journal.exists() else [])):
+            assert driver.poll() is None and time.monotonic() < deadline, "no provider batch went in flight"
+            time.sleep(0.1)
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver and its whole local Ray, a batch in flight
+        driver.wait()
+        in_flight = len(sim.batches.batches)
+        assert (out := run_cli(batch)).returncode == 0, out.stderr[-2000:]
+        assert max(sim.batches.submitted.values()) == 1, sim.batches.submitted.most_common(3)  # nothing paid twice
+        assert len(sim.batches.batches) > in_flight
+    runs = pd.read_parquet(tmp_path / "results" / "kill" / "runs.parquet")
+    assert len(runs) == 4 and (runs.status == "ok").all()
+    assert all(e.state in ("completed", "abandoned") for e in read_journal(journal.parent))
+
+
+def test_provider_batch_mode_refuses_a_model_without_a_batch_api_before_anything_runs(pack, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MISTRAL_API_KEY", "not-a-real-key-123")
+    with SimProvider() as sim:
+        batch = a7_batch(tmp_path, pack, sim, "refuse")
+    assert main(["run", str(batch), "--provider-batch", "--model", "mistral/mistral-small-latest", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "provider batch mode supports openai, azure models" in err and "not mistral" in err
