@@ -18,7 +18,8 @@ others' allocations as i saw them when critiqued, and C_c critic c's allocation 
 * flip                            i flips toward c when c critiqued i and c has the largest pull, pull_c ≥ ½
                                   (i closed at least half its distance to c)
 * new evidence                    new_i,t = |cited(R_i) − ∪_{s<t} cited(i's argument in effect after round s)|
-                                  (IDs i never cited before: ``scoring.rules_scorer.cited_ids``)
+                                  (IDs i never cited before: ``scoring.rules_scorer.cited_ids``; the count is
+                                  ``new_evidence``, the IDs themselves ``new_evidence_ids``, a JSON list)
 * sycophancy                      syc_i,t = max_c clip(pull_c, 0, 1) if new_i,t = 0, else 0
                                   (movement toward a critic without new evidence; null when nobody critiqued i)
 * disagreement collapse           D_t = mean over pairs {j, k} of JS(A_j, A_k) of the allocations after round t
@@ -57,7 +58,7 @@ FLIP_PULL = 0.5
 #: rounds.parquet's dynamics columns, null on every row without a critique round (``round_dynamics``).
 ROUND_COLUMNS = ("jsd_pairwise_before", "jsd_pairwise_after", "collapse", "collapse_rate",
                  "shift_l1_before", "shift_l1_after", "shift_l1", "shift_js_before", "shift_js_after", "shift_js",
-                 "critics", "pulls", "new_evidence", "flip_toward", "flip_pull", "sycophancy")
+                 "critics", "pulls", "new_evidence", "new_evidence_ids", "flip_toward", "flip_pull", "sycophancy")
 #: runs.parquet's dynamics columns (``run_dynamics``).
 RUN_COLUMNS = ("debate_turnover", "shift_l1_mean", "shift_js_mean", "sycophancy_mean", "collapse_mean",
                "flips", "flips_new_evidence", "best_agent", "best_agent_return_pct", "oracle_gap_pct")
@@ -99,9 +100,10 @@ def shift_toward(before: Position, after: Position, others: Sequence[Position]) 
 
 def pull(before: Position, after: Position, critic: Position) -> float | None:
     """pull = 1 − L1(after, critic) / L1(before, critic); None when ``before`` already was the critic's allocation.
-    Rounded to 12 places: float noise must not turn an exact half-way move into a miss of the flip threshold."""
+    Rounded to 12 places: float noise must not turn an exact half-way move into a miss of the flip threshold; and
+    + 0.0, so that noise just below 0 rounds to 0.0, not to a -0.0 that the pulls JSON would print."""
     d = l1(before, critic)
-    return None if d <= 1e-12 else round(1.0 - l1(after, critic) / d, 12)
+    return None if d <= 1e-12 else round(1.0 - l1(after, critic) / d, 12) + 0.0
 
 
 def flip(pulls: dict[str, float | None]) -> tuple[str | None, float | None]:
@@ -205,10 +207,12 @@ def _agent_round(rec: DebateRecord, t: int, agent: str, earlier: set[str]) -> di
     if not critics:
         return row
     pulls = {c: pull(before[agent], after[agent], before[c]) for c in critics}
-    new = len(rec.cited[t][agent] - earlier)
+    new_ids = sorted(rec.cited[t][agent] - earlier)
+    new = len(new_ids)
     toward, strongest = flip(pulls)
     return row | {"critics": ",".join(critics), "pulls": json.dumps(pulls, sort_keys=True), "new_evidence": new,
-                  "flip_toward": toward, "flip_pull": strongest, "sycophancy": sycophancy(pulls, new)}
+                  "new_evidence_ids": json.dumps(new_ids), "flip_toward": toward, "flip_pull": strongest,
+                  "sycophancy": sycophancy(pulls, new)}
 
 
 def round_dynamics(events: Iterable[AnyEvent]) -> dict[tuple[int, str], dict[str, Any]]:

@@ -8,8 +8,10 @@ options give the same blind memo):
   the letters do not follow the alphabetical order of the tickers and one universe always gets the same ones (a
   protocol's decision log can then follow it from quarter to quarter); evidence IDs follow (``[AAPL-RET60]`` →
   ``[ASSET_A-RET60]``) and ticker sections are listed in pseudonym order;
-- in every text (filing and earnings-call facts, labels, notes, headers) a universe company's names and ticker
-  become its pseudonym, and another stock of the pack named in full becomes "another company";
+- in every text (filing and earnings-call facts, labels, notes, headers) a universe company's names, aliases and
+  ticker become its pseudonym; another stock of the pack (by its names and aliases) and a well-known company outside
+  the pack (``OTHER_COMPANIES``) become "another company". Names match in any case ("Nvidia" is NVIDIA) as whole
+  words; tickers and forms of three characters or fewer (FB, GE, Lam) only as written;
 - calendar dates become relative to the as-of date ``t`` (``t−20d``, calendar days), months to its month
   (``M−1``), years to its year (``Y−1``, fiscal years ``FY−1``), calendar quarters to the invest quarter (``Q0``;
   ``Q−1`` ends at ``t``); fiscal quarters keep their number (``Q4 FY−1``);
@@ -51,8 +53,8 @@ MACRO_STEPS = {"FF": 1.0, "2Y": 1.0, "10Y": 1.0, "30Y": 1.0, "CURVE": 0.5, "REAL
                "INDPRO": 5.0, "UNEMP": 1.0, "HY": 1.0, "DXY": 10.0, "WTI": 20.0, "VIX": 5.0}
 
 #: Short and former names the market pack's companies go by in filings and calls, beyond the pack's own ``name``
-#: (made by hand from the evidence texts). They are redacted where the company is in the universe; elsewhere only
-#: its full name is (a short form such as "Delta" is too often an ordinary word).
+#: (made by hand from the evidence texts). They are redacted for every stock of the pack, in or out of the universe,
+#: but for ``UNIVERSE_ONLY_ALIASES``.
 ALIASES: dict[str, tuple[str, ...]] = {
     "NVDA": ("Nvidia",), "CSCO": ("Cisco",), "LRCX": ("Lam",), "MU": ("Micron",), "ANET": ("Arista",),
     "GOOGL": ("Google",), "GOOG": ("Google",), "META": ("Meta", "Facebook"), "DIS": ("Disney",),
@@ -65,6 +67,20 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "UBER": ("Uber",), "NEE": ("NextEra",), "DAL": ("Delta",), "OXY": ("Occidental", "Oxy", "OxyChem"),
     "WMT": ("Wal-Mart",), "MCD": ("McDonald",),
 }
+#: Aliases that also name something else in the texts, redacted only where their company is in the universe (there
+#: the cost of a redacted ordinary word is small beside a leak): "Delta" is the COVID-19 variant in the 2021 texts of
+#: Apple, J&J, Goldman Sachs and Disney, "Vertex" Google's Vertex AI.
+UNIVERSE_ONLY_ALIASES = frozenset({"Delta", "Vertex"})
+#: Well-known companies outside the pack that its evidence texts name as competitors, suppliers, customers or peers
+#: (found by a search of the paper's filings and calls: "competition from Intel's discrete GPU expansion" in AMD's
+#: names a rival, and with it the industry). Each becomes "another company", like a pack stock outside the universe.
+#: Not exhaustive: a name missing here survives; product, segment and deal names are not companies of this list.
+OTHER_COMPANIES: tuple[str, ...] = (
+    "Intel", "Samsung", "TSMC", "Taiwan Semiconductor", "SK Hynix", "Huawei", "Dell", "Hewlett Packard", "Marvell",
+    "ASML", "Sony", "Alibaba", "Tencent", "OpenAI", "Anthropic", "TikTok", "ByteDance", "T-Mobile", "Warner Bros",
+    "Paramount", "Rivian", "Ford", "General Motors", "Toyota", "Airbus", "GSK", "Novartis", "Novo Nordisk",
+    "AstraZeneca", "Moderna", "CVS", "Humana", "Walgreens", "Kroger", "HSBC", "First Republic", "Silicon Valley Bank",
+)
 
 
 class BlindOptions(BaseModel):
@@ -214,36 +230,63 @@ def pack_companies(universe: pd.DataFrame) -> list[Company]:
             for t, r in stocks.iterrows()]
 
 
-def _word(text: str) -> str:
+def _as_written(form: str) -> bool:
+    """Whether a name form matches only as written: a ticker or a form of three characters or fewer (FB, GE, P&G,
+    Lam, Oxy), which in another case is an ordinary word or a piece of a hash; a longer name matches in any case."""
+    return len(form) <= 3
+
+
+def _word(text: str, any_case: bool = False) -> str:
     """A regex for ``text`` as a whole word (a possessive 's still matches); a name also at the head of a compound
-    such as AppleCare or VisaNet, a ticker or other capitals only alone (T, not the T of TV or ME&T)."""
+    such as AppleCare or VisaNet, a ticker or other capitals only alone (T, not the T of TV or ME&T). ``any_case``
+    applies to the word alone: the boundaries stay case-sensitive, so AppleCare's C still marks a compound."""
     tail = r"(?![A-Za-z0-9_]|&[A-Za-z])" if text.isupper() else r"(?![a-z0-9_]|&[A-Za-z])"
-    return r"(?<![A-Za-z0-9_&])" + re.escape(text) + tail
+    word = f"(?i:{re.escape(text)})" if any_case else re.escape(text)
+    return r"(?<![A-Za-z0-9_&])" + word + tail
 
 
 class Redactor:
-    """Replaces names, tickers and calendar dates in a text; idempotent on its own output."""
+    """Replaces names, tickers and calendar dates in a text; idempotent on its own output.
 
-    def __init__(self, mapping: dict[str, str], companies: list[Company], anchor: Anchor):
+    ``companies``: the stocks of the pack (the universe's become their pseudonyms, the others "another company");
+    ``others``: names of companies outside the pack, which become "another company" too."""
+
+    def __init__(self, mapping: dict[str, str], companies: list[Company], anchor: Anchor, others: tuple[str, ...] = ()):
         by_ticker = {c.ticker: c for c in companies}
-        table: dict[str, str] = {}
-        for c in companies:  # other stocks: full names, and tickers long enough not to be words
+        self.exact: dict[str, str] = {}  # tickers and short forms, as written
+        self.folded: dict[str, str] = {}  # longer names by their lower case: NVIDIA is also Nvidia in a text
+        forms: set[str] = set()
+
+        def put(found: list[str], to: str) -> None:
+            for f in found:
+                forms.add(f)
+                if _as_written(f):
+                    self.exact[f] = to
+                else:
+                    self.folded[f.casefold()] = to
+
+        put([f for name in others for f in name_forms(name)], OTHER_COMPANY)
+        for c in companies:  # other stocks: names, aliases, and tickers long enough not to be words
             if c.ticker not in mapping:
-                table.update({f: OTHER_COMPANY for f in name_forms(c.name)})
+                aliases = [a for a in ALIASES.get(c.ticker, ()) if a not in UNIVERSE_ONLY_ALIASES]
+                put([f for n in (c.name, *aliases) for f in name_forms(n)], OTHER_COMPANY)
                 if len(c.ticker) >= 3:
-                    table[c.ticker] = OTHER_COMPANY
+                    self.exact[c.ticker] = OTHER_COMPANY
         for t in sorted(mapping, reverse=True):  # the universe's names win over another company's same name
             c = by_ticker.get(t)
-            forms = (name_forms(c.name) if c else []) + [f for a in ALIASES.get(t, ()) for f in name_forms(a)]
-            table.update({f: mapping[t] for f in forms})
-            table[t] = mapping[t]
-        keys = sorted(table, key=lambda k: (-len(k), k))
-        self.table = table
+            put([f for n in ((c.name,) if c else ()) + ALIASES.get(t, ()) for f in name_forms(n)], mapping[t])
+            self.exact[t] = mapping[t]
+        keys = sorted(forms | set(self.exact), key=lambda k: (-len(k), k))
         # the lookahead skips a position no name or ticker starts at without trying each of them (10x faster)
-        heads = "".join(sorted({re.escape(k[0]) for k in keys}))
-        self.names = re.compile(f"(?=[{heads}])(?:" + "|".join(_word(k) for k in keys) + ")") if keys else None
+        heads = "".join(sorted({re.escape(h) for k in keys for h in {k[0], k[0].lower(), k[0].upper()}}))
+        words = (_word(k, any_case=not (_as_written(k) or k in self.exact)) for k in keys)
+        self.names = re.compile(f"(?=[{heads}])(?:" + "|".join(words) + ")") if keys else None
         self.dates = _date_rules(anchor)
         self.done: dict[str, str] = {}  # labels, units and notes repeat across tickers
+
+    def _replace(self, m: re.Match) -> str:
+        found = m.group(0)
+        return self.exact[found] if found in self.exact else self.folded[found.casefold()]
 
     def __call__(self, text: str | None) -> str | None:
         if text is None:
@@ -251,7 +294,7 @@ class Redactor:
         if text not in self.done:
             out = text
             if self.names is not None:
-                out = self.names.sub(lambda m: self.table[m.group(0)], out)
+                out = self.names.sub(self._replace, out)
             for pattern, fn in self.dates:
                 out = pattern.sub(lambda m, fn=fn: fn(m) or m.group(0), out)
             self.done[text] = out
@@ -338,7 +381,7 @@ def blind_memo(memo: Memo, scenario: Scenario, companies: list[Company], options
     """The blind counterpart of ``memo`` (built for ``scenario``); ``companies``: every stock of the pack."""
     shuffled = pseudonyms(list(scenario.tickers))
     mapping = {t: shuffled[t] for t in scenario.tickers}  # in the scenario's order: ``to_real`` keeps it
-    redact = Redactor(mapping, companies, Anchor(memo.as_of, scenario.quarter))
+    redact = Redactor(mapping, companies, Anchor(memo.as_of, scenario.quarter), OTHER_COMPANIES)
     values = {it.id: it.value for it in memo.items}
     volumes = [v for t in scenario.tickers if isinstance(v := values.get(f"{t}-ADVOL"), float)]
     total_volume = sum(volumes) or None

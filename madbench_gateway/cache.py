@@ -172,6 +172,11 @@ class ResponseCache:
         self._stats.incr(f"{'hits' if body is not None else 'misses'}|{model}", default=0)
         return body
 
+    def take_back_miss(self, model: str) -> None:
+        """A caller that missed, waited for an identical request in flight and was then served its answer counts one
+        hit, not a miss and a hit (so hits + misses is the number of lookups that callers made)."""
+        self._stats.decr(f"misses|{model}", default=0)
+
     def put(self, key: str, model: str, body: dict[str, Any]) -> None:
         """Store a validated response. ``add`` keeps the first writer's answer when workers race."""
         body = {**body, "key": key, "model": model, "stored_at": time.time()}

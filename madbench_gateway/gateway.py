@@ -113,6 +113,7 @@ class Gateway:
             if self.cache.contains(key):  # answered by another caller while this one waited
                 hit = self._from_cache(key, request, spec, validate, attempts, t0)
                 if hit is not None:
+                    self.cache.take_back_miss(spec.model)
                     return self._answered(hit, account)
             return await self._fresh(request, key, spec, provider, validate, account, attempts, t0, cacheable)
 

@@ -17,7 +17,7 @@ The estimate follows each protocol's real phase structure, one run at a time, in
    configured ``max_retries`` in every round. Both are pure formulas, documented where they are computed.
 
 Cost prices each call at its own model with the gateway's providers (litellm's offline cost map for hosted
-models; ``rules/`` and ``local/`` models cost nothing); a model missing from the map is reported, never priced
+models; ``rules/`` and ``local/`` models cost nothing, and ``rules/`` answers, which record no tokens, count none); a model missing from the map is reported, never priced
 at 0, and the cost of any config that uses it is None. Wall time is one run's critical path (phases
 sequential, agents within a phase concurrent), and for a batch the slowest of that and each model's rate
 limits (``batch_wall_s``).
@@ -276,12 +276,12 @@ def batch_wall_s(path_s: list[float], max_in_flight: int, usage: dict[str, Limit
     c = max(1, min(max_in_flight, len(path_s)))
     bounds = {"latency (critical path of the runs in flight)": max(sum(path_s) / c, max(path_s))}
     for key, u in usage.items():
-        lim, keep = u.limits, 1 - u.limits.headroom
+        lim, keep, name = u.limits, 1 - u.limits.headroom, u.label or key
         if lim.rpm:
-            bounds[f"rpm of {key}"] = u.attempts / (lim.rpm * keep / 60)
+            bounds[f"rpm of {name}"] = u.attempts / (lim.rpm * keep / 60)
         if lim.tpm:
-            bounds[f"tpm of {key}"] = u.tokens / (lim.tpm * keep / 60)
-        bounds[f"max_concurrency of {key}"] = u.busy_s / lim.max_concurrency
+            bounds[f"tpm of {name}"] = u.tokens / (lim.tpm * keep / 60)
+        bounds[f"max_concurrency of {name}"] = u.busy_s / lim.max_concurrency
     name = max(bounds, key=bounds.get)
     return BATCH_STARTUP_S + bounds[name], name
 
@@ -582,11 +582,18 @@ class Line:
 
 @dataclass
 class LimitUsage:
-    """What a batch asks of one rate-limit key: HTTP attempts, tokens, and seconds of calls in flight."""
+    """What a batch asks of one rate-limit key: HTTP attempts, tokens, and seconds of calls in flight; ``label``
+    names the key for a reader (the model, and its api_base if any; the key itself is ``provider|model|api_base``)."""
     limits: RateLimits
     attempts: float = 0.0
     tokens: float = 0.0
     busy_s: float = 0.0
+    label: str = ""
+
+
+def limit_label(spec: ModelSpec) -> str:
+    """A rate-limit key as the dry run prints it: ``rules/macro``, ``openai/x at http://host/v1``."""
+    return spec.model + (f" at {spec.api_base}" if spec.api_base else "")
 
 
 @dataclass
@@ -602,6 +609,12 @@ class RunEstimate:
     lines: dict[tuple[str, str], Line] = field(default_factory=dict)
     limits: dict[str, LimitUsage] = field(default_factory=dict)
     unpriced: set[str] = field(default_factory=set)
+
+
+@lru_cache(maxsize=256)
+def counts_tokens(model: str) -> bool:
+    """Whether the model's calls record tokens: an LLM's do; a ``rules/`` answer's do not (its provider's ``is_llm``)."""
+    return provider_for(model).is_llm
 
 
 @lru_cache(maxsize=4096)
@@ -629,8 +642,11 @@ class Tally:
         if n <= 0:
             return
         v, e = self.v, self.est
-        prompt = s.prompt + v * (s.prompt + s.answer + VALIDATION_FEEDBACK_TOKENS)
-        completion = (1 + v) * s.completion
+        # A rule-based answer (a provider that is no LLM) records no tokens, so none are counted: the shape keeps
+        # the prompt a model would be sent, the tally what the run's calls will record.
+        llm = counts_tokens(s.model)
+        prompt = s.prompt + v * (s.prompt + s.answer + VALIDATION_FEEDBACK_TOKENS) if llm else 0.0
+        completion = (1 + v) * s.completion if llm else 0.0
         line = e.lines.setdefault((s.model, s.kind), Line())
         line.calls += n
         line.attempts += n * (1 + v)
@@ -646,7 +662,7 @@ class Tally:
             e.unpriced.add(s.model)
         else:
             line.cost_usd += n * price
-        u = e.limits.setdefault(s.spec.limit_key(), LimitUsage(s.spec.limits))
+        u = e.limits.setdefault(s.spec.limit_key(), LimitUsage(s.spec.limits, label=limit_label(s.spec)))
         u.attempts += n * (1 + v)
         u.tokens += n * (prompt + completion)
         u.busy_s += n * self.latency(s)
@@ -957,7 +973,7 @@ def _merge(into: RunEstimate, e: RunEstimate) -> None:
         for f in ("calls", "attempts", "prompt_tokens", "completion_tokens", "busy_s", "cost_usd"):
             setattr(t, f, getattr(t, f) + getattr(line, f))
     for k, u in e.limits.items():
-        t2 = into.limits.setdefault(k, LimitUsage(u.limits))
+        t2 = into.limits.setdefault(k, LimitUsage(u.limits, label=u.label))
         t2.attempts += u.attempts
         t2.tokens += u.tokens
         t2.busy_s += u.busy_s

@@ -37,7 +37,7 @@ from runner.batch import BatchSpec, RunSpec
 from runner.budget import read_budget, start_budget, stop_budget, summary
 from runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
 from runner.lock import ResultsLock, WriterGuard
-from runner.pipeline import run_debate, run_id_for
+from runner.pipeline import run_debate
 from runner.progress import Progress
 from runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
 from runner.staging import OwnerGuard, collect, commit, head_trace, job_working_dir, portable, prepare, sees_results, staging_root
@@ -52,7 +52,7 @@ class RunnerActor:
         import ray
 
         if collector is not None:  # provider batch mode: litellm-routed calls wait for the batch's collector
-            use_provider_batches(collector)
+            use_provider_batches(collector).warm()  # litellm now: a run slow to its first call would miss phase 1's batch
 
         ctx = ray.get_runtime_context()
         self.node_id = ctx.get_node_id()
@@ -83,7 +83,7 @@ class RunnerActor:
             prepare(self.layout, run_id, trace)
         # This run's calls tell the provider-batch collector whose they are (each actor call is its own asyncio task,
         # with its own copy of the context).
-        current_party.set(run_id_for(s, c, sample_index))
+        current_party.set(run_id)
         try:
             result = await run_debate(s, self.pack, c, self.gateway, self.layout, sample_index, where=f"scenario {s.id}",
                                       retry_failed=retry_failed)
@@ -363,11 +363,13 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             progress.spent_source = lambda: budget.snapshot()["spent_usd"]
             cache = start_cache(ray, cache_dir, cluster_cache)
             batches = spec.provider_batches
-            collector = start_collector(ray, layout.root, lock.holder, batches) if batches else None
+            collector, ready = start_collector(ray, layout.root, lock.holder, batches) if batches else (None, None)
             pool = ActorPool(ray, RunnerActor, (portable(pack_dir, job_dir), [portable(e, job_dir) for e in evidence], cache,
                                                 str(layout.root), spec.name, budget, lock.holder,
                                                 CollectorClient(collector) if collector else None),
                              min(spec.workers, len(todo)), spec.max_in_flight)
+            if ready is not None:
+                ray.get(ready)  # the collector has read its journal (it starts while the runner actors do)
             dispatch = Dispatch(pool, spec, layout, manifest_runs, todo, progress, stats, retry_failed, spec_json,
                                 collector)
             try:

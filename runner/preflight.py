@@ -164,6 +164,10 @@ def paper_prompt_problems(config: DebateConfig, scenario: Scenario, memo: Memo, 
                   "role": role, "round": 1, "schema": "{}"}
         phases = ("judge",) if role == "judge" else ("propose", "critique", "revise")
         samples = paper_samples(profile, config, common)
+        try:  # the system message: the shared context (the memo) that every turn of the tier begins with
+            profile.render_context(memo=memo.text, universe=list(scenario.tickers), constraints=constraints)
+        except Exception as exc:  # any template failure is a config problem to report with the others
+            problems.append(f"config {config.name}: {who} ({role}/{tier}) shared context: {_failure(exc, f'{role}/{tier} context')}")
         for phase in phases:
             try:
                 profile.render(phase, **samples[phase])

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from madbench_data.atomic import atomic_write_bytes, atomic_write_text
+from madbench_data.errors import InputError, format_validation_error
 from madbench_gateway.errors import FatalProviderError, ProviderError
 from madbench_gateway.models import ModelSpec
 from madbench_gateway.providers import provider_for
@@ -89,6 +90,9 @@ class JournalEntry(BaseModel):
     error_file_id: str | None = None
     #: Result lines downloaded into <id>.output.jsonl.
     collected: bool = False
+    #: Requests answered after no call was waiting for them any more (the driver that asked was killed): served from
+    #: <id>.output.jsonl when asked again, once, instead of being paid for twice.
+    undelivered: list[str] = Field(default_factory=list)
     request_counts: dict[str, int] | None = None
     answered: int = 0
     resubmitted: int = 0
@@ -116,10 +120,16 @@ def _now() -> str:
 
 
 def read_journal(root: str | Path) -> list[JournalEntry]:
-    """Every journaled provider batch of a results directory, oldest first."""
-    folder = Path(root) / JOURNAL_DIR
-    return sorted((JournalEntry.model_validate_json(p.read_bytes()) for p in folder.glob("*.json")),
-                  key=lambda e: (e.created, e.id))
+    """Every journaled provider batch of a results directory, oldest first; an ``InputError`` names a damaged entry."""
+    entries = []
+    for path in sorted((Path(root) / JOURNAL_DIR).glob("*.json")):
+        try:
+            entries.append(JournalEntry.model_validate_json(path.read_bytes()))
+        except ValidationError as exc:
+            raise InputError(path, f"not a provider-batch journal entry: {format_validation_error(exc)}",
+                             "restore it; delete it only if its batch (batch_id) was never paid for, or its "
+                             "requests will be paid for again") from None
+    return sorted(entries, key=lambda e: (e.created, e.id))
 
 
 def journal_summary(root: str | Path) -> dict[str, Any]:
@@ -157,10 +167,12 @@ class Collector:
         self.expected: Counter[str] = Counter()  # run → in flight (dispatched and not yet settled)
         self.unresolved: Counter[str | None] = Counter()  # run → its calls waiting
         self.waiters: dict[str, list[asyncio.Future]] = {}
-        self.asked: dict[str, Queued] = {}  # every request asked for: resubmitted from here when a batch drops it
+        self.asked: dict[str, Queued] = {}  # requests waited for: resubmitted from here when a batch drops one
         self.queued: dict[str, Queued] = {}
         self.in_batch: dict[str, str] = {}  # custom_id → the journaled batch holding it
-        self.answers: dict[str, dict[str, Any]] = {}  # custom_id → its result line (status 200)
+        # custom_id → (its result line, the batch's id): paid answers nobody waited for yet, each served once (an
+        # answer is the gateway's to cache; one asked again after that, e.g. when it failed validation, is a new sample)
+        self.answers: dict[str, tuple[dict[str, Any], str]] = {}
         self.resubmits: Counter[str] = Counter()
         self.entries: dict[str, JournalEntry] = {}
         self.last_arrival = 0.0
@@ -211,7 +223,7 @@ class Collector:
     async def ask(self, party: str | None, group: dict[str, Any], custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """The result line for one request (madbench_gateway.providers.batching.BatchCollector)."""
         if custom_id in self.answers:
-            return self.answers[custom_id]
+            return self._serve_kept(custom_id)
         fut = asyncio.get_running_loop().create_future()
         self.waiters.setdefault(custom_id, []).append(fut)
         self.asked[custom_id] = Queued(group, body, time.monotonic())
@@ -227,9 +239,16 @@ class Collector:
                 del self.unresolved[party]
 
     def _resolve(self, custom_id: str, line: dict[str, Any]) -> None:
+        self.asked.pop(custom_id, None)
         for fut in self.waiters.pop(custom_id, []):
             if not fut.done():
                 fut.set_result(line)
+
+    def _serve_kept(self, custom_id: str) -> dict[str, Any]:
+        line, entry_id = self.answers.pop(custom_id)
+        entry = self.entries[entry_id]
+        self._write(entry.model_copy(update={"undelivered": [k for k in entry.undelivered if k != custom_id]}))
+        return line
 
     # ------------------------------------------------------------ flushing
 
@@ -339,10 +358,11 @@ class Collector:
         self._check_guard()
         atomic_write_bytes(self.dir / f"{entry.id}.output.jsonl", data)
         lines = parse_lines(data)
-        answered = sum(1 for k in entry.keys if _ok(lines.get(k)))
+        answered = [k for k in entry.keys if _ok(lines.get(k))]
         missing = [k for k in entry.keys if k not in lines or _dropped(lines[k])]
-        entry = self._write(entry.model_copy(update={"collected": True, "answered": answered,
-                                                     "resubmitted": sum(1 for k in missing if k in self.waiters)}))
+        entry = self._write(entry.model_copy(update={
+            "collected": True, "answered": len(answered), "undelivered": [k for k in answered if k not in self.waiters],
+            "resubmitted": sum(1 for k in missing if k in self.waiters)}))
         self._deliver(entry, lines, missing)
 
     def _deliver(self, entry: JournalEntry, lines: dict[str, dict[str, Any]], missing: list[str]) -> None:
@@ -353,9 +373,10 @@ class Collector:
             line = lines.get(key)
             if key in missing:
                 self._resubmit(key, entry)
+            elif _ok(line) and key not in self.waiters:
+                self.answers[key] = (line | {"madbench_batch": entry.id}, entry.id)
             elif _ok(line):
-                self.answers[key] = line | {"madbench_batch": entry.id}
-                self._resolve(key, self.answers[key])
+                self._resolve(key, line | {"madbench_batch": entry.id})
             else:
                 self._resolve(key, line | {"madbench_batch": entry.id})  # an error line: the gateway retries it
 
@@ -392,11 +413,12 @@ class Collector:
                 self.in_batch[key] = entry.id
 
     def _load_answers(self, entry: JournalEntry) -> None:
-        path = self.dir / f"{entry.id}.output.jsonl"
-        lines = parse_lines(path.read_bytes()) if path.exists() else {}
-        for key, line in lines.items():
-            if _ok(line):
-                self.answers[key] = line | {"madbench_batch": entry.id}
+        """The answers of a collected batch that no call received (its driver was killed)."""
+        if not entry.undelivered:
+            return
+        lines = parse_lines((self.dir / f"{entry.id}.output.jsonl").read_bytes())
+        for key in entry.undelivered:
+            self.answers[key] = (lines[key] | {"madbench_batch": entry.id}, entry.id)
 
     def _write(self, entry: JournalEntry) -> JournalEntry:
         self._check_guard()
@@ -444,16 +466,17 @@ class CollectorClient:
 
 
 def start_collector(ray, root: str | Path, holder: str, options: ProviderBatchOptions):
-    """Start the batch's collector on this (the driver's) node, where the results directory is writable, and read
-    its journal; returns the actor's handle."""
+    """Start the batch's collector on this (the driver's) node, where the results directory is writable; returns its
+    handle and the reference to ``ray.get`` before the first run is dispatched (its journal read, litellm loaded),
+    so that it starts while the runner actors do."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    read_journal(root)  # a damaged entry is named here, in one line, not in the actor's traceback
     here = ray.get_runtime_context().get_node_id()
     cls = ray.remote(num_cpus=0, max_restarts=0, max_concurrency=100_000)(Collector)
     handle = cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote(
         str(root), holder, options.model_dump())
-    ray.get(handle.start.remote())
-    return handle
+    return handle, handle.start.remote()
 
 
 def stop_collector(ray, handle) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel
 
+from debate.protocols.self_consistency import SAMPLE_STRIDE
 from debate.rules import ANALYSTS, respond
 from debate.rules.staged_answers import answer as answer_stage
 from debate.schemas import Holding
@@ -42,13 +43,15 @@ def sampled_answer(name: str, context: dict) -> BaseModel:
     The analyst's own answer, each held weight times exp(σ·z) with σ = ``RULE_SAMPLE_SCALE`` × temperature and
     z ~ N(0, 1) from a generator seeded by the whole task (its sample index included: the same draw every time),
     rescaled to the same invested total and capped at max_weight. The held tickers, claims and cash stay the
-    analyst's, so the draw is as valid as the answer; at temperature 0 every draw is the answer itself.
+    analyst's, so the draw is as valid as the answer; at temperature 0 every draw is the answer itself. Sample 0
+    (index below ``SAMPLE_STRIDE``: replicate k's first) is the answer itself at any temperature: it is the single
+    agent's own request (one cache key), so it must be the single agent's answer too.
     """
     task = {k: v for k, v in context.items() if k != SAMPLE_KEY}
     out = respond(name, AgentTask.model_validate(task))
     sigma = RULE_SAMPLE_SCALE * float(context[SAMPLE_KEY]["temperature"])
     held = {h.ticker: h.weight for h in out.allocation if h.weight > 0}
-    if sigma == 0 or not held:
+    if sigma == 0 or not held or int(context[SAMPLE_KEY]["index"]) < SAMPLE_STRIDE:
         return out
     seed = int(hashlib.sha256(json.dumps(context, sort_keys=True).encode()).hexdigest()[:16], 16)
     rng = random.Random(seed)

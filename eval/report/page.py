@@ -13,7 +13,7 @@ from eval.dynamics import critique_pairs
 from eval.report import figures
 from eval.report.collect import load_report_data
 from eval.stats.analysis import analyse
-from eval.stats.frame import batch_order, json_safe, ok_runs
+from eval.stats.frame import batch_order, batch_pairs, json_safe, ok_runs
 from madbench_data.atomic import atomic_write_text
 
 HERE = Path(__file__).parent
@@ -63,7 +63,8 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
     runs = data.runs
     if compare is None:
         compare = batch_order(root, runs)
-    analysis = analyse(runs, str(Path(root) / "runs.parquet"), compare, None, correction, data.rounds if len(data.rounds) else None)
+    analysis = analyse(runs, str(Path(root) / "runs.parquet"), compare, None, correction, data.rounds if len(data.rounds) else None,
+                       batch_pairs(root))
     configs = analysis.configs
     runs = runs[runs["config"].isin(configs)]
     ok = ok_runs(runs)

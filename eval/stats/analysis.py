@@ -11,9 +11,9 @@ from eval.stats.beats import beats_baseline
 from eval.stats.correlate import agent_rho_correlations, computed, delta_correlations, not_computed, quality_correlations
 from eval.stats.degenerate import Degenerate
 from eval.stats.describe import summarise
-from eval.stats.dynamics_table import dynamics_table
+from eval.stats.dynamics_table import DYNAMICS_LEGEND, dynamics_table
 from eval.stats.frame import check_runs, ok_runs, ordered_configs
-from eval.stats.paired import PairedComparison, all_pairs
+from eval.stats.paired import PairedComparison, choose_pairs, chosen_pairs
 from eval.stats.regress import RankDeficient, build_formula, ols
 from eval.stats.tables import ComparisonTable, comparison_table
 from madbench_data.atomic import atomic_write
@@ -38,14 +38,16 @@ class Analysis:
     ols_note: str | None = None
     #: Debate dynamics by config (``eval.stats.dynamics_table``); empty when the runs predate its columns.
     dynamics: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: Which comparisons ``pairs`` holds (``paired.choose_pairs``): the batch's declared pairs, or every pair.
+    pairs_shown: str = ""
 
     def markdown(self) -> str:
         parts = ["## Comparison (paired on scenario and replicate)", "", self.table.markdown(), ""]
-        parts += ["## Paired differences", "", _md(pd.DataFrame([p.record() for p in self.pairs])), ""]
+        parts += ["## Paired differences", "", f"Comparisons: {self.pairs_shown}.", "", _md(self.paired_frame()), ""]
         if self.beats:
             parts += ["## Beats 1/N (binomial, one-sided)", "", _md(pd.DataFrame(self.beats)), ""]
         if len(self.dynamics):
-            parts += ["## Debate dynamics (means over runs; n/a: no critique round)", "", _md(self.dynamics), ""]
+            parts += [f"## Debate dynamics (means over runs; {DYNAMICS_LEGEND})", "", _md(self.dynamics), ""]
         if self.correlations:
             parts += ["## Reasoning quality against performance", ""]
             if self.computed_correlations:
@@ -59,6 +61,11 @@ class Analysis:
         elif self.ols_note:
             parts += [heading, "", self.ols_note, ""]
         return "\n".join(parts)
+
+    def paired_frame(self) -> pd.DataFrame:
+        """The paired table as printed: the note column only when some comparison was not tested."""
+        frame = pd.DataFrame([p.record() for p in self.pairs])
+        return frame.drop(columns="note") if "note" in frame and not frame["note"].astype(bool).any() else frame
 
     @property
     def computed_correlations(self) -> list[dict]:
@@ -96,16 +103,21 @@ def _md(df: pd.DataFrame) -> str:
 
 
 def analyse(runs: pd.DataFrame, where: str, compare: list[str] | None = None, metrics: list[str] | None = None,
-            correction: str = "none", rounds: pd.DataFrame | None = None) -> Analysis:
+            correction: str = "none", rounds: pd.DataFrame | None = None,
+            declared: list[tuple[str, str]] | None = None) -> Analysis:
+    """``declared``: the batch's pairs as (treatment, control) (``frame.batch_pairs``), whose comparisons alone are
+    tested, treatment − control; None tests every pair of configurations."""
     metrics = metrics or [m for m in DEFAULT_METRICS if m in runs.columns]
     check_runs(runs, where, metrics)
     configs = ordered_configs(runs, compare, where)
     runs = runs[runs["config"].isin(configs)]
     ok = ok_runs(runs)
-    pairs = all_pairs(ok, configs, metrics)
+    which, only_declared, shown = choose_pairs(configs, declared)
+    pairs = chosen_pairs(ok, which, metrics)
     summaries = summarise(runs, configs, metrics)
-    analysis = Analysis(configs, metrics, summaries, pairs, comparison_table(summaries, pairs, configs, metrics, correction),
-                        beats_baseline(ok, configs), dynamics=dynamics_table(runs, configs))
+    table = comparison_table(summaries, pairs, configs, metrics, correction, "the declared pairs only" if only_declared else "")
+    analysis = Analysis(configs, metrics, summaries, pairs, table,
+                        beats_baseline(ok, configs), dynamics=dynamics_table(runs, configs), pairs_shown=shown)
     if "rho_bar" in ok.columns and ok["rho_bar"].notna().sum() >= 3:
         ys = [y for y in PERFORMANCE if y in ok.columns]
         xs = ["rho_bar", *[p for p in PILLAR_COLUMNS if p in ok.columns]]

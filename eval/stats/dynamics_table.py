@@ -3,7 +3,8 @@
 Each cell is the mean over the config's runs that have the value (n runs with critiques beside it); a config
 without critique rounds (staged protocols, a single agent) shows n/a, never 0. flips_per_run is the mean
 number of flips (an agent closing at least half its L1 distance to a critic) per run, and new_evidence_share
-the share of those flips whose revision cited evidence the agent had never cited before.
+the share of those flips whose revision cited evidence the agent had never cited before: n/a where there was no
+flip to take a share of (``DYNAMICS_LEGEND``, printed with the table, says which n/a means what).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import pandas as pd
 
 from eval.stats.frame import ok_runs
 
+#: What an n/a in the table means.
+DYNAMICS_LEGEND = "n/a: no critique round; new_evidence_share n/a: no flips"
 #: runs.parquet column → the table's column.
 COLUMNS = {"shift_l1_mean": "shift_l1", "shift_js_mean": "shift_js", "sycophancy_mean": "sycophancy",
            "collapse_mean": "collapse", "debate_turnover": "turnover", "oracle_gap_pct": "oracle_gap_pct"}
@@ -28,6 +31,7 @@ def dynamics_table(runs: pd.DataFrame, configs: list[str]) -> pd.DataFrame:
         flips, with_new = g["flips"].dropna().astype(float), g["flips_new_evidence"].dropna().astype(float)
         rows.append({"config": config, "runs_with_critiques": int(g["sycophancy_mean"].notna().sum()),
                      **{out: g[column].astype(float).mean() for column, out in COLUMNS.items()},
-                     "flips_per_run": flips.mean() if len(flips) else None,
-                     "new_evidence_share": with_new.sum() / flips.sum() if flips.sum() > 0 else None})
+                     # NaN, not None: a float column prints n/a (None printed as "None" in an object column)
+                     "flips_per_run": flips.mean() if len(flips) else float("nan"),
+                     "new_evidence_share": with_new.sum() / flips.sum() if flips.sum() > 0 else float("nan")})
     return pd.DataFrame(rows)

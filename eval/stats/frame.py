@@ -86,3 +86,13 @@ def batch_order(results_dir: str | Path, runs: pd.DataFrame) -> list[str] | None
     present = set(runs["config"].astype(str))
     order = list(dict.fromkeys(r["config"] for r in json.loads(manifest.read_text())["runs"]))
     return [c for c in order if c in present] + sorted(present - set(order))
+
+
+def batch_pairs(results_dir: str | Path) -> list[tuple[str, str]] | None:
+    """The batch's declared ``pairs:`` as (treatment, control), from the spec in manifest.json: [] when it declares
+    none, None without a manifest (a results directory of unknown origin)."""
+    manifest = Path(results_dir) / "manifest.json"
+    if not manifest.exists():
+        return None
+    spec = json.loads(manifest.read_text()).get("spec") or {}
+    return [(p["treatment"], p["control"]) for p in spec.get("pairs") or []]

@@ -11,6 +11,10 @@ every answered call, a cached answer with the tokens it was first answered with)
 dollars (what was paid then: a cached answer costs nothing; NaN when any of those runs has an unknown cost), from
 runs.parquet's ``prompt_tokens``, ``completion_tokens`` and ``cost_usd``. "Debate beats equal compute" is a
 difference whose two sides spent about the same tokens.
+
+A comparison whose differences carry no spread to test (fewer than 2 pairs, all equal, or all within rounding of
+zero: ``eval.stats.degenerate``) has no t, p or d_z (NaN, printed n/a), its CI is the range of the differences,
+and ``note`` says why; it never marks a difference in the comparison table.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from eval.stats.degenerate import rounding_problem, spread_problem
 from eval.stats.frame import pair_keys
 
 COMPUTE_FIELDS = ("tokens_a", "tokens_b", "cost_usd_a", "cost_usd_b")
@@ -47,6 +52,8 @@ class PairedComparison:
     wilcoxon_p: float
     unpaired_a: int  # rows of a with no finite partner in b (reported, never silently dropped)
     unpaired_b: int
+    #: Why the comparison was not tested ("" when it was).
+    note: str = ""
 
     def record(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None or k not in COMPUTE_FIELDS}
@@ -88,23 +95,24 @@ def compute_per_run(runs: pd.DataFrame, config: str, index: pd.Index) -> dict[st
             "cost_usd": mean(rows["cost_usd"]) if "cost_usd" in runs.columns else None}
 
 
-def paired_test(x_a: np.ndarray, x_b: np.ndarray, confidence: float = 0.95) -> dict[str, float]:
-    """t, p, CI, d_z and Wilcoxon p for paired samples; NaN where the statistic is undefined (n < 2, zero spread)."""
+def paired_test(x_a: np.ndarray, x_b: np.ndarray, confidence: float = 0.95, metric: str = "the metric") -> dict:
+    """t, p, CI, d_z and Wilcoxon p for paired samples; NaN, with the reason in ``note``, where a statistic is
+    undefined or the differences are no difference (``eval.stats.degenerate``: n < 2, no spread, within rounding of 0)."""
     from scipy import stats
     d = np.asarray(x_a, float) - np.asarray(x_b, float)
     n = len(d)
     nan = float("nan")
-    if n < 2:
-        return {"n": n, "diff": float(d.mean()) if n else nan, "ci_low": nan, "ci_high": nan, "t": nan, "p": nan, "d": nan, "wilcoxon_p": nan}
-    sd = float(d.std(ddof=1))
-    if sd == 0.0:  # identical differences: no sampling spread, so the t statistic is undefined
-        return {"n": n, "diff": float(d.mean()), "ci_low": float(d.mean()), "ci_high": float(d.mean()), "t": nan, "p": nan, "d": nan,
-                "wilcoxon_p": nan if np.all(d == 0) else float(stats.wilcoxon(d).pvalue)}
+    rounding = rounding_problem(x_a, x_b, metric)
+    spread = spread_problem(d)
+    if rounding or spread:  # no sampling spread to test against: the range of the differences, and why
+        low, high = (float(d.min()), float(d.max())) if n >= 2 else (nan, nan)
+        wil = nan if rounding or n < 2 else float(stats.wilcoxon(d).pvalue)  # equal non-zero differences: ranks still count
+        return {"n": n, "diff": float(d.mean()) if n else nan, "ci_low": low, "ci_high": high, "t": nan, "p": nan, "d": nan,
+                "wilcoxon_p": wil, "note": f"not tested: {rounding or spread}"}
     res = stats.ttest_rel(x_a, x_b)
     ci = res.confidence_interval(confidence)
-    wil = nan if np.all(d == 0) else float(stats.wilcoxon(d).pvalue)
     return {"n": n, "diff": float(d.mean()), "ci_low": float(ci.low), "ci_high": float(ci.high), "t": float(res.statistic),
-            "p": float(res.pvalue), "d": float(d.mean() / sd), "wilcoxon_p": wil}
+            "p": float(res.pvalue), "d": float(d.mean() / d.std(ddof=1)), "wilcoxon_p": float(stats.wilcoxon(d).pvalue), "note": ""}
 
 
 def compare(runs: pd.DataFrame, a: str, b: str, metric: str, confidence: float = 0.95) -> PairedComparison:
@@ -113,11 +121,33 @@ def compare(runs: pd.DataFrame, a: str, b: str, metric: str, confidence: float =
     return PairedComparison(metric=metric, a=a, b=b, unpaired_a=un_a, unpaired_b=un_b,
                             tokens_a=spent_a["tokens"], tokens_b=spent_b["tokens"],
                             cost_usd_a=spent_a["cost_usd"], cost_usd_b=spent_b["cost_usd"],
-                            **paired_test(paired["a"].to_numpy(), paired["b"].to_numpy(), confidence))
+                            **paired_test(paired["a"].to_numpy(), paired["b"].to_numpy(), confidence, metric))
 
 
 def all_pairs(runs: pd.DataFrame, configs: list[str], metrics: list[str]) -> list[PairedComparison]:
     return [compare(runs, a, b, m) for m in metrics for i, a in enumerate(configs) for b in configs[i + 1:]]
+
+
+def choose_pairs(configs: list[str], declared: list[tuple[str, str]] | None) -> tuple[list[tuple[str, str]], bool, str]:
+    """The (a, b) comparisons to make, each a − b, whether they are the declared pairs, and a line saying which.
+
+    ``declared``: the batch's ``pairs:`` as (treatment, control), or None to compare every pair. Declared pairs give
+    treatment − control (what the treatment adds), the ones whose two configs are both among ``configs``; every pair
+    of ``configs``, in column order, when none is declared or none of those declared is among them."""
+    every = [(a, b) for i, a in enumerate(configs) for b in configs[i + 1:]]
+    if declared is None:
+        return every, False, "every pair of configurations, a − b in column order"
+    inside = [(t, c) for t, c in declared if t in configs and c in configs]
+    if not inside:
+        why = "the batch declares no pairs" if not declared else "none of the batch's declared pairs is among these configurations"
+        return every, False, f"every pair of configurations, a − b in column order ({why})"
+    left = [f"{t} − {c}" for t, c in declared if (t, c) not in inside]
+    line = "the batch's declared pairs: a is the treatment, b its control, a − b what the treatment adds (--all-pairs: every pair)"
+    return inside, True, line + (f"; not among these configurations: {', '.join(left)}" if left else "")
+
+
+def chosen_pairs(runs: pd.DataFrame, pairs: list[tuple[str, str]], metrics: list[str]) -> list[PairedComparison]:
+    return [compare(runs, a, b, m) for m in metrics for a, b in pairs]
 
 
 def from_t(t: float, n: int, diff: float, confidence: float = 0.95) -> dict[str, float]:

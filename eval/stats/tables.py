@@ -2,8 +2,9 @@
 
 Configurations are columns (lettered A, B, …) and metrics are rows. Each cell is
 the mean (SEM) with a superscript listing the columns it differs from in a
-paired test: p < 0.15 plain, p < 0.01 bold. With a correction, the p-values of
-each metric's family of pairwise tests are adjusted first (Holm, or
+paired test: p < 0.15 plain, p < 0.01 bold; a comparison not tested (no spread, or equal up to rounding:
+``eval.stats.degenerate``) marks nothing. With a correction, the p-values of each metric's family of tests
+(every pair, or the batch's declared pairs) are adjusted first (Holm, or
 Benjamini–Hochberg, through statsmodels' ``multipletests``).
 """
 
@@ -35,6 +36,8 @@ class ComparisonTable:
     metrics: list[str]
     cells: dict[tuple[str, str], Cell]
     correction: str
+    #: Which pairs were tested when not every pair ("the declared pairs only"), for the note under the table.
+    scope: str = ""
 
     @property
     def letters(self) -> dict[str, str]:
@@ -51,7 +54,8 @@ class ComparisonTable:
                 sup = ",".join(f"**{l}**" if strong else l for l, strong in cell.differs)
                 cells.append(_fmt(cell, digits) + (f"<sup>{sup}</sup>" if sup else ""))
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
-        note = f"Superscripts: columns that differ in a paired test, p < {WEAK} (bold: p < {STRONG})"
+        scope = f" ({self.scope})" if self.scope else ""
+        note = f"Superscripts: columns that differ in a paired test{scope}, p < {WEAK} (bold: p < {STRONG})"
         note += "" if self.correction == "none" else f", {self.correction}-corrected within each metric"
         return "\n".join(lines) + f"\n\n{note}. Cells: mean (SEM) [n]."
 
@@ -96,7 +100,7 @@ def adjust(pvalues: list[float], correction: str) -> list[float]:
 
 
 def comparison_table(summaries: list[dict], pairs: list[PairedComparison], configs: list[str], metrics: list[str],
-                     correction: str = "none") -> ComparisonTable:
+                     correction: str = "none", scope: str = "") -> ComparisonTable:
     if correction not in CORRECTIONS:
         raise ValueError(f"unknown correction {correction!r}; choose from {', '.join(CORRECTIONS)}")
     cells = {(s["metric"], s["config"]): Cell(s["mean"], s["sem"], s["n"]) for s in summaries}
@@ -110,4 +114,4 @@ def comparison_table(summaries: list[dict], pairs: list[PairedComparison], confi
             cells[(m, comp.b)].differs.append((letters[comp.a], p < STRONG))
     for cell in cells.values():
         cell.differs.sort()
-    return ComparisonTable(configs, metrics, cells, correction)
+    return ComparisonTable(configs, metrics, cells, correction, scope)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from contextvars import ContextVar
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from ..errors import FatalProviderError, RateLimited, TransientError
@@ -30,7 +31,16 @@ from ..models import ModelSpec
 from ..request import LLMRequest
 from ..secrets import api_key_from_env, redact
 from .base import Provider, RawResponse
-from .litellm_provider import import_litellm, merged_messages, response_format
+from .litellm_provider import (
+    cache_usage,
+    import_litellm,
+    merged_messages,
+    needs_cache_breakpoint,
+    response_format,
+    token_cost,
+    unanswered,
+    with_cache_breakpoint,
+)
 
 #: The party (run) a call belongs to: set by whoever runs a debate in batch mode, read by the collector.
 current_party: ContextVar[str | None] = ContextVar("madbench_batch_party", default=None)
@@ -67,15 +77,18 @@ def batch_body(request: LLMRequest, spec: ModelSpec, group: dict[str, Any]) -> d
         response_format=response_format(request.response_schema, spec.structured_output or "json_schema"),
         extra_body=extra)
     params.pop("stream", None)  # batches never stream
-    body = {"model": group["model"],
-            "messages": merged_messages(request) if spec.merge_system else [m.model_dump() for m in request.messages]}
+    messages = merged_messages(request) if spec.merge_system else [m.model_dump() for m in request.messages]
+    if needs_cache_breakpoint(spec.model, spec.api_base):  # as a synchronous call marks it
+        messages = with_cache_breakpoint(messages)
+    body = {"model": group["model"], "messages": messages}
     body.update({k: v for k, v in params.items() if k != "extra_body" and v is not None})
     body.update(params.get("extra_body") or {})  # as the OpenAI SDK merges extra_body into the JSON
     return body
 
 
 def batch_pricing(model: str) -> dict[str, Any]:
-    """Per-token batch prices of ``model``: {"input", "output", "source"}; prices None when litellm has no price."""
+    """Per-token batch prices of ``model``: {"input", "output", "source"}; prices None when litellm has no price. The
+    gateway charges ``token_cost(..., batch=True)``, which prices the same way (and the prompt cache's share)."""
     litellm = import_litellm()
     try:
         info = litellm.get_model_info(model)
@@ -90,8 +103,16 @@ def batch_pricing(model: str) -> dict[str, Any]:
             "source": "50% of the synchronous price (litellm has no batch price for this model)"}
 
 
-def raw_response(line: dict[str, Any], model: str) -> RawResponse:
-    """A batch result line as the provider's answer, or the error it stands for, classified like a call's."""
+def _ns(value: Any) -> Any:
+    """A JSON value with attribute access, as the litellm response objects that ``unanswered`` reads."""
+    if isinstance(value, dict):
+        return SimpleNamespace(**{k: _ns(v) for k, v in value.items()})
+    return [_ns(v) for v in value] if isinstance(value, list) else value
+
+
+def raw_response(line: dict[str, Any], spec: ModelSpec, cost) -> RawResponse:
+    """A batch result line as the provider's answer, or the error it stands for, classified as a synchronous call's
+    (a refusal and a truncation too, with what they billed: ``cost`` prices them)."""
     if "response" not in line:
         err = line.get("error") or {}
         cls = FatalProviderError if err.get("kind") == "fatal" else TransientError
@@ -106,15 +127,20 @@ def raw_response(line: dict[str, Any], model: str) -> RawResponse:
             raise FatalProviderError(f"{status} in a provider batch: {message}")
         raise TransientError(f"{status or 'no status'} in a provider batch: {message}")
     try:
-        choice = body["choices"][0]
-        content = choice["message"]["content"]
-    except (KeyError, IndexError, TypeError):
+        choice = _ns(body["choices"][0])
+        content = choice.message.content
+    except (KeyError, IndexError, TypeError, AttributeError):
         raise TransientError(f"malformed batch result: {redact(json.dumps(body))[:300]}") from None
-    if content is None:
-        raise TransientError(f"empty message (finish_reason={choice.get('finish_reason')})")
     usage = body.get("usage") or {}
-    return RawResponse(content=content, model_used=model, prompt_tokens=usage.get("prompt_tokens"),
-                       completion_tokens=usage.get("completion_tokens"), finish_reason=choice.get("finish_reason"),
+    failed = unanswered(choice, _ns(usage), spec, cost)
+    if failed is not None:
+        raise failed
+    if content is None:
+        raise TransientError(f"empty message (finish_reason={choice.finish_reason})")
+    cached, written = cache_usage(usage)
+    return RawResponse(content=content, model_used=spec.model, prompt_tokens=usage.get("prompt_tokens"),
+                       completion_tokens=usage.get("completion_tokens"), cached_tokens=cached, cache_write_tokens=written,
+                       finish_reason=choice.finish_reason,
                        extra={"provider_model": body.get("model"), "provider_batch": line.get("madbench_batch")})
 
 
@@ -141,20 +167,19 @@ class BatchingProvider:
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return self.inner.endpoint_identity(spec)  # the same cache keys as synchronous calls: the same answers
 
-    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, **usage: Any) -> float | None:
-        """At batch prices (``batch_pricing``); None when unknown."""
+    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, cached_tokens: int | None = None,
+             cache_write_tokens: int | None = None) -> float | None:
+        """At batch prices (``batch_pricing`` says which), the prompt cache's share at its batch rate; None when
+        unknown."""
         if prompt_tokens is None or completion_tokens is None:
             return None
-        price = batch_pricing(model)
-        if price["input"] is None:
-            return None
-        return float(prompt_tokens * price["input"] + completion_tokens * price["output"])
+        return token_cost(model, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, batch=True)
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
         group = batch_group(spec)
         custom_id = request.model_copy(update={"api_base": self.endpoint_identity(spec)}).cache_key()
         line = await self.collector.ask(current_party.get(), group, custom_id, batch_body(request, spec, group))
-        return raw_response(line, spec.model)
+        return raw_response(line, spec, self.cost)
 
 
 class BatchAPI:

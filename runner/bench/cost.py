@@ -28,6 +28,7 @@ from madbench_gateway.models import ModelSpec, RateLimits, StructuredMode
 from madbench_gateway.providers.litellm_provider import import_litellm, token_cost
 from runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from runner.execute import run_batch
+from runner.provider_batches import ProviderBatchOptions, journal_summary
 from runner.sim.provider import SimConfig, SimProvider
 from runner.store import BatchLayout
 
@@ -72,7 +73,7 @@ def _runs(n: int, model: ModelSpec, pack: str | None, evidence: list[str] | None
     spec, base = load_batch(BATCH_FILE)
     spec = spec.model_copy(update={"name": "bench-cost", "model": model, "max_cost_usd": None, "retries": 0,
                                    "max_in_flight": max(1, n), "workers": 2})
-    pack_dir = resolve_pack_dir(pack or str(base / spec.pack))
+    pack_dir = resolve_pack_dir(pack or (str(base / spec.pack) if spec.pack else None))
     evidence_dirs = resolve_evidence_dirs(evidence or [str(base / e) for e in spec.evidence])
     scenarios = resolve_scenarios(spec, base, load_pack(pack_dir, evidence_dirs), str(BATCH_FILE))[:n]
     configs = [c for c in resolve_configs(spec, base, str(BATCH_FILE)) if c.name == CONFIG]
@@ -92,6 +93,7 @@ def bench_cost(runs: int = 3, price_model: str = PRICE_MODEL, structured_output:
         run_batch(spec, batch, BatchLayout(root), pack_dir, evidence_dirs, str(Path(tmp) / "cache"), quiet=True)
         calls = pd.read_parquet(root / "calls.parquet")
         table = pd.read_parquet(root / "runs.parquet")
+        provider_batches = _batch_mode_run(spec, batch, sim, Path(tmp), pack_dir, evidence_dirs, table)
     usd = price_calls(calls, price_model)
     paid = calls[~calls["cached"].astype(bool)]
     n = len(table)
@@ -100,14 +102,28 @@ def bench_cost(runs: int = 3, price_model: str = PRICE_MODEL, structured_output:
         "sync_usd_per_run": round(usd["sync"] / n, 5), "batch_usd_per_run": round(usd["batch"] / n, 5),
         "batch_cached_usd_per_run": round(usd["batch_cached"] / n, 5),
         "cached_input_share": round(float(paid["cached_tokens"].sum()) / prompt, 4) if prompt else 0.0,
-        # TODO(batch mode): the provider batches a batch-mode run of the same runs submits (runner.provider_batches),
-        # counted at the simulated server; None until that run is wired in here.
-        "provider_batches": None, "calls": int(len(paid)),
+        "provider_batches": provider_batches, "calls": int(len(paid)),
         "sync_cached_usd_per_run": round(usd["sync_cached"] / n, 5), "runs": n, "ok_runs": int((table["status"] == "ok").sum()),
         "config": CONFIG, "price_model": price_model, "batch_prices": prices,
         "structured_output": spec.model.structured_output or "the provider's default (json_schema)",
         "prompt_tokens_per_run": round(prompt / n), "completion_tokens_per_run": round(float(paid["completion_tokens"].sum()) / n),
     }
+
+
+def _batch_mode_run(spec, batch, sim: SimProvider, tmp: Path, pack_dir: str, evidence_dirs: list[str],
+                    sync_runs: pd.DataFrame) -> int:
+    """Run the same runs again in provider batch mode (a fresh cache, so every call goes through a provider batch) and
+    return how many provider batches they submitted; their allocations must equal the synchronous run's."""
+    sim.batches.config.completion_delay_s = 0.5
+    options = ProviderBatchOptions(poll_s=0.2, settle_s=0.3, idle_s=2.0)
+    root = tmp / "results-batch"
+    run_batch(spec.model_copy(update={"name": "bench-cost-batch", "execution": options}), batch, BatchLayout(root), pack_dir,
+              evidence_dirs, str(tmp / "cache-batch"), quiet=True)
+    runs = pd.read_parquet(root / "runs.parquet")
+    same = dict(zip(runs.run_id, runs.weights)) == dict(zip(sync_runs.run_id, sync_runs.weights))
+    if not same:
+        raise RuntimeError("batch mode gave other allocations than the synchronous run on the same answers")
+    return int(journal_summary(root)["provider_batches"])
 
 
 def format_cost(out: dict[str, Any]) -> str:
@@ -124,8 +140,7 @@ def format_cost(out: dict[str, Any]) -> str:
         f"  provider batch                 {usd(out['batch_usd_per_run'])}",
         f"  provider batch, prompt caching {usd(out['batch_cached_usd_per_run'])}",
         f"batch prices: {out['batch_prices']}",
-        "provider batches submitted: not measured yet (the batch-mode run is not wired into this benchmark)"
-        if out["provider_batches"] is None else f"provider batches submitted: {out['provider_batches']}",
+        f"provider batches submitted by the same runs in batch mode: {out['provider_batches']} (one per debate phase)",
         "simulated answers carry no reasoning tokens: a reasoning model's output cost is understated",
     ]
     return "\n".join(lines)

@@ -166,6 +166,7 @@ class LocalCluster:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(procs, timeout=30)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
         return self

@@ -1,4 +1,5 @@
-"""`madbench bench`: the benchmarks (memo, backtest, gateway, runner, throughput, cached replay, cost per run)."""
+"""`madbench bench`: the benchmarks (memo, backtest, gateway, runner, throughput, cached replay, cost per run, and on a
+local multi-node cluster: a cache hit through the cluster, a batch at scale with a node lost and one joined)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ import typing
 
 from madbench_data.errors import InputError
 from madbench_gateway.models import StructuredMode
+from runner.bench.cluster_cache import bench_cluster_cache
 from runner.bench.cost import JSON_KEYS, PRICE_MODEL, bench_cost, format_cost
+from runner.bench.scale import bench_scale
 from runner.bench.stages import run_bench
 from runner.cli.commands import command_parser
 from runner.cli.common import ROOT, add_pack_args
 
-WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost"]
-#: --runs when it is not given: `throughput` and `cache` measure a sustained rate, `cost` prices a few a7 runs.
-DEFAULT_RUNS = {"cost": 3}
+WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost", "cluster-cache", "scale"]
+#: --runs when it is not given: `throughput` and `cache` measure a sustained rate, `cost` prices a few a7 runs,
+#: `scale` runs a thousand (about 10 min on 2 cores), `cluster-cache` asks for 500 cached answers.
+DEFAULT_RUNS = {"cost": 3, "scale": 1000, "cluster-cache": 500}
 
 
 def register(sub) -> None:
@@ -24,7 +28,8 @@ def register(sub) -> None:
                    help="scenario file for `bench memo`, `throughput` and `cache` (default configs/scenarios/market-35.yaml)")
     p.add_argument("--n", type=int, default=10_000, help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (at most 2000)")
     p.add_argument("--runs", type=int, help="runs for `throughput` and `cache` (3-agent, 1-round debates with CRIT; default 100); "
-                   "for `cost`, scenarios of the paper's A7 treatment (default 3)")
+                   "for `cost`, scenarios of the paper's A7 treatment (default 3); for `scale`, single-agent runs on 3 "
+                   "raylets (default 1000); for `cluster-cache`, cached answers asked for (default 500)")
     p.add_argument("--rpm", type=float, default=600, help="`throughput`: requests/min the simulated provider allows (default 600)")
     p.add_argument("--tpm", type=float, help="`throughput`: tokens/min the simulated provider allows (default: none)")
     p.add_argument("--latency-median", type=float, default=2.0, help="`throughput`: median provider latency in s, lognormal (default 2)")
@@ -45,6 +50,12 @@ def register(sub) -> None:
 def _run(args) -> int:
     if args.runs is None:
         args.runs = DEFAULT_RUNS.get(args.what, 100)
+    if args.what in ("scale", "cluster-cache"):  # a local multi-node cluster: runner/bench/local_cluster.py
+        if args.runs < 1:
+            raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
+        out = bench_scale(args.runs, args.pack) if args.what == "scale" else bench_cluster_cache(args.runs)
+        print(json.dumps(out, indent=1))
+        return 0
     if args.what != "cost":
         return run_bench(args)
     if args.runs < 1:

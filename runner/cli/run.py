@@ -176,6 +176,10 @@ def cmd_run(args) -> int:
           f"{stats['wall_s']:.1f} s; {status['ok']} ok, {status['failed']} failed, {status['pending']} pending; "
           f"state {stats['state']}; table rows: {', '.join(f'{k} {v}' for k, v in stats['tables'].items())}; "
           f"results in {root}")
+    if "provider_batches" in stats:
+        pb = stats["provider_batches"]
+        print(f"provider batches: {pb['provider_batches']} created for {pb['requests']} requests "
+              f"({pb['answered']} answered, {pb['resubmitted']} resubmitted), journaled in {root / 'provider_batches'}")
     spent, reached = budget_lines(stats["budget"], args.batch)
     if spent:
         print(spent)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from eval.stats.analysis import analyse
-from eval.stats.frame import batch_order, json_safe, load_runs, ordered_configs
+from eval.stats.frame import batch_order, batch_pairs, json_safe, load_runs, ordered_configs
 from eval.stats.power import power_table
 from eval.stats.split import split_by
 from madbench_data.errors import InputError
@@ -23,6 +23,8 @@ def register(sub) -> None:
     p.add_argument("--compare", help="comma-separated configs, in column order (default: all, in run order)")
     p.add_argument("--metric", help="comma-separated metric columns (default: sharpe, returns, sortino, volatility, drawdown, rho_bar)")
     p.add_argument("--correction", choices=["none", "holm", "bh"], default="none", help="multiple-comparison correction within each metric")
+    p.add_argument("--all-pairs", action="store_true", help="test every pair of configurations (default: the batch's declared "
+                                                             "pairs, treatment − control, when it declares any)")
     p.add_argument("--out", help="folder for the CSV tables (default RESULTS_DIR/stats, or FILE-stats beside the Parquet)")
     p.add_argument("--json", action="store_true", help="print paired comparisons and per-configuration summaries as JSON records")
     p.add_argument("--by", metavar="COLUMN", help="every statistic once per value of a runs column, e.g. post_cutoff (null values "
@@ -64,13 +66,16 @@ def cmd_stats(args) -> int:
     compare = csv_list(args.compare)
     if compare is None and args.results_dir:
         compare = batch_order(args.results_dir, runs)
+    # the batch's declared pairs (manifest.json keeps its spec), unless every pair is asked for
+    declared = None if args.all_pairs or not args.results_dir else batch_pairs(args.results_dir)
     if args.by:
-        return _stats_by(args, runs, rounds, compare, str(runs_file), Path(args.out) if args.out else default_out)
-    analysis = analyse(runs, str(runs_file), compare, csv_list(args.metric), args.correction, rounds)
+        return _stats_by(args, runs, rounds, compare, declared, str(runs_file), Path(args.out) if args.out else default_out)
+    analysis = analyse(runs, str(runs_file), compare, csv_list(args.metric), args.correction, rounds, declared)
     out = Path(args.out) if args.out else default_out
     written = analysis.write_csvs(out)
     if args.json:
-        records = json_safe({"paired": [p.record() for p in analysis.pairs], "summaries": analysis.summaries})
+        records = json_safe({"comparisons": analysis.pairs_shown, "paired": [p.record() for p in analysis.pairs],
+                             "summaries": analysis.summaries})
         print(json.dumps(records, indent=1))
     else:
         print(analysis.markdown())
@@ -78,7 +83,7 @@ def cmd_stats(args) -> int:
     return 0
 
 
-def _stats_by(args, runs, rounds, compare: list[str] | None, where: str, out: Path) -> int:
+def _stats_by(args, runs, rounds, compare: list[str] | None, declared, where: str, out: Path) -> int:
     """``cmd_stats`` once per value of ``--by``: the same tables, each under a heading naming the value."""
     compare = ordered_configs(runs, compare, where)  # unknown --compare names fail here, once
     parts = split_by(runs[runs["config"].isin(compare)], args.by, "--by")
@@ -87,9 +92,10 @@ def _stats_by(args, runs, rounds, compare: list[str] | None, where: str, out: Pa
         present = set(part["config"].astype(str))
         here = f"{where} ({args.by}={label})"
         part_rounds = rounds[rounds["run_id"].isin(part["run_id"])] if rounds is not None and "run_id" in part else rounds
-        analysis = analyse(part, here, [c for c in compare if c in present], csv_list(args.metric), args.correction, part_rounds)
+        analysis = analyse(part, here, [c for c in compare if c in present], csv_list(args.metric), args.correction, part_rounds,
+                           declared)
         written = analysis.write_csvs(out / f"{args.by}={label}")
-        records.append({"by": args.by, "value": label, "runs": len(part),
+        records.append({"by": args.by, "value": label, "runs": len(part), "comparisons": analysis.pairs_shown,
                         "paired": [p.record() for p in analysis.pairs], "summaries": analysis.summaries})
         texts.append(f"# {args.by} = {label} ({len(part)} runs)\n\n{analysis.markdown()}\n"
                      f"CSV tables: {', '.join(str(p) for p in written)}\n")

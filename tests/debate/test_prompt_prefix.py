@@ -8,8 +8,6 @@ causal-debate-3 (three agents, two rounds of critique and revision, the JS inter
 import asyncio
 import os
 
-import pytest
-
 from debate.config_file import load_debate_config
 from madbench_data.market.pack import load_pack
 from madbench_data.memo import build_memo

@@ -13,9 +13,10 @@ from debate.events import Turn
 from eval import dynamics as D
 from eval.backtest import backtest
 from eval.report.figures import flip_matrix
-from eval.stats.dynamics_table import dynamics_table
+from eval.stats.dynamics_table import DYNAMICS_LEGEND, dynamics_table
 from runner.cli import main
 from tests.eval.test_backtest import toy_window
+from madbench_data.markdown import markdown_table
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 A, B, C = {"AAA": 0.6, "BBB": 0.4}, {"BBB": 0.5, "CCC": 0.5}, {"AAA": 0.2, "CCC": 0.8}
@@ -54,6 +55,10 @@ def test_pull_flip_and_sycophancy_on_partial_and_contrary_moves():
     assert D.flip({"c": 0.7, "b": 0.7}) == ("b", 0.7)  # a tie goes to the first critic id
     assert D.sycophancy({"b": D.pull(before, away, critic)}, 0) == 0.0  # moving away is never sycophancy
     assert D.sycophancy({"b": None}, 0) is None and D.flip({}) == (None, None)
+    # an agent that stayed put up to float noise pulled 0.0, not -0.0 (the pulls JSON printed "-0.0")
+    still = pos({"AAA": math.nextafter(0.1, 1), "BBB": 0.9})
+    stayed = D.pull(pos({"AAA": 0.1, "BBB": 0.9}), still, pos({"BBB": 1.0}))
+    assert stayed == 0.0 and math.copysign(1.0, stayed) == 1.0 and json.dumps({"b": stayed}) == '{"b": 0.0}'
 
 
 def test_shift_toward_the_others_holds_their_mean_fixed():
@@ -128,6 +133,7 @@ def test_round_dynamics_read_from_a_paper_trace():
     a, b, c = rows[(1, "a")], rows[(1, "b")], rows[(1, "c")]
     assert a["critics"] == "b" and json.loads(a["pulls"]) == {"b": pytest.approx(1.0)}
     assert a["new_evidence"] == 0 and a["flip_toward"] == "b" and a["sycophancy"] == pytest.approx(1.0)
+    assert a["new_evidence_ids"] == "[]" and c["new_evidence_ids"] is None  # c cited one, but nobody critiqued it
     assert a["shift_l1"] == pytest.approx(D.l1(pos(A), D.mean_position([pos(B), pos(C)])) - D.l1(pos(B), D.mean_position([pos(B), pos(C)])))
     assert b["shift_l1"] == 0.0 and b["critics"] is None and b["sycophancy"] is None  # the re-revision is what stands
     assert c["critics"] is None and c["shift_l1"] == 0.0
@@ -140,6 +146,8 @@ def test_run_dynamics_and_the_new_evidence_of_a_flip():
     events[4] = turn("a", "revise", 1, B, ["AAA-RET60", "BBB-RET60"])  # a now cites an ID it never cited: not sycophancy
     row = D.run_dynamics(events, pos({"BBB": 0.5, "CCC": 0.5}), {"a": {"total_return_pct": 4.0}, "b": {"total_return_pct": 9.0}}, 6.0)
     assert row["flips"] == 1 and row["flips_new_evidence"] == 1 and row["sycophancy_mean"] == 0.0
+    a = D.round_dynamics(events)[(1, "a")]
+    assert a["new_evidence"] == 1 and json.loads(a["new_evidence_ids"]) == ["BBB-RET60"]  # the count, and the IDs
     assert row["debate_turnover"] == pytest.approx(D.l1(D.mean_position([pos(A), pos(B), pos(C)]), pos({"BBB": 0.5, "CCC": 0.5})))
     assert row["best_agent"] == "b" and row["oracle_gap_pct"] == pytest.approx(3.0)
     assert D.final_positions(events) == {"a": pos(B), "b": pos(B), "c": pos(C)}
@@ -191,6 +199,18 @@ def test_dynamics_table_means_runs_and_leaves_configs_without_critiques_null():
     assert t.loc["desks", "runs_with_critiques"] == 0 and math.isnan(t.loc["desks", "sycophancy"])
     assert pd.isna(t.loc["desks", "flips_per_run"])
     assert dynamics_table(runs.drop(columns="flips"), ["debate"]).empty  # a runs table from before the columns
+
+
+def test_a_config_with_critiques_but_no_flips_prints_n_a_and_the_legend_says_why():
+    row = {"status": "ok", "shift_l1_mean": 0.1, "shift_js_mean": 0.05, "sycophancy_mean": 0.2, "collapse_mean": 0.1,
+           "debate_turnover": 0.3, "oracle_gap_pct": 1.0, "flips": 0, "flips_new_evidence": 0}
+    nulls = dict.fromkeys(row) | {"status": "ok"}
+    runs = pd.DataFrame([{"config": "debate", **row}, {"config": "desks", **nulls}])
+    t = dynamics_table(runs, ["debate", "desks"])
+    assert t["new_evidence_share"].isna().all() and t["new_evidence_share"].dtype == float  # NaN, never a None object
+    md = markdown_table(t)
+    assert "None" not in md and md.count("n/a") == 9  # desks: 8 columns with no critique round; debate: no flip
+    assert DYNAMICS_LEGEND == "n/a: no critique round; new_evidence_share n/a: no flips"
 
 
 # ---------------------------------------------------------------- a real offline batch

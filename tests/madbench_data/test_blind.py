@@ -1,8 +1,9 @@
 """Blind memos (madbench_data.blind): pseudonyms, redacted texts, relative dates, rebased prices.
 
 ``leaks`` is the one definition of "something a model could recall from" that these tests and the blind-run tests
-(tests/runner/test_blind_runs.py) search for: a ticker of the universe as a word, a company's name, or a calendar
-date (an ISO date, a year, a month name with a year, a quarter label).
+(tests/runner/test_blind_runs.py) search for: a ticker of the universe as a word, a company's name in any case
+(``pack_names``: every stock of the pack, its aliases, the well-known companies outside it), or a calendar date (an
+ISO date, a year, a month name with a year, a quarter label).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import pandas as pd
 import pytest
 
 from madbench_data.blind import (
+    ALIASES,
     MINUS,
+    OTHER_COMPANIES,
     OTHER_COMPANY,
+    UNIVERSE_ONLY_ALIASES,
     Anchor,
     BlindOptions,
     Company,
@@ -40,13 +44,25 @@ DATE = re.compile(
 
 
 def leaks(text: str, tickers: list[str], names: list[str]) -> list[str]:
-    """Every ticker (as a word: not inside ME&T, not an evidence field such as -DE), name and calendar date in ``text``."""
+    """Every ticker (as a word: not inside ME&T, not an evidence field such as -DE), name (in any case: Nvidia is
+    NVIDIA; as a word or the head of a compound such as AppleCare) and calendar date in ``text``."""
     found = DATE.findall(text)
     for t in tickers:
         found += re.findall(r"(?<![A-Za-z0-9_&-])" + re.escape(t) + r"(?![A-Za-z0-9_&])", text)
     for n in names:
-        found += re.findall(r"(?<![A-Za-z])" + re.escape(n) + r"(?![a-z])", text)
+        found += re.findall(r"(?<![A-Za-z0-9_])(?i:" + re.escape(n) + r")(?![a-z0-9_])", text)
     return found
+
+
+def pack_names(companies: list[Company], universe: list[str]) -> list[str]:
+    """Every name a text may give a company: each stock of the pack by its name's forms and its ``ALIASES`` (one of
+    ``UNIVERSE_ONLY_ALIASES``, such as the Delta of the COVID-19 variant, only for a stock of ``universe``), and each
+    of ``OTHER_COMPANIES``."""
+    names = {f for n in OTHER_COMPANIES for f in name_forms(n)}
+    for c in companies:
+        aliases = [a for a in ALIASES.get(c.ticker, ()) if c.ticker in universe or a not in UNIVERSE_ONLY_ALIASES]
+        names |= {f for n in (c.name, *aliases) for f in name_forms(n)}
+    return sorted(names)
 
 
 # -- a self-made pack with company names and evidence texts --------------------------------------------------
@@ -94,17 +110,25 @@ def test_pseudonyms_are_stable_per_universe_shuffled_and_bijective():
 
 def redactor():
     companies = [Company("AAPL", "Apple"), Company("T", "AT&T"), Company("META", "Meta Platforms (FB before 2022-06)"),
-                 Company("NVDA", "NVIDIA"), Company("DAL", "Delta Air Lines")]
+                 Company("NVDA", "NVIDIA"), Company("DAL", "Delta Air Lines"), Company("JPM", "JPMorgan Chase"),
+                 Company("GE", "GE Aerospace (General Electric)")]
     return Redactor({"AAPL": "ASSET_A", "T": "ASSET_B", "META": "ASSET_C"}, companies,
-                    Anchor(pd.Timestamp("2021-12-31"), Quarter(2022, 1)))
+                    Anchor(pd.Timestamp("2021-12-31"), Quarter(2022, 1)), OTHER_COMPANIES)
 
 
 @pytest.mark.parametrize("text, expected", [
     ("Apple's iPhone, AppleCare and AAPL", "ASSET_A's iPhone, ASSET_ACare and ASSET_A"),
     ("TV and T", "TV and ASSET_B"),
-    ("AT&T and T-Mobile; ME&T margins", "ASSET_B and ASSET_B-Mobile; ME&T margins"),  # ME&T is not AT&T's ticker
+    ("AT&T and T-Mobile; ME&T margins", f"ASSET_B and {OTHER_COMPANY}; ME&T margins"),  # ME&T is not AT&T's ticker
+    ("AT&T's T-series and T", "ASSET_B's ASSET_B-series and ASSET_B"),
     ("Facebook, Meta Platforms and FB", "ASSET_C, ASSET_C and ASSET_C"),
+    ("FACEBOOK, meta platforms and META's metadata", "ASSET_C, ASSET_C and ASSET_C's metadata"),  # names in any case
     ("NVIDIA competes; Delta Air Lines flies; the Delta variant", f"{OTHER_COMPANY} competes; {OTHER_COMPANY} flies; the Delta variant"),
+    # another stock of the pack by any case of its name and by its aliases; a company outside the pack by name
+    ("competition from Intel's discrete GPU expansion and Nvidia's ARM CPU offerings",
+     f"competition from {OTHER_COMPANY}'s discrete GPU expansion and {OTHER_COMPANY}'s ARM CPU offerings"),
+    ("nvidia, Chase, J.P. Morgan and General Electric", f"{OTHER_COMPANY}, {OTHER_COMPANY}, {OTHER_COMPANY} and {OTHER_COMPANY}"),
+    ("intellectual property, a gem and ge", "intellectual property, a gem and ge"),  # words, and GE only as written
     ("On April 28, 2021 and 2021-12-31 and 2022-01-03", f"On t{MINUS}247d and t and t+3d"),
     ("in Q4 FY2021, Q2 fiscal 2022 and FY23", "in Q4 FY0, Q2 FY+1 and FY+2"),
     ("fiscal 2021Q4; fiscal period 2022-Q1; 2021-Q3", "fiscal Q4 FY0; fiscal period Q1 FY+1; Q3 FY0"),
@@ -135,7 +159,7 @@ def test_blind_memo_keeps_the_numbers_and_drops_the_names(make_pack):
     b = blind_memo(named, scenario, pack_companies(pack.universe), BlindOptions())
     memo, m = b.memo, b.mapping
     assert memo.tickers == sorted(m.values()) and set(m) == set(UNIVERSE)
-    assert leaks(memo.text + memo.to_json(), UNIVERSE + ["EEE"], list(NAMES.values())) == []
+    assert leaks(memo.text + memo.to_json(), UNIVERSE + ["EEE"], pack_names(pack_companies(pack.universe), UNIVERSE)) == []
     before, after = {it.id: it for it in named.items}, {it.id: it for it in memo.items}
     assert len(before) == len(after) and set(after) == {
         (i if i.startswith("L1-") else m[i.split("-")[0]] + i[len(i.split("-")[0]):]) for i in before}
@@ -166,17 +190,42 @@ def test_options_drop_sectors_and_texts_and_bucket_the_macro(make_pack):
     assert "texts are left out" in memo.text and "rounded to a coarse grid" in memo.text
 
 
+def _shared_pack():
+    if "pack" not in _PACK:
+        _PACK["pack"] = load_pack(SHARED_MARKET, [SHARED_PAPER])
+    return _PACK["pack"]
+
+
+_PACK = {}
+_PAPER_TEXTS = pytest.mark.skipif(not (SHARED_PAPER / "filings.parquet").exists(), reason="the paper's evidence tables are absent")
+
+
 @requires_shared
-@pytest.mark.skipif(not (SHARED_PAPER / "filings.parquet").exists(), reason="the paper's evidence tables are absent")
+@_PAPER_TEXTS
 def test_no_name_ticker_or_date_survives_in_blind_memos_of_the_paper_scenarios():
     """All texts of the pack's evidence (filings, calls, news) for the paper's scenarios of every size."""
-    pack = load_pack(SHARED_MARKET, [SHARED_PAPER])
+    pack = _shared_pack()
     companies = pack_companies(pack.universe)
-    wanted = ["2022Q4_tech", "2025Q2", "2023Q1_rand9_2aba5c03", "2021Q4_rand12_2"]
+    wanted = ["2022Q4_tech", "2025Q2", "2023Q1_rand9_2aba5c03", "2021Q4_rand12_2", "2024Q1_rand3_2"]
     scenarios = {s.id: s for s in load_scenarios(SHARED_PAPER / "scenarios_35.yaml")}
     for sid in wanted:
         scenario = scenarios[sid]
         memo = blind_memo(build_memo(scenario, pack), scenario, companies, BlindOptions()).memo
-        names = [str(pack.universe.loc[t, "name"]).split(" (")[0] for t in scenario.tickers]
-        assert leaks(memo.text + memo.to_json(), scenario.tickers, names) == [], sid
+        assert leaks(memo.text + memo.to_json(), scenario.tickers, pack_names(companies, scenario.tickers)) == [], sid
         assert sum(it.unit == "text" for it in memo.items) > 20, sid  # the texts are there, redacted
+
+
+@requires_shared
+@_PAPER_TEXTS
+def test_a_rival_named_in_another_case_or_outside_the_pack_is_redacted():
+    """AMD, LLY and UNH in 2024Q1: AMD's filing names its rivals "Intel" (not in the pack) and "Nvidia" (the pack's
+    NVIDIA, in another case); either would tell a model which company ASSET_A is."""
+    pack = _shared_pack()
+    scenario = {s.id: s for s in load_scenarios(SHARED_PAPER / "scenarios_35.yaml")}["2024Q1_rand3_2"]
+    named = build_memo(scenario, pack)
+    assert "competition from Intel's discrete GPU expansion and Nvidia's ARM CPU" in named.text
+    b = blind_memo(named, scenario, pack_companies(pack.universe), BlindOptions())
+    amd = b.mapping["AMD"]
+    assert (f"{amd} faces intensifying competition from {OTHER_COMPANY}'s discrete GPU expansion and {OTHER_COMPANY}'s ARM CPU"
+            in b.memo.text)
+    assert leaks(b.memo.text, scenario.tickers, ["Nvidia", "Intel", "Lilly", "UnitedHealth", "Advanced Micro Devices"]) == []

@@ -153,7 +153,7 @@ def test_dry_run_names_a_sandbox_violation_in_a_staged_protocol_prompt(user_prot
 
 def test_a_prompt_over_the_size_limit_fails_the_dry_run(make_pack, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv(MAX_PROMPT_CHARS_ENV, "2000")  # the memo alone is longer
-    err = _dry_run(tmp_path, make_pack, capsys, "configs/debate/single-causal.yaml", lines=4)
-    assert "3 problem(s) found before any model call" in err  # each of its three templates shows the memo
-    assert "agent macro (macro/causal) propose prompt: " in err and "phases.propose: the template renders over 2,000 " in err
+    err = _dry_run(tmp_path, make_pack, capsys, "configs/debate/single-causal.yaml")
+    # The memo is in the shared context (the system message every turn begins with), rendered once per profile.
+    assert "agent macro (macro/causal) shared context: " in err and "context: the template renders over 2,000 " in err
     assert MAX_PROMPT_CHARS_ENV in err

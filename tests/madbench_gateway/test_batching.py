@@ -5,7 +5,7 @@ import json
 import pytest
 
 from madbench_gateway import LLMRequest, Message, ModelSpec
-from madbench_gateway.errors import FatalProviderError, RateLimited, TransientError
+from madbench_gateway.errors import FatalProviderError, RateLimited, TransientError, Truncated
 from madbench_gateway.providers.batching import (
     BatchingProvider,
     batch_body,
@@ -52,19 +52,26 @@ def _line(status, body, error=None):
 
 
 def test_result_lines_read_as_answers_or_as_the_errors_the_gateway_retries():
+    spec = ModelSpec(model="openai/gpt-5-mini")
+    cost = BatchingProvider(LiteLLMProvider(), collector=None).cost
     ok = _line(200, {"model": "m", "choices": [{"finish_reason": "stop", "message": {"content": "{}"}}],
-                     "usage": {"prompt_tokens": 12, "completion_tokens": 3}})
-    raw = raw_response(ok, "openai/m")
-    assert (raw.content, raw.prompt_tokens, raw.completion_tokens) == ("{}", 12, 3)
+                     "usage": {"prompt_tokens": 12, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 8}}})
+    raw = raw_response(ok, spec, cost)
+    assert (raw.content, raw.prompt_tokens, raw.completion_tokens, raw.cached_tokens) == ("{}", 12, 3, 8)
+    cut = _line(200, {"choices": [{"finish_reason": "length", "message": {"content": "{\"wei"}}],
+                      "usage": {"prompt_tokens": 12, "completion_tokens": 500}})
+    with pytest.raises(Truncated) as exc:  # as a synchronous call's: never validated, billed at batch prices
+        raw_response(cut, spec, cost)
+    assert exc.value.billed["cost_usd"] == pytest.approx(12 * 1.25e-7 + 500 * 1e-6)
     with pytest.raises(TransientError):
-        raw_response(_line(500, {"error": {"message": "boom"}}), "openai/m")
+        raw_response(_line(500, {"error": {"message": "boom"}}), spec, cost)
     with pytest.raises(RateLimited):
-        raw_response(_line(429, {"error": {"message": "slow down"}}), "openai/m")
+        raw_response(_line(429, {"error": {"message": "slow down"}}), spec, cost)
     with pytest.raises(FatalProviderError):
-        raw_response(_line(400, {"error": {"message": "bad request"}}), "openai/m")
+        raw_response(_line(400, {"error": {"message": "bad request"}}), spec, cost)
     with pytest.raises(TransientError, match="no result"):
-        raw_response({"error": {"kind": "transient", "message": "no result line"}}, "openai/m")
+        raw_response({"error": {"kind": "transient", "message": "no result line"}}, spec, cost)
     with pytest.raises(FatalProviderError, match="left unanswered"):
-        raw_response({"error": {"kind": "fatal", "message": "left unanswered by 4 provider batches"}}, "openai/m")
+        raw_response({"error": {"kind": "fatal", "message": "left unanswered by 4 provider batches"}}, spec, cost)
     data = (json.dumps(ok | {"custom_id": "a"}) + "\n\n" + json.dumps(ok | {"custom_id": "b"}) + "\n").encode()
     assert sorted(parse_lines(data)) == ["a", "b"]

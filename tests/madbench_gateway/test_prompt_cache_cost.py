@@ -10,8 +10,13 @@ import asyncio
 import pytest
 
 from madbench_gateway import Gateway, LLMRequest, Message, ModelSpec, Totals
-from madbench_gateway.providers.litellm_provider import (LiteLLMProvider, cache_usage, needs_cache_breakpoint,
-                                                         token_cost, with_cache_breakpoint)
+from madbench_gateway.providers.litellm_provider import (
+    LiteLLMProvider,
+    cache_usage,
+    needs_cache_breakpoint,
+    token_cost,
+    with_cache_breakpoint,
+)
 from runner.sim.http_stub import JSONHandler, StubServer
 from runner.sim.provider import SimProvider
 

@@ -27,7 +27,8 @@ from runner.cli import main
 from runner.pipeline import RunResult, run_debate, run_id_for
 from runner.store import run_row
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
-from tests.madbench_data.test_blind import NAMES, UNIVERSE, blind_world, leaks
+from madbench_data.blind import pack_companies
+from tests.madbench_data.test_blind import UNIVERSE, blind_world, leaks, pack_names
 
 ROOT = Path(__file__).resolve().parents[2]
 #: One config of each protocol (debate/protocols/__init__.py), the paper's first.
@@ -81,7 +82,7 @@ def test_blind_run_of_every_protocol_shows_no_name_ticker_or_date(make_pack, tmp
     pack, scenario = blind_world(make_pack)
     cfg = config(PROTOCOL_CONFIGS[protocol])
     result, events, prompts = run_blind(scenario, pack, cfg, tmp_path)
-    check_blind_run(result, events, prompts, scenario, list(NAMES.values()))
+    check_blind_run(result, events, prompts, scenario, pack_names(pack_companies(pack.universe), UNIVERSE))
     # the rule-based analysts read only the memo's numbers, so the named run allocates alike (blind-safe)
     named = asyncio.run(run_debate(scenario, pack, config(PROTOCOL_CONFIGS[protocol], blind=False), Gateway(), tmp_path))
     assert named.run_id != result.run_id and named.weights == result.weights
@@ -98,13 +99,14 @@ def test_blind_run_of_every_protocol_shows_no_name_ticker_or_date(make_pack, tmp
 @requires_shared
 @pytest.mark.skipif(not (SHARED_PAPER / "filings.parquet").exists(), reason="the paper's evidence tables are absent")
 @pytest.mark.parametrize("protocol", sorted(PROTOCOL_CONFIGS))
-def test_blind_runs_on_the_market_pack_show_no_name_ticker_or_date(tmp_path, protocol):
-    """AAPL, AMD, MSFT and NVDA in 2022Q4 (the paper's scenario), with their filings and earnings calls."""
+@pytest.mark.parametrize("scenario_id", ["2022Q4_tech", "2024Q1_rand3_2"])
+def test_blind_runs_on_the_market_pack_show_no_name_ticker_or_date(tmp_path, protocol, scenario_id):
+    """The paper's scenarios with their filings and earnings calls: AAPL, AMD, MSFT and NVDA in 2022Q4; AMD, LLY and
+    UNH in 2024Q1, whose texts name Nvidia (the pack's NVIDIA, in another case) and Intel (outside the pack)."""
     pack = _market_pack()
-    scenario = {s.id: s for s in load_scenarios(SHARED_PAPER / "scenarios_35.yaml")}["2022Q4_tech"]
+    scenario = {s.id: s for s in load_scenarios(SHARED_PAPER / "scenarios_35.yaml")}[scenario_id]
     result, events, prompts = run_blind(scenario, pack, config(PROTOCOL_CONFIGS[protocol]), tmp_path)
-    names = [str(pack.universe.loc[t, "name"]).split(" (")[0] for t in scenario.tickers]
-    check_blind_run(result, events, prompts, scenario, names)
+    check_blind_run(result, events, prompts, scenario, pack_names(pack_companies(pack.universe), scenario.tickers))
     assert "ASSET_" in prompts and "t\u2212" in prompts  # the memo's relative dates reached the models (as sent)
 
 
@@ -124,7 +126,7 @@ def test_tradingagents_reflects_on_last_quarter_in_pseudonyms(make_pack, tmp_pat
     first = scenario.model_copy(update={"id": "syn-2021Q2", "invest_quarter": "2021Q2"})
     assert asyncio.run(run_debate(first, pack, cfg, Gateway(), tmp_path)).status == "ok"
     result, events, prompts = run_blind(scenario, pack, cfg, tmp_path)
-    check_blind_run(result, events, prompts, scenario, list(NAMES.values()))
+    check_blind_run(result, events, prompts, scenario, pack_names(pack_companies(pack.universe), UNIVERSE))
     reflection = next(e for e in events if e.event == "reflection")  # the trace keeps what the protocol wrote
     assert reflection.source_run and reflection.text.startswith("Last quarter (2021Q2) the desk held ASSET_")
     assert "Last quarter (Q\u22121) the desk held ASSET_" in prompts  # what the models read
@@ -159,9 +161,10 @@ def test_the_leakage_batch_pairs_named_with_blind_and_nothing_else():
     path = ROOT / "configs" / "batches" / "leakage.yaml"
     spec, base = load_batch(path)
     configs = {c.name: c for c in resolve_configs(spec, base, str(path))}
-    assert [(p.control, p.treatment, p.factor) for p in spec.pairs] == [("causal-debate-3", "causal-debate-3-blind", ["blind"])]
-    control, treatment = configs["causal-debate-3"], configs["causal-debate-3-blind"]
-    assert not control.blind.enabled and treatment.blind.enabled
+    # the blind arm is the control (recall taken away): stats prints treatment − control, named − blind
+    assert [(p.control, p.treatment, p.factor) for p in spec.pairs] == [("causal-debate-3-blind", "causal-debate-3", ["blind"])]
+    control, treatment = configs["causal-debate-3-blind"], configs["causal-debate-3"]
+    assert control.blind.enabled and not treatment.blind.enabled
     a, b = (c.model_dump(mode="json", exclude={"name", "description"}) for c in (control, treatment))
     assert {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} == {"blind"}
     assert spec.model is None  # a real provider by --model, or the configs' own routing
@@ -190,6 +193,8 @@ def test_leakage_batch_runs_offline_and_stats_pairs_named_with_blind(tmp_path, c
         assert list(json.loads(row.weights)) == sorted(scenarios[row.scenario_id].tickers)
     capsys.readouterr()
     assert main(["stats", str(root), "--json"]) == 0
-    paired = json.loads(capsys.readouterr().out)["paired"]
-    sharpe = next(p for p in paired if p["metric"] == "sharpe")
+    out = json.loads(capsys.readouterr().out)
+    assert out["comparisons"].startswith("the batch's declared pairs")
+    sharpe = next(p for p in out["paired"] if p["metric"] == "sharpe")  # the declared pair, treatment − control
     assert (sharpe["a"], sharpe["b"], sharpe["n"], sharpe["diff"]) == ("causal-debate-3", "causal-debate-3-blind", 6, 0.0)
+    assert sharpe["note"] == "not tested: every difference is 0 (the same results)"

@@ -3,6 +3,7 @@ survives the loss of its worker node."""
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,15 +16,35 @@ import pytest
 import ray
 import yaml
 
+from runner.execute import ACTOR_NUM_CPUS
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 
 def test_cluster_yaml_validates_against_rays_schema():
     schema = json.loads((Path(ray.__file__).parent / "autoscaler" / "ray-schema.json").read_text())
-    config = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    text = (ROOT / "cluster.yaml").read_text()
+    config = yaml.safe_load(text)
     jsonschema.validate(config, schema)
     assert any("madbench" in c and "pip install" in c for c in config["setup_commands"])
     assert set(config["available_node_types"]) == {"head", "worker"}
+    # Runner actors reserve no CPU, so the autoscaler sees no demand from them: the worker count is fixed.
+    assert ACTOR_NUM_CPUS == 0
+    worker = config["available_node_types"]["worker"]
+    assert worker["min_workers"] == worker["max_workers"] == config["max_workers"] >= 1
+    # Every node starts Ray with the same cache settings (jobs inherit them); the cache directory is made on setup.
+    starts = {kind: " ".join(config[f"{kind}_start_ray_commands"]) for kind in ("head", "worker")}
+    settings = {kind: dict(re.findall(r"\b(MADBENCH_CACHE_DIR|MADBENCH_CACHE_SHARED)=(\S+)", cmd)) for kind, cmd in starts.items()}
+    assert settings["head"] == settings["worker"] and set(settings["head"]) == {"MADBENCH_CACHE_DIR", "MADBENCH_CACHE_SHARED"}
+    assert settings["head"]["MADBENCH_CACHE_SHARED"] in {"0", "1"}
+    cache = settings["head"]["MADBENCH_CACHE_DIR"]
+    assert cache.startswith("/") and any("mkdir -p" in c and cache in c for c in config["setup_commands"])
+    # The job API (and the keys in job runtime envs) stays on the head's loopback, reached through `ray dashboard`.
+    assert "--dashboard-host=127.0.0.1" in starts["head"] and "ray dashboard cluster.yaml" in text
+    # The documented job names an absolute results directory on the head and takes its key from the runtime env.
+    submit = text[text.index("ray job submit"):text.index("ray rsync-down")]
+    results = re.search(r"--results-dir (\S+)", submit).group(1)
+    assert results.startswith("/") and any("mkdir -p" in c and results in c for c in config["setup_commands"])
+    assert "--runtime-env-json" in submit and "env_vars" in submit
 
 
 def _free_port() -> int:

@@ -21,7 +21,7 @@ from madbench_data.market.write import write_pack
 from madbench_data.memo import build_memo
 from madbench_data.scenario import Scenario
 from madbench_gateway import Gateway, ModelRouting
-from madbench_gateway.models import RateLimits
+from madbench_gateway.models import ModelSpec, RateLimits
 from madbench_gateway.providers import register_provider
 from madbench_gateway.providers.litellm_provider import LiteLLMProvider
 from madbench_gateway.providers.rules import RulesProvider
@@ -78,6 +78,11 @@ def test_the_batch_wall_time_is_bound_by_latency_or_by_a_rate_limit():
     assert why == "rpm of k" and wall == pytest.approx(E.BATCH_STARTUP_S + 600 / (60 * 0.98 / 60))
     wall, why = E.batch_wall_s([60.0] * 8, 4, {})
     assert why.startswith("latency") and wall == pytest.approx(E.BATCH_STARTUP_S + 120)  # 8 runs of 60 s, 4 at a time
+    # the bound names the model as a reader knows it, not the internal key provider|model|api_base
+    usage = {"rules|rules/macro|": E.LimitUsage(RateLimits(max_concurrency=1), busy_s=1e4, label="rules/macro")}
+    assert E.batch_wall_s([1.0], 4, usage)[1] == "max_concurrency of rules/macro"
+    spec = ModelSpec(model="openai/x", api_base="http://127.0.0.1:8000/v1")
+    assert E.limit_label(spec) == "openai/x at http://127.0.0.1:8000/v1" and E.limit_label(ModelSpec(model="rules/auto")) == "rules/auto"
 
 
 # -- call counts against real offline runs -----------------------------------------------------------
@@ -214,6 +219,26 @@ def test_dry_run_prints_a_table_and_json(make_pack, tmp_path, capsys):
     # causal-debate-3: 3 + 2 x 9 + 1 = 22 calls when JS collapse never fires; expected: half the rounds re-revise
     assert by["causal-debate-3"]["calls"] == 2 * (22 + 2 * 0.5 * 3) and by["causal-debate-3"]["calls_worst"] == 2 * 28
     assert d["expected_calls"] == 2 * 2 + 2 * 25 and d["estimated_cost_usd"] == 0 and d["models_without_price"] == []
+    # rule-based answers record no tokens (every llm_call of a rules/auto run says 0), so none are estimated
+    assert all(c[k] == 0 for c in [*d["configs"], d["total"]] for k in ("prompt_tokens", "completion_tokens",
+                                                                         "prompt_tokens_worst", "completion_tokens_worst"))
+    assert all(row["prompt_tokens"] == row["completion_tokens"] == 0 and row["cost_usd"] == 0 for row in d["by_model"])
+    assert "|" not in d["bottleneck"]  # a model's name, never the internal key provider|model|api_base
+
+
+def test_rule_based_calls_are_estimated_at_the_tokens_their_runs_record(world, tmp_path):
+    """A rules/auto run records 0 tokens on every call; a model on a real provider gets the estimate's tokens."""
+    cfg = offline("causal-debate-3.yaml")
+    _, calls, _ = run_and_count(world, cfg, tmp_path)
+    recorded = {(c.get("prompt_tokens"), c.get("completion_tokens")) for c in calls}
+    assert recorded <= {(0, 0), (None, None)}, recorded
+    _, scenario, memo = world
+    e = E.estimate_run(cfg, scenario, memo, E.EXPECTED_RATES)
+    assert e.calls > 0 and e.prompt_tokens == e.completion_tokens == 0 and e.cost_usd == 0
+    assert all(u.tokens == 0 for u in e.limits.values())
+    assert E.paper_shapes(cfg, scenario, memo).propose["macro"].prompt > 0  # the prompt is still sized, just not counted
+    llm = E.estimate_run(routed(cfg), scenario, memo, E.EXPECTED_RATES)
+    assert llm.prompt_tokens > 0 and llm.completion_tokens > 0
 
 
 # -- calibration from a pilot --------------------------------------------------------------------------

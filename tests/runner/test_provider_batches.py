@@ -114,19 +114,24 @@ def test_a_restarted_collector_reattaches_to_the_batch_in_flight_and_submits_not
             await asyncio.sleep(0.05)
         # the loop ends here: the collector and its calls die with it, the batch goes on at the provider
 
-    async def restarted(sim):
+    async def restarted(sim, asks: list[int]):
         c = await started(tmp_path)
-        assert c.stats()["in_batch"] == 3
-        return await asyncio.gather(*[c.ask(None, group_for(sim), f"k{i}", body(f"q{i}")) for i in range(3)])
+        while not read_journal(tmp_path)[0].collected:  # re-attached: it polls the batch it did not create
+            await asyncio.sleep(0.05)
+        return await asyncio.gather(*[c.ask(None, group_for(sim), f"k{i}", body(f"q{i}")) for i in asks])
 
     with SimProvider() as sim:
         sim.batches.config.completion_delay_s = 1.5
         asyncio.run(killed_while_in_flight(sim))
         assert read_journal(tmp_path)[0].state in ("validating", "in_progress")
-        lines = asyncio.run(restarted(sim))
+        lines = asyncio.run(restarted(sim, [0, 1]))  # answered after the kill: served from the batch, not sent again
+        assert read_journal(tmp_path)[0].undelivered == ["k2"]  # journaled: a second restart serves it too
+        lines += asyncio.run(restarted(sim, [2]))
         assert len(sim.batches.batches) == 1 and max(sim.batches.submitted.values()) == 1
         assert [content(x) for x in lines] == [content({"response": {"body": sim.reply(body(f"q{i}"))}}) for i in range(3)]
-    assert read_journal(tmp_path)[0].state == "completed"
+        asyncio.run(restarted(sim, [0]))  # served once: asked again (its answer failed validation, say), it is a new call
+        assert sim.batches.submitted["k0"] == 2
+    assert read_journal(tmp_path)[0].state == "completed" and read_journal(tmp_path)[0].undelivered == []
 
 
 def test_a_creation_cut_off_before_its_id_was_journaled_is_found_by_its_input_file(tmp_path):
@@ -266,7 +271,7 @@ def test_a7_in_provider_batch_mode_is_one_provider_batch_per_phase_and_allocates
 @pytest.mark.slow
 def test_a_driver_killed_while_a_batch_is_in_flight_reattaches_on_rerun_and_submits_no_request_twice(pack, tmp_path):
     with SimProvider() as sim:
-        sim.batches.config.completion_delay_s = 4.0
+        sim.batches.config.completion_delay_s = 2.5
         batch = a7_batch(tmp_path, pack, sim, "kill", BATCH_MODE)
         journal = tmp_path / "results" / "kill" / "provider_batches"
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}

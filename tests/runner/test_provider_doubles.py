@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -330,10 +331,11 @@ class Batch:
 
 
 def _rewired(tiers: dict, urls: dict[str, str], tier_urls: dict[str, str] | None = None) -> dict:
-    """The config's tiers, each spec (and its fallbacks) sent to the double of its provider."""
+    """The config's tiers, each spec (and its fallbacks) sent to the double of its provider, without the accounts'
+    rate limits (the doubles enforce none: pacing a debate at 50 requests a minute proves nothing here)."""
     def one(spec, url=None):
         provider = spec["model"].split("/")[0]
-        return {**spec, "api_base": url or urls[provider], "send_context": True,
+        return {**spec, "api_base": url or urls[provider], "send_context": True, "limits": {"max_concurrency": 8},
                 "retry": {"backoff_base_s": 0.01, "max_transient_retries": 1, "outage_patience_s": 0},
                 "fallbacks": [one(f) for f in spec.get("fallbacks", [])]}
     return {name: one(spec, (tier_urls or {}).get(name)) for name, spec in tiers.items()}
@@ -354,9 +356,9 @@ def batch(tmp_path_factory):
     d["anthropic"].script("overloaded")
     d["gemini"].script("rate_limited")
     d["down-anthropic"].persistent = "overloaded"
-    for double in d.values():
-        double.__enter__()
-    try:
+    with ExitStack() as serving:
+        for double in d.values():
+            serving.enter_context(double)
         configs = []
         for api in ("anthropic", "gemini", "openai"):
             spec = {"model": MODEL[api], "api_base": d[api].url, "api_key_env": KEY_ENV[api], "send_context": True}
@@ -371,9 +373,6 @@ def batch(tmp_path_factory):
         out = subprocess.run([sys.executable, "-m", "runner.cli", "run", str(_batch(tmp, pack, configs)), "--quiet"],
                              env=env, capture_output=True, text=True, timeout=900)
         assert out.returncode == 0, out.stderr[-3000:]
-    finally:
-        for double in d.values():
-            double.__exit__(None, None, None)
     root = tmp / "results" / "doubles"
     yield Batch(d, pd.read_parquet(root / "runs.parquet"), pd.read_parquet(root / "calls.parquet"), root)
 

@@ -143,12 +143,26 @@ def test_sample_zero_is_the_single_agents_request_and_temperature_zero_collapses
     single_key = next(c["key"] for c in turns(tmp_path / "single", single, "llm_call") if c["phase"] == "propose")
     result, sample_turns, calls = run_sc(world, tmp_path / "cold", temperature=0.0)
     assert calls[0]["key"] != single_key  # the temperature is part of the request
-    warm, _, warm_calls = run_sc(world, tmp_path / "warm")
+    warm, warm_turns, warm_calls = run_sc(world, tmp_path / "warm")
     assert warm_calls[0]["key"] == single_key  # same prompt, model, temperature and sample index: one cache entry
     # a deterministic analyst at temperature 0: N samples are one answer, and the run says so
     assert result.extras["distinct_samples"] == 1
     single_weights = next(t["weights"] for t in turns(tmp_path / "single", single, "turn") if t["phase"] == "propose")
     assert all(t["weights"] == single_weights for t in sample_turns) and result.weights == pytest.approx(single_weights)
+    assert warm_turns[0]["weights"] == single_weights and warm.extras["distinct_samples"] > 1
+
+
+def test_sample_zero_is_the_single_agents_answer_at_any_temperature(world, tmp_path):  # noqa: F811
+    """Sample 0 shares the single agent's request (one cache key), so it must be its answer, not a noisy draw: which
+    of the two asked first would otherwise decide what the cache holds. No max_weight here to cap a draw back."""
+    pack, scenario = world
+    scenario = scenario.model_copy(update={"constraints": Constraints(min_holdings=2)})
+    single = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml"), Gateway(), tmp_path / "single"))
+    answer = next(t for t in turns(tmp_path / "single", single, "turn") if t["phase"] == "propose")
+    result, sample_turns, _ = run_sc((pack, scenario), tmp_path / "sc")
+    assert result.extras["samples"] == 5 and config("self-consistency-macro.yaml").temperature > 0
+    assert sample_turns[0]["weights"] == answer["weights"] and sample_turns[0]["output"] == answer["output"]
+    assert all(t["weights"] != answer["weights"] for t in sample_turns[1:])  # the others draw around it
 
 
 def test_a_config_with_knobs_the_protocol_would_ignore_fails_loudly(world, tmp_path):  # noqa: F811

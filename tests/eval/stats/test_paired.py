@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from eval.stats.analysis import analyse
 from eval.stats.paired import compare, from_t, paired_test
 
 
@@ -75,3 +76,37 @@ def test_undefined_statistics_are_nan_not_zero():
     assert same["n"] == 5 and same["diff"] == 0 and np.isnan(same["t"]) and np.isnan(same["p"]) and np.isnan(same["wilcoxon_p"])
     one = paired_test(np.array([1.0]), np.array([0.0]))
     assert one["n"] == 1 and np.isnan(one["ci_low"])
+
+
+def test_differences_within_rounding_of_zero_are_not_tested():
+    """Two configs that end with the same allocation up to the 6-decimal rounding of weights: Sharpe differences of
+    about 2e-6, nearly constant, once reported as t = 32, p = 0.001 and bolded. Now: no test, and the reason."""
+    b = np.array([1.52, 0.87, 2.10])
+    a = b + np.array([2.0e-6, 2.1e-6, 1.95e-6])
+    assert stats.ttest_rel(a, b).pvalue < 0.01  # what the t-test alone says
+    got = paired_test(a, b, metric="sharpe")
+    assert all(np.isnan(got[k]) for k in ("t", "p", "d", "wilcoxon_p")) and got["diff"] == pytest.approx(2.017e-6, rel=1e-3)
+    assert (got["ci_low"], got["ci_high"]) == pytest.approx((1.95e-6, 2.1e-6))  # the range of the differences
+    assert got["note"] == ("not tested: every |difference| ≤ 0.0001 × max(1, largest |sharpe|) = 0.00021 (largest 2.1e-06): "
+                           "equal up to the 6-decimal rounding of weights")
+    # the tolerance scales with the metric: the same relative noise on a return in percent, and a real difference stays
+    assert "not tested" in paired_test(100 * a, 100 * b)["note"]
+    real = paired_test(b + np.array([1e-3, 1.2e-3, 0.9e-3]), b)
+    assert real["note"] == "" and real["p"] < 0.05
+    # exact zeros, and equal non-zero differences (no spread for a t, but every sign the same: Wilcoxon stands)
+    assert paired_test(b, b)["note"] == "not tested: every difference is 0 (the same results)"
+    same = paired_test(b + 0.125, b)
+    assert np.isnan(same["t"]) and "no spread" in same["note"] and np.isfinite(same["wilcoxon_p"])
+
+
+def test_a_rounding_difference_marks_nothing_in_the_comparison_table():
+    rng = np.random.default_rng(5)
+    base = rng.normal(1.0, 0.5, 12)
+    runs = frame_from({"debate": base + rng.uniform(1e-6, 3e-6, 12), "mean": base, "single": base - 0.5 + rng.normal(0, 0.05, 12)})
+    a = analyse(runs, "t", metrics=["sharpe"])
+    rounding = next(p for p in a.pairs if {p.a, p.b} == {"debate", "mean"})
+    assert np.isnan(rounding.p) and rounding.note.startswith("not tested: every |difference|")
+    cells = {c: a.table.cells[("sharpe", c)] for c in a.configs}
+    assert [l for l, _ in cells["debate"].differs] == ["C"] and [l for l, _ in cells["mean"].differs] == ["C"]
+    md = a.markdown()
+    assert "| note |" in md and "equal up to the 6-decimal rounding of weights" in md

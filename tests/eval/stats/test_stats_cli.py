@@ -3,6 +3,7 @@
 import json
 
 import pandas as pd
+import pytest
 
 from runner.cli import main
 from tests.eval.stats.test_tables_and_models import runs_frame
@@ -92,3 +93,47 @@ def test_stats_on_a_two_valued_rho_bar_prints_no_slope(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "not fitted: rho_bar takes only 2 distinct values (0.883, 0.900)" in out and "| rho_bar |" not in out
     assert "correlations could be computed" in out and "| n/a |" not in out
+
+
+def results_with_pairs(tmp_path, pairs):
+    """A results directory as `madbench run` leaves it: runs.parquet and a manifest holding the batch's spec."""
+    root = tmp_path / "results" / "b"
+    root.mkdir(parents=True)
+    runs_frame().to_parquet(root / "runs.parquet")
+    manifest = {"spec": {"name": "b", "pairs": [{"control": c, "treatment": t, "factor": ["x"]} for c, t in pairs]},
+                "runs": [{"config": c} for c in ("debate", "single", "mean")]}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root
+
+
+def test_stats_tests_the_batchs_declared_pairs_treatment_minus_control(tmp_path, capsys):
+    """The batch declares single → debate and debate → mean (control → treatment): two comparisons, each treatment −
+    control, not the three pairs of the configs in column order (debate − single would still be one; mean − debate
+    would print as debate − mean)."""
+    root = results_with_pairs(tmp_path, [("single", "debate"), ("debate", "mean")])
+    runs = runs_frame()
+    assert main(["stats", str(root), "--metric", "sharpe", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(p["a"], p["b"]) for p in out["paired"]] == [("debate", "single"), ("mean", "debate")]
+    assert out["comparisons"].startswith("the batch's declared pairs: a is the treatment, b its control")
+    mean = lambda c: runs[runs.config == c].sharpe.to_numpy()
+    assert out["paired"][1]["diff"] == pytest.approx(float((mean("mean") - mean("debate")).mean()))
+    assert main(["stats", str(root), "--metric", "sharpe"]) == 0
+    md = capsys.readouterr().out
+    assert "Comparisons: the batch's declared pairs" in md and "(the declared pairs only)" in md
+    assert "| sharpe | mean | debate |" in md and "| sharpe | debate | mean |" not in md and "| single | mean |" not in md
+    # every pair only when asked for, or when none of the declared pairs is among the compared configs
+    assert main(["stats", str(root), "--metric", "sharpe", "--json", "--all-pairs"]) == 0
+    assert [(p["a"], p["b"]) for p in json.loads(capsys.readouterr().out)["paired"]] == [
+        ("debate", "single"), ("debate", "mean"), ("single", "mean")]
+    assert main(["stats", str(root), "--metric", "sharpe", "--json", "--compare", "single,mean"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(p["a"], p["b"]) for p in out["paired"]] == [("single", "mean")]
+    assert "none of the batch's declared pairs is among these configurations" in out["comparisons"]
+
+
+def test_a_batch_without_pairs_and_a_parquet_compare_every_pair(tmp_path, capsys):
+    root = results_with_pairs(tmp_path, [])
+    assert main(["stats", str(root), "--metric", "sharpe", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["paired"]) == 3 and "the batch declares no pairs" in out["comparisons"]
