@@ -8,6 +8,7 @@ Unknown fields are rejected: a trace that does not match its model is an error, 
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -233,14 +234,21 @@ def parse_event(record: dict[str, Any]) -> AnyEvent:
     return EVENT_ADAPTER.validate_python(record)
 
 
+def vouches(record: dict[str, Any], seen_keys: Container[str]) -> bool:
+    """Whether an ``llm_call`` record vouches for its answer: a fresh answer (what a provider really returned), or a
+    cached one for a key the trace has not seen before (``seen_keys``). A cached answer for a key seen before does not:
+    if it differs from the earlier one, it is what an edited cache served (the run then failed on it)."""
+    return not record.get("cached") or record["key"] not in seen_keys
+
+
 def recorded_answers(records: list[dict[str, Any]]) -> dict[str, set[str]]:
-    """The answer hashes a trace recorded per cache key, from its raw ``llm_call`` records: every fresh answer (what
-    a provider really returned), and a cached one only for a key seen for the first time. So an answer that a later
-    attempt was served from an edited cache (its ``llm_call`` is written, then the run fails) never vouches for
-    itself on the next attempt. Events without ``answer_sha256`` (older traces) record nothing."""
+    """The answer hashes a trace recorded per cache key, from its raw ``llm_call`` records: those that vouch for their
+    answer (``vouches``). So an answer that a later attempt was served from an edited cache (its ``llm_call`` is
+    written, then the run fails) never vouches for itself on the next attempt. Events without ``answer_sha256``
+    (older traces) record nothing."""
     out: dict[str, set[str]] = {}
     for r in records:
-        if r.get("event") == "llm_call" and r.get("answer_sha256") and (not r.get("cached") or r["key"] not in out):
+        if r.get("event") == "llm_call" and r.get("answer_sha256") and vouches(r, out.keys()):
             out.setdefault(r["key"], set()).add(r["answer_sha256"])
     return out
 

@@ -24,21 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from debate.events import AnyEvent, Event, parse_event
+from madbench_data.errors import InputError
 from madbench_gateway.secrets import redact_known
 
 GENESIS = "0" * 64
 
 
-class TraceSymlinkError(RuntimeError):
-    """A trace path is a symbolic link: madbench refuses to read, repair or append through it."""
+class TraceSymlinkError(InputError):
+    """A trace path is a symbolic link: madbench refuses to read, repair or append through it. Bad input (something
+    other than madbench planted it), so its message is a plain one-line ``InputError`` naming the path."""
 
     def __init__(self, path: Path):
         try:
-            target = f" (to {os.readlink(path)!r})"
+            target = f" (to {os.readlink(path)})"
         except OSError:
             target = ""
-        super().__init__(f"{path}: the trace is a symbolic link{target}; refusing to read or write through it. "
-                         "Remove the link and run again")
+        super().__init__(path, f"the trace is a symbolic link{target}; madbench never reads or writes a trace through one",
+                         "remove the link and run the same command again (the file it points to is left alone)")
         self.path = path
 
 

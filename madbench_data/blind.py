@@ -73,13 +73,16 @@ ALIASES: dict[str, tuple[str, ...]] = {
 UNIVERSE_ONLY_ALIASES = frozenset({"Delta", "Vertex"})
 #: Well-known companies outside the pack that its evidence texts name as competitors, suppliers, customers or peers
 #: (found by a search of the paper's filings and calls: "competition from Intel's discrete GPU expansion" in AMD's
-#: names a rival, and with it the industry). Each becomes "another company", like a pack stock outside the universe.
-#: Not exhaustive: a name missing here survives; product, segment and deal names are not companies of this list.
+#: names a rival, and with it the industry). Each becomes "another company", like a pack stock outside the universe;
+#: a longer form first, so that "First Republic Bank" leaves no "Bank" behind. No name that is also an ordinary
+#: word in any case: "Ford" is Eagle Ford shale in Chevron's texts and "paramount" an adjective, so "Ford Motor" only
+#: and no Paramount. Not exhaustive: a name missing here survives; product, segment and deal names are not companies.
 OTHER_COMPANIES: tuple[str, ...] = (
     "Intel", "Samsung", "TSMC", "Taiwan Semiconductor", "SK Hynix", "Huawei", "Dell", "Hewlett Packard", "Marvell",
-    "ASML", "Sony", "Alibaba", "Tencent", "OpenAI", "Anthropic", "TikTok", "ByteDance", "T-Mobile", "Warner Bros",
-    "Paramount", "Rivian", "Ford", "General Motors", "Toyota", "Airbus", "GSK", "Novartis", "Novo Nordisk",
-    "AstraZeneca", "Moderna", "CVS", "Humana", "Walgreens", "Kroger", "HSBC", "First Republic", "Silicon Valley Bank",
+    "Marvell Technology", "ASML", "Sony", "Alibaba", "Tencent", "OpenAI", "Anthropic", "TikTok", "ByteDance",
+    "T-Mobile", "Warner Bros", "Rivian", "Rivian Automotive", "Ford Motor", "General Motors", "Toyota", "Airbus",
+    "GSK", "Novartis", "Novo Nordisk", "AstraZeneca", "Moderna", "CVS", "CVS Health", "CVS Caremark", "Humana",
+    "Walgreens", "Kroger", "HSBC", "First Republic", "First Republic Bank", "Silicon Valley Bank", "Signature Bank",
 )
 
 

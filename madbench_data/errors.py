@@ -30,6 +30,8 @@ class InputError(Exception):
 #: not a field: field names in madbench's files are lower-case identifiers.
 _UNION_TAG = re.compile(r"^(str|int|float|bool|none|(list|dict|tuple|set|literal|function-\w+|union|nullable)\[.*|[A-Z]\w*)$")
 _TYPE_MISMATCH = ("_type", "model_attributes_type", "union_tag_invalid")
+#: The label pydantic puts before the message of an error a validator raised.
+_PREFIXED = {"value_error": "Value error, ", "assertion_error": "Assertion failed, "}
 
 
 def format_validation_error(err: ValidationError, prefix: str = "") -> str:
@@ -55,6 +57,8 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
+        elif e["type"] in _PREFIXED and msg.startswith(_PREFIXED[e["type"]]):
+            msg = msg[len(_PREFIXED[e["type"]]):]  # our validators' own messages, without pydantic's label
         part = f"{loc}: {msg}" if loc else msg
         if part not in parts:
             parts.append(part)

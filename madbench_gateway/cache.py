@@ -14,6 +14,11 @@ recompute it. Tamper evidence lives outside the cache: each run's trace
 records ``answer_sha256`` of every answer it used, and ``inspect`` gives the
 hash of what the cache holds now (``madbench cache verify`` compares them).
 
+Commands that only read the cache (``cache stats``, ``cache verify`` without ``--drop``, the dry runs) open it with
+``read_only=True``: nothing is created or written (diskcache itself always opens its database for writing), so a
+cache in a directory this user cannot write can still be inspected. Opening one for writing there is an
+``InputError`` naming the directory (``write_problem``), with the preflight's wording, never a traceback.
+
 On a cluster without shared storage each node keeps a ``NodeCache``: its own
 disk copy, consulted first, in front of a ``RemoteCache`` that another process
 owns (runner/cache_actor.py: a Ray actor holding the disk cache on the head
@@ -34,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW
@@ -130,15 +136,97 @@ class EntryState:
     reason: str | None = None
 
 
+def _read_uri(db: Path) -> str:
+    """A read-only SQLite URI for ``db``. Where this user cannot write its folder, also ``immutable``: SQLite cannot
+    create a WAL database's shared-memory file there, and would refuse to read at all."""
+    immutable = "" if os.access(db.parent, os.W_OK | os.X_OK) and os.access(db, os.W_OK) else "&immutable=1"
+    return f"file:{quote(str(db))}?mode=ro{immutable}"
+
+
+class _ReadIndex:
+    """A diskcache directory read through a read-only SQLite connection: the part of ``diskcache.Cache`` that
+    ``ResponseCache`` reads with (``get``, ``in``, ``iterkeys``, ``[]``, ``volume``, ``len``), writing nothing. A
+    directory without a database reads as empty."""
+
+    def __init__(self, directory: Path):
+        self.disk = SafeDisk(str(directory))
+        db = directory / "cache.db"
+        self._con = sqlite3.connect(_read_uri(db), uri=True, timeout=60) if db.is_file() else None
+
+    def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
+        return [] if self._con is None else self._con.execute(sql, args).fetchall()
+
+    def get(self, key: str) -> Any:
+        rows = self._rows("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1 AND "
+                          "(expire_time IS NULL OR expire_time > ?)", (key, time.time()))
+        return None if not rows else self.disk.fetch(*rows[0], False)
+
+    def __contains__(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def iterkeys(self):
+        for key, raw in self._rows("SELECT key, raw FROM Cache ORDER BY rowid"):
+            yield self.disk.get(key, raw)
+
+    def _setting(self, name: str) -> int:
+        rows = self._rows("SELECT value FROM Settings WHERE key = ?", (name,))
+        return int(rows[0][0]) if rows else 0
+
+    def volume(self) -> int:
+        pages = self._rows("PRAGMA page_count")[0][0] * self._rows("PRAGMA page_size")[0][0] if self._con else 0
+        return pages + self._setting("size")
+
+    def __len__(self) -> int:
+        return self._setting("count")
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+
+
+def write_problem(directory: Path) -> InputError | None:
+    """Why a cache cannot be opened for writing in ``directory``, in the preflight's words, or None: its path runs
+    through a file, or this user cannot write the directory (or the folder it would be created in), its databases'
+    folders and files, or its single-flight folder."""
+    existing = next(p for p in [directory, *directory.parents] if p.exists())
+    if not existing.is_dir():
+        return InputError(directory, f"the LLM cache directory's path runs through a file ({existing})",
+                          "choose another directory (--cache-dir)")
+    if existing != directory:  # created there
+        paths = [existing]
+    else:
+        subs = [directory / sub for sub in ("responses", "stats", "inflight")]
+        paths = [directory] + [p for sub in subs for p in (sub, *sorted(sub.glob("cache.db*"))) if p.exists()]
+    blocked = next((p for p in paths if not os.access(p, os.W_OK | (os.X_OK if p.is_dir() else 0))), None)
+    if blocked is None:
+        return None
+    return InputError(None, f"the LLM cache directory {directory} is read-only ({blocked} is not writable by this user)",
+                      f"make it writable (chmod -R u+w {directory}) or choose another directory (--cache-dir)")
+
+
 @dataclass
 class ResponseCache:
     """Get/put validated responses by request key; count hits and misses per model."""
 
     directory: Path
     corrupt: list[CacheEvent] = field(default_factory=list)
+    #: Read and write nothing else: see the module's docstring (``get``, ``put``, ``delete`` and ``prune`` write).
+    read_only: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory).expanduser()
+        if self.read_only:
+            self._store, self._stats = _ReadIndex(self.directory / "responses"), _ReadIndex(self.directory / "stats")
+            return
+        problem = write_problem(self.directory)
+        if problem is not None:
+            raise problem
         self.directory.mkdir(parents=True, exist_ok=True)
         self._store = diskcache.Cache(str(self.directory / "responses"), disk=SafeDisk, timeout=60)
         self._stats = diskcache.Cache(str(self.directory / "stats"), disk=SafeDisk, timeout=60)
@@ -213,7 +301,10 @@ class ResponseCache:
     # -- maintenance (reads the index directly: diskcache has no group-by)
 
     def _index_rows(self, sql: str, args: tuple = ()) -> list[tuple]:
-        con = sqlite3.connect(f"file:{self.directory / 'responses' / 'cache.db'}?mode=ro", uri=True, timeout=60)
+        db = self.directory / "responses" / "cache.db"
+        if not db.is_file():
+            return []  # a read-only open of a cache that was never written: empty
+        con = sqlite3.connect(_read_uri(db), uri=True, timeout=60)
         try:
             return con.execute(sql, args).fetchall()
         finally:

@@ -164,6 +164,15 @@ def stop_budget(ray, budget: RayBudget, spent_before: float) -> dict[str, Any]:
     return summary(state, spent_before)
 
 
+def spend_text(spent_usd: float, unpriced_calls: int) -> str:
+    """A spend as madbench prints it: ``$0.0123``. Calls of a model without a price in litellm's cost map are never
+    counted as $0: the spend is ``unknown`` when nothing else was paid, else ``$0.0123 + unknown``, with their count."""
+    if not unpriced_calls:
+        return f"${spent_usd:.4f}"
+    unknown = f"unknown ({unpriced_calls} call{'s' * (unpriced_calls != 1)} of a model without a price)"
+    return unknown if spent_usd == 0 else f"${spent_usd:.4f} + {unknown}"
+
+
 def summary(state: dict[str, Any], spent_before: float) -> dict[str, Any]:
     """What the batch spent against its cap, over every invocation, and how much of it earlier ones spent."""
     return {"cap_usd": state["cap_usd"], "spent_usd": state["spent_usd"], "spent_before_usd": spent_before,

@@ -15,15 +15,19 @@ from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from debate.events import AnyEvent, LLMCall
+from madbench_data.errors import InputError, format_validation_error
 from madbench_data.market.calendar import Quarter
 from madbench_data.paths import CONFIGS_DIR
-from madbench_data.templates import load_yaml_model
+from madbench_data.templates import read_yaml
 
 CUTOFFS_FILE = CONFIGS_DIR / "model_cutoffs.yaml"
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+#: What a registry file looks like, for the fix of an error in one.
+LAYOUT = ('write it as cutoffs: {model-glob: YYYY-MM}, e.g. cutoffs: {"gpt-4o*": 2023-10, "claude-3-5-haiku*": 2024-07} '
+          '(or a date YYYY-MM-DD; the first matching glob wins)')
 
 
 class CutoffRegistry(BaseModel):
@@ -74,8 +78,13 @@ class CutoffRegistry(BaseModel):
 
 @lru_cache(maxsize=8)
 def load_cutoffs(path: str | Path | None = None) -> CutoffRegistry:
-    """The registry at ``path`` (default: configs/model_cutoffs.yaml), read once per process."""
-    return load_yaml_model(Path(path) if path else CUTOFFS_FILE, CutoffRegistry)
+    """The registry at ``path`` (default: configs/model_cutoffs.yaml), read once per process; a malformed one is an
+    ``InputError`` whose fix shows the expected layout (``LAYOUT``)."""
+    path = Path(path) if path else CUTOFFS_FILE
+    try:
+        return CutoffRegistry.model_validate(read_yaml(path))
+    except ValidationError as exc:
+        raise InputError(path, format_validation_error(exc), LAYOUT) from None
 
 
 def run_post_cutoff(quarter: str, events: list[AnyEvent], registry: CutoffRegistry | None = None) -> bool | None:

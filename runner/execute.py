@@ -96,7 +96,8 @@ class RunnerActor:
         except Exception as exc:
             # Many exception types (ours included) do not survive Ray's pickling; a RuntimeError carrying the type,
             # message and traceback does, so the driver records the real reason with the failed run.
-            raise RuntimeError(redact(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")) from None
+            raise RuntimeError(redact(str(exc) if isinstance(exc, InputError) else  # bad input: its one line says it all
+                                      f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")) from None
         self.guard()
         write_parts(self.layout, self.batch, result, config, scenario, self.node_id)
         out = {"status": result.status, "error": result.error, "run_id": result.run_id, "totals": result.totals,
@@ -128,13 +129,29 @@ def forwarded_env() -> dict[str, str]:
     return {n: os.environ[n] for n in names}
 
 
+def ray_client(address: str | None) -> bool:
+    """Whether this driver joins through the Ray client (``ray://…``, given or in ``$RAY_ADDRESS``): it then runs off
+    the cluster, and a path it names is a path on this machine, not on the nodes."""
+    return (address or os.environ.get("RAY_ADDRESS") or "").startswith("ray://")
+
+
+def worker_env(address: str | None) -> dict[str, Any]:
+    """The runtime env this driver gives its Ray workers: the forwarded variables, and the project on PYTHONPATH
+    only where its path means something to them. Not in a ``--working-dir`` job (Ray puts each node's copy of the
+    upload on the path itself, and this process's copy is one of them), nor through the Ray client (the checkout is
+    on this machine; the nodes import the madbench installed on them)."""
+    env_vars = forwarded_env()
+    if job_working_dir() is None and not ray_client(address):
+        env_vars = {"PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_vars}
+    return {"env_vars": env_vars}
+
+
 def init_ray(address: str | None, num_cpus: int | None = None):
     import ray
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     address = address or os.environ.get("RAY_ADDRESS")
     if not ray.is_initialized():
-        root = str(PROJECT_ROOT)
-        env = {"env_vars": {"PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""), **forwarded_env()}}
+        env = worker_env(address)
         if address:
             ray.init(address=address, runtime_env=env, log_to_driver=False)
         else:
@@ -322,6 +339,11 @@ def _recover_committed(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout
     return rebuilt
 
 
+#: cluster.yaml's results and cache directories on the head, outside the synced checkout (~/madbench): what an error
+#: about a path on the head suggests (tests/runner/test_cluster.py checks that cluster.yaml makes and uses these).
+HEAD_DIRS = {"--results-dir": "/home/ubuntu/madbench-results", "--cache-dir": "/home/ubuntu/madbench-cache"}
+
+
 def _refuse_paths_in_job(job_dir: Path | None, root: Path, cache_dir: str) -> None:
     """Results or a cache inside a `ray job submit --working-dir` job's working directory would be lost with it."""
     if job_dir is None:
@@ -330,7 +352,7 @@ def _refuse_paths_in_job(job_dir: Path | None, root: Path, cache_dir: str) -> No
         if Path(path).resolve().is_relative_to(job_dir):
             raise InputError(flag, f"{path} is inside this job's working directory ({job_dir}), the copy of the upload "
                              "that Ray deletes when the job ends", f"give {flag} an absolute path on the head node (or "
-                             "on storage every node mounts), e.g. /home/ubuntu/madbench/" + flag[2:].split("-")[0])
+                             f"on storage every node mounts), e.g. {HEAD_DIRS[flag]} (cluster.yaml's)")
 
 
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,

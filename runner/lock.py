@@ -4,7 +4,8 @@
 parts, scores); two of them at once would corrupt each other. The driver takes the lock before writing
 anything and keeps it until it has finished; a second driver fails at once with an ``InputError`` naming
 the holder (host, pid, since). The OS releases a ``flock`` when its process dies, so a lock left by a
-killed driver is simply taken over. Readers (``madbench status``) never take it.
+killed driver is simply taken over. Readers never take it; ``madbench status`` only asks whether a driver holds it
+(``lock_holder``), to tell a running batch from one whose driver is gone.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ LOCK_NAME = ".lock"
 #: How long a starting driver retries a taken lock: an orphaned actor of a killed driver checks the lock with a
 #: brief shared ``flock`` (``WriterGuard``), which must not be mistaken for another driver.
 ACQUIRE_PATIENCE_S = 2.0
+#: What a holder is called before it has written its line (between its flock and its write).
+UNNAMED_HOLDER = "a driver (host, pid and start time not yet written)"
 
 
 class ResultsLock:
@@ -76,7 +79,7 @@ def _read_holder(fd: int) -> str:
         text = os.pread(fd, 4096, 0).decode(errors="replace").strip()
     except OSError:
         text = ""
-    return text or "a driver (host, pid and start time not yet written)"
+    return text or UNNAMED_HOLDER
 
 
 def _flock_patiently(fd: int, mode: int) -> None:
@@ -89,6 +92,33 @@ def _flock_patiently(fd: int, mode: int) -> None:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.05)
+
+
+def _probe(path: Path) -> tuple[bool, str]:
+    """(whether a driver holds ``path`` now, the holder line in it). A brief shared, non-blocking ``flock``: granted
+    only when no driver holds the exclusive lock (a starting driver that meets it retries for ``ACQUIRE_PATIENCE_S``).
+    ``FileNotFoundError`` when there is no lock file."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            held = False
+        except BlockingIOError:
+            held = True
+        text = os.pread(fd, 4096, 0).decode(errors="replace")
+    finally:
+        os.close(fd)  # also drops the shared lock, if it was granted
+    return held, text
+
+
+def lock_holder(root: str | Path) -> str | None:
+    """The holder line (host, pid, since) of the driver holding ``root``'s lock now, or None when no driver does: none
+    ever ran there, or it finished, or it was killed (the OS drops a dead process's ``flock``)."""
+    try:
+        held, text = _probe(Path(root) / LOCK_NAME)
+    except FileNotFoundError:
+        return None
+    return (text.strip() or UNNAMED_HOLDER) if held else None
 
 
 class WriterGuard:
@@ -107,17 +137,8 @@ class WriterGuard:
 
     def __call__(self) -> None:
         try:
-            fd = os.open(self.path, os.O_RDONLY)
+            held, text = _probe(self.path)
         except FileNotFoundError:
             raise DriverGone(f"{self.path} is gone: the results directory was removed under this batch") from None
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # granted only when no driver holds the lock
-                held = False
-            except BlockingIOError:
-                held = True
-            text = os.pread(fd, 4096, 0).decode(errors="replace")
-        finally:
-            os.close(fd)  # also drops the shared lock, if it was granted
         if not held or text != self.holder:
             raise DriverGone(f"the driver that started this work ({self.holder.strip()}) no longer holds {self.path}")

@@ -8,7 +8,8 @@ names them all, each with where it comes from:
 * every scenario's memo builds and its allocation can be backtested: the as-of close, the holding quarter,
   and the history each baseline needs;
 * every prompt template a config uses renders on a real memo, in the sandbox and within the render limits;
-* the cache and results directories are writable.
+* the cache and results directories are writable;
+* under a ``max_cost_usd``, every model has a known price (else the cap could not hold).
 """
 
 from __future__ import annotations
@@ -240,17 +241,38 @@ def writable_problems(dirs: dict[str, Path]) -> list[str]:
     return problems
 
 
-def preflight(runs: list[RunSpec], pack: Pack, where: str, cache_dir: Path, results_root: Path) -> list[str]:
-    """Every problem found, as lines naming the file, config or scenario; empty when the batch can start."""
+def price_problems(configs: list[DebateConfig], cap_usd: float | None) -> list[str]:
+    """Under a ``max_cost_usd``, every model a run can reach must have a known price: a call of one without (litellm's
+    cost map has no entry, and a model spec cannot declare one) would count $0 against the cap, which then holds
+    nothing. Rule-based and local models cost 0, known."""
+    if cap_usd is None:
+        return []
+    where: dict[str, set[str]] = {}
+    for config in configs:
+        for _, _, spec in reachable_models(config):
+            if provider_for(spec.model).cost(spec.model, 1000, 1000) is None:
+                where.setdefault(spec.model, set()).add(config.name)
+    return [f"{model} has no price in litellm's cost map, so max_cost_usd (${cap_usd:g}) cannot be enforced for its calls "
+            f"(config {', '.join(sorted(names))}): remove max_cost_usd from the batch, or use a model litellm prices (the "
+            "simulated provider answers for any model name: e.g. openai/gpt-4o-mini with its api_base)"
+            for model, names in sorted(where.items())]
+
+
+def preflight(runs: list[RunSpec], pack: Pack, where: str, cache_dir: Path | None, results_root: Path,
+              cap_usd: float | None = None) -> list[str]:
+    """Every problem found, as lines naming the file, config or scenario; empty when the batch can start
+    (``cache_dir`` None: the cache is not on this machine, as through the Ray client, and is not checked;
+    ``cap_usd``: the batch's ``max_cost_usd``, which every model it reaches must have a price to be held to)."""
     configs = list({r.config.name: r.config for r in runs}.values())
     scenarios = list({r.scenario.id: r.scenario for r in runs}.values())
     memos, problems = scenario_problems(scenarios, pack, where)
     problems += model_problems(configs)
+    problems += price_problems(configs, cap_usd)
     problems += context_problems(configs, memos)
     if memos:  # the longest memo: a prompt over the size limit shows on it
         largest = max((s for s in scenarios if s.id in memos), key=lambda s: len(memos[s.id].text))
         problems += prompt_problems(configs, largest, memos[largest.id])
-    problems += writable_problems({"LLM cache": Path(cache_dir), "results": Path(results_root)})
+    problems += writable_problems(({} if cache_dir is None else {"LLM cache": Path(cache_dir)}) | {"results": Path(results_root)})
     return problems
 
 

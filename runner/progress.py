@@ -18,6 +18,8 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from runner.budget import spend_text
+
 #: Seconds between plain lines when the stream is not a terminal.
 PLAIN_INTERVAL_S = 30.0
 #: Seconds between two reads of the batch's spend from its budget actor.
@@ -52,6 +54,7 @@ class Progress:
         self.enabled = enabled
         self.interval_s = interval_s
         self.done = self.failed = self.calls = self.cached = self.tokens = 0
+        self.unpriced = 0  # calls of a model without a known price: the spend is unknown, not $0 (budget.spend_text)
         self.cost = 0.0
         self.durations: list[float] = []
         self.concurrency = 1.0
@@ -79,6 +82,7 @@ class Progress:
         self.cached += t.get("cached", 0)
         self.tokens += t.get("prompt_tokens", 0) + t.get("completion_tokens", 0)
         self.cost += t.get("cost_usd", 0.0) or 0.0
+        self.unpriced += t.get("calls_with_unknown_cost", 0) or 0
 
     def batch_spent(self) -> float:
         """What the batch has spent over every invocation, this one included."""
@@ -100,7 +104,8 @@ class Progress:
         earlier = f" (${self.spent_before:.4f} before this invocation)" if self.spent_before else ""
         eta = eta_s(self.total - finished, self.durations, self.concurrency)
         return (f"{finished}/{self.total} runs: {self.done} ok, {self.failed} failed, {running} in flight | {rate}{hit}, "
-                f"{self.tokens} tokens, ${self.batch_spent():.4f}{budget}{earlier} | elapsed {_fmt_s(elapsed)}, ETA {_fmt_s(eta)}")
+                f"{self.tokens} tokens, {spend_text(self.batch_spent(), self.unpriced)}{budget}{earlier} | elapsed "
+                f"{_fmt_s(elapsed)}, ETA {_fmt_s(eta)}")
 
     def show(self, running: int, force: bool = False) -> None:
         if not self.enabled:

@@ -24,7 +24,7 @@ from madbench_gateway import Gateway, ModelSpec, ResponseCache
 from madbench_gateway.providers import provider_for
 from runner.execute import ActorPool, init_ray
 from runner.lock import ResultsLock, WriterGuard
-from runner.store import group_failures
+from runner.store import group_failures, read_result
 from scoring import rescore as rs
 from scoring.rescore import RunScores, StoredRun, part_path
 from scoring.rubric import Rubric
@@ -90,8 +90,15 @@ class Plan:
     no_turns: int = 0
 
 
+def committed_status(committed: Path) -> str:
+    """The status of a committed result, read as every other command reads it (``runner.store.read_result``): a
+    file that is not a result is the same one-line error from ``rescore`` as from ``run``, ``status`` or ``report``."""
+    run_id = committed.parent.name if committed.name == "result.json" else committed.stem  # debate --out, or a batch
+    return read_result(committed, run_id).status
+
+
 def plan(job: Job) -> Plan:
-    runs, skipped = rs.find_runs(job.root)
+    runs, skipped = rs.find_runs(job.root, committed_status)
     p = Plan(runs, skipped)
     for run in runs:
         if part_path(job.scores_dir, job.label, run.run_id).exists():
@@ -114,7 +121,7 @@ def dry_run(job: Job, p: Plan) -> dict[str, Any]:
     gateway = Gateway()
     _, provider = gateway.prepare(job.spec)
     calls = cached = prompt_tokens = 0
-    cache = ResponseCache(job.cache_dir) if provider.cacheable and (job.cache_dir / "responses").is_dir() else None
+    cache = ResponseCache(job.cache_dir, read_only=True) if provider.cacheable else None  # looked up, never written
     try:
         for run in p.todo:
             for request in rs.crit_requests(run, job.spec, job.rubric):

@@ -6,6 +6,12 @@
     results/<batch>/parts/{runs,rounds,calls}/<run>.parquet
     results/<batch>/{runs,rounds,calls}.parquet   concatenated parts (rebuilt, never appended to)
 
+runs.parquet has two costs: ``cost_usd``, what the run's committed attempt paid (an answer served from the cache
+costs 0: the sum of its calls.parquet rows not cached), and ``cost_paid_usd``, what all its attempts paid, failed
+calls included (``paid_cost``). After a budget stop or a kill and a resume they differ: the earlier attempts paid for
+the answers the last one was served from the cache. The batch's whole spend, paid calls of runs not yet committed
+included, is budget.json's ``spent_usd`` (runner/budget.py).
+
 Parts are keyed by run id and written atomically, so a resumed batch can
 never hold a row twice; the top-level tables are rebuilt from the parts.
 """
@@ -22,7 +28,7 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from debate.events import AnyEvent, Crit, Divergence, LLMCall, last_attempt, unblinded
+from debate.events import AnyEvent, Crit, Divergence, LLMCall, LLMFailure, last_attempt, unblinded
 from debate.grading import PILLARS
 from debate.trace import read_trace
 from eval.dynamics import ROUND_COLUMNS, position, round_dynamics, run_dynamics
@@ -49,20 +55,24 @@ class BatchLayout(RunLayout):
         return self.root / "parts" / table / f"{run_id}.parquet"
 
     def stored_result(self, run_id: str) -> RunResult | None:
-        """The run's committed result, or None. A file that is not one (madbench writes it atomically, so it was
-        truncated or edited by something else) is an InputError naming it: deleting it re-runs the run."""
+        """The run's committed result, or None (``read_result``: a file that is not one is an InputError naming it)."""
         p = self.result_path(run_id)
-        if not p.exists():
-            return None
-        fix = ("delete it and run the batch's `madbench run` command again: that run is re-run, resuming from its "
-               "trace (kept in traces/) with its paid calls served from the cache")
-        try:
-            result = RunResult.model_validate_json(p.read_bytes())
-        except ValidationError as exc:
-            raise InputError(p, f"not a valid run result ({format_validation_error(exc)[:300]})", fix) from None
-        if result.run_id != run_id:
-            raise InputError(p, f"holds the result of run {result.run_id}, not of run {run_id}", fix)
-        return result
+        return read_result(p, run_id) if p.exists() else None
+
+
+def read_result(p: Path, run_id: str | None = None) -> RunResult:
+    """The committed result in ``p`` (of ``run_id`` when given). A file that is not one (madbench writes it atomically,
+    so it was truncated or edited by something else) is an InputError naming it: deleting it re-runs the run. Every
+    reader of results (run, status, report, stats, rescore) goes through here, so each says the same."""
+    fix = ("delete it and run the batch's `madbench run` command again: that run is re-run, resuming from its "
+           "trace (kept in traces/) with its paid calls served from the cache")
+    try:
+        result = RunResult.model_validate_json(p.read_bytes())
+    except ValidationError as exc:
+        raise InputError(p, f"not a valid run result ({format_validation_error(exc)[:300]})", fix) from None
+    if run_id is not None and result.run_id != run_id:
+        raise InputError(p, f"holds the result of run {result.run_id}, not of run {run_id}", fix)
+    return result
 
 
 def versions() -> dict[str, str]:
@@ -114,8 +124,28 @@ def _model_name(m) -> str:
     return m["model"] if isinstance(m, dict) else str(m)
 
 
+def paid_cost(events: list[AnyEvent]) -> float | None:
+    """US dollars a run's calls were billed over the given events (pass the whole trace: every attempt): each call
+    answered fresh (``llm_call``, not from the cache: its attempts, retries included) and each billed attempt of a call
+    that failed for good (``llm_failure``). None when one of them has no known price."""
+    total = 0.0
+    for e in events:
+        if isinstance(e, LLMCall) and not e.cached:
+            costs = [e.cost_usd]
+        elif isinstance(e, LLMFailure):  # an attempt without tokens billed nothing (a 429, a timeout)
+            costs = [a.get("cost_usd") for a in e.attempts if a.get("prompt_tokens") is not None]
+        else:
+            continue
+        if None in costs:
+            return None
+        total += sum(costs)
+    return total
+
+
 def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dict[str, Any], events: list[AnyEvent],
-            node_id: str) -> dict:
+            node_id: str, history: list[AnyEvent] | None = None) -> dict:
+    """The run's row in runs.parquet from its last attempt's ``events``; ``history``, the whole trace (default: the
+    events given), gives ``cost_paid_usd``: what every attempt paid, beside ``cost_usd``, what this one did."""
     crits = [e for e in events if isinstance(e, Crit) and e.label == "crit"]
     last_round = max((e.round for e in crits), default=None)
     final_scores = [e.score for e in crits if e.round == last_round]
@@ -155,6 +185,8 @@ def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dic
         row[k] = result.totals.get(k)  # cached_tokens: None in results written before prompt caching was recorded
     if row["calls_with_unknown_cost"]:
         row["cost_usd"] = None  # a model outside litellm's cost map: the run's cost is unknown, not the known part
+    # A resumed run is served from the cache what its earlier attempts paid for (cost 0 in this attempt's cost_usd).
+    row["cost_paid_usd"] = paid_cost(events if history is None else history)
     final = position(result.weights, result.cash) if result.status == "ok" else None
     row.update(run_dynamics(unblinded(events), final, result.agent_metrics, (result.metrics or {}).get("total_return_pct")))
     return row
@@ -197,8 +229,9 @@ def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[d
 
 
 def write_parts(layout: BatchLayout, batch: str, result: RunResult, config: dict, scenario: dict, node_id: str) -> None:
-    events = last_attempt(read_trace(layout.trace_path(result.run_id)).typed())
-    tables = {"runs": [run_row(batch, result, config, scenario, events, node_id)],
+    history = read_trace(layout.trace_path(result.run_id)).typed()
+    events = last_attempt(history)
+    tables = {"runs": [run_row(batch, result, config, scenario, events, node_id, history)],
               "rounds": round_rows(result, events), "calls": call_rows(result, events, node_id)}
     for name, rows in tables.items():
         frame = pd.DataFrame(rows)

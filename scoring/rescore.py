@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,14 +61,27 @@ def _traces(root: Path) -> list[tuple[Path, Path]]:
     return batch + debate
 
 
-def read_run(trace: Path, committed: Path) -> StoredRun | str:
-    """The run stored in ``trace`` (its last attempt), or why it cannot be re-scored."""
+def result_status(committed: Path) -> str | None:
+    """The status a committed result file records; a file that is not a result is an InputError naming it, never a
+    run quietly skipped (``madbench rescore`` passes ``runner.store.read_result``'s full check instead)."""
+    try:
+        body = json.loads(committed.read_bytes())
+    except ValueError as exc:
+        body, why = None, str(exc)
+    else:
+        why = "not a JSON object"
+    if not isinstance(body, dict):
+        raise InputError(committed, f"not a valid run result ({why})",
+                         "delete it and run the command that wrote it again: that run is re-run from its trace")
+    return body.get("status")
+
+
+def read_run(trace: Path, committed: Path, status_of: Callable[[Path], str | None] = result_status) -> StoredRun | str:
+    """The run stored in ``trace`` (its last attempt), or why it cannot be re-scored; ``status_of`` reads the status
+    of its committed result (an InputError for a file that is not one)."""
     if not committed.exists():
         return f"{trace}: not committed (no {committed.name}: still running, or interrupted)"
-    try:
-        status = json.loads(committed.read_text()).get("status")
-    except (OSError, ValueError) as exc:
-        return f"{committed}: unreadable result ({exc})"
+    status = status_of(committed)
     if status != "ok":
         return f"{trace}: run {status or 'without a status'}"
     events = last_attempt(read_trace(trace).typed())
@@ -84,15 +98,17 @@ def read_run(trace: Path, committed: Path) -> StoredRun | str:
     return StoredRun(start.run_id, start.scenario["id"], start.config["name"], trace, memo.ids, crits)
 
 
-def find_runs(results_dir: str | Path) -> tuple[list[StoredRun], list[str]]:
-    """Every finished-ok run under ``results_dir`` (either layout), and why each other trace was skipped."""
+def find_runs(results_dir: str | Path, status_of: Callable[[Path], str | None] = result_status
+              ) -> tuple[list[StoredRun], list[str]]:
+    """Every finished-ok run under ``results_dir`` (either layout), and why each other trace was skipped. A committed
+    result that cannot be read is an error (``status_of``), not a skip: the run it stands for would vanish unseen."""
     root = Path(results_dir)
     if not root.is_dir():
         raise InputError(results_dir, "not a directory", "give a batch results directory or a `madbench debate --out` directory")
     runs: dict[str, StoredRun] = {}
     skipped = []
     for trace, committed in _traces(root):
-        run = read_run(trace, committed)
+        run = read_run(trace, committed, status_of)
         if isinstance(run, str):
             skipped.append(run)
         elif run.run_id in runs:

@@ -127,7 +127,8 @@ def pillar_trajectories(rounds: pd.DataFrame, runs: pd.DataFrame, configs: list[
 
 
 def cost_summary(runs: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
-    cols = [c for c in ("calls", "cached", "failed", "prompt_tokens", "completion_tokens", "cost_usd", "latency_s") if c in runs.columns]
+    cols = [c for c in ("calls", "cached", "failed", "prompt_tokens", "completion_tokens", "cost_usd", "cost_paid_usd",
+                        "latency_s") if c in runs.columns]  # cost_paid_usd: every attempt's paid calls (runner/store.py)
     table = runs.groupby("config", sort=False)[cols].sum(min_count=1)
     table.insert(0, "runs", runs.groupby("config", sort=False).size())
     if "status" in runs.columns:

@@ -114,8 +114,9 @@ def rounding_problem(a, b, metric: str = "the metric") -> str | None:
     scale = max(1.0, float(np.max(np.abs(np.concatenate([a, b])))))
     largest = float(np.max(np.abs(d)))
     if largest <= PAIRED_TOL * scale:
-        return (f"every |difference| ≤ {PAIRED_TOL:g} × max(1, largest |{metric}|) = {PAIRED_TOL * scale:.2g} "
-                f"(largest {largest:.2g}): equal up to the 6-decimal rounding of weights")
+        # no "|" in the text: it is printed in a Markdown table cell
+        return (f"every difference within ±{PAIRED_TOL * scale:.2g} ({PAIRED_TOL:g} × the larger of 1 and the largest "
+                f"absolute {metric}; largest {largest:.2g}): equal up to the 6-decimal rounding of weights")
     return None
 
 

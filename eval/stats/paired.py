@@ -92,7 +92,7 @@ def compute_per_run(runs: pd.DataFrame, config: str, index: pd.Index) -> dict[st
         return float(values.astype(float).mean(skipna=False)) if len(values) else float("nan")
     has_tokens = {"prompt_tokens", "completion_tokens"} <= set(runs.columns)
     return {"tokens": mean(rows["prompt_tokens"].astype(float) + rows["completion_tokens"].astype(float)) if has_tokens else None,
-            "cost_usd": mean(rows["cost_usd"]) if "cost_usd" in runs.columns else None}
+            "cost_usd": next((mean(rows[c]) for c in ("cost_paid_usd", "cost_usd") if c in runs.columns), None)}  # paid: all attempts
 
 
 def paired_test(x_a: np.ndarray, x_b: np.ndarray, confidence: float = 0.95, metric: str = "the metric") -> dict:

@@ -208,7 +208,7 @@ def load_pack(root: str | Path, evidence: list[str | Path] | tuple = ()) -> Pack
     """Load the pack at ``root`` and attach evidence tables from ``evidence`` dirs."""
     root = Path(root)
     if not root.is_dir():
-        raise InputError(root, "data pack directory not found", "pass --pack DIR, set MADBENCH_PACK, or run `madbench data fetch`")
+        raise InputError(root, "data pack directory not found", pack_fix())
     frames = {}
     for spec in REQUIRED_TABLES:
         path = root / spec.filename
@@ -250,6 +250,17 @@ def load_pack(root: str | Path, evidence: list[str | Path] | tuple = ()) -> Pack
     return Pack(root=root, prices=prices, macro=macro, universe=universe, evidence=ev, evidence_sources=sources)
 
 
+def pack_fix() -> str:
+    """How to name a pack. Inside a `ray job submit` job (Ray hands its entrypoint this variable) the offline pack
+    beside the checkout is not there: the job runs in a copy of its --working-dir upload, and each node loads the pack."""
+    if os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):
+        return ("inside a Ray job, pass --pack with an absolute path on the head that every node has too (e.g. "
+                "/home/ubuntu/shared/data/market, synced by cluster.yaml's file_mounts), or a pack inside the "
+                "--working-dir upload")
+    return (f"pass --pack DIR, set {PACK_ENV}, or build one: madbench data fetch --tickers AAPL,MSFT,SPY --start "
+            "2020-01-01 --end 2025-12-31 --out packs/mine")
+
+
 def resolve_pack_dir(cli_value: str | None = None, config_value: str | None = None) -> Path:
     """``--pack``, else ``$MADBENCH_PACK``, else the config, else the shared offline pack."""
     for value in (cli_value, os.environ.get(PACK_ENV), config_value):
@@ -257,11 +268,7 @@ def resolve_pack_dir(cli_value: str | None = None, config_value: str | None = No
             return Path(value).expanduser()
     if SHARED_MARKET.is_dir():
         return SHARED_MARKET
-    raise InputError(
-        "--pack",
-        "no data pack given and no offline pack found",
-        f"pass --pack DIR, set {PACK_ENV}, or build one: madbench data fetch --tickers AAPL,MSFT,SPY --start 2020-01-01 --end 2025-12-31 --out packs/mine",
-    )
+    raise InputError("--pack", "no data pack given and no offline pack found", pack_fix())
 
 
 def resolve_evidence_dirs(cli_values: list[str] | None = None) -> list[Path]:

@@ -4,6 +4,13 @@
 an answer can recompute it; the traces that used the cache cannot be edited that way (they are elsewhere, and
 hash-chained). Every ``llm_call`` event records ``answer_sha256``, so each is looked up under its cache key and
 the hash of what the cache holds now compared: a difference is an entry edited or replaced after the run.
+
+Per run and cache key, the answer checked is the last one the run vouched for (``debate.events.vouches``): a fresh
+answer from the provider, or the cache's answer the first time the run used that key. Its other ``llm_call`` events
+for the key are superseded, not checked: an answer a resumed run was served from an edited cache (it differs from the
+one the run recorded before; the run refused it and failed), and an earlier answer replaced by a later fresh one (the
+call asked again after ``--drop``). So the repair it advises ends with a clean verify: ``cache verify --drop`` deletes
+the edited entry, ``madbench run ... --retry-failed`` asks those calls again, and ``cache verify`` exits 0.
 """
 
 from __future__ import annotations
@@ -18,8 +25,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from debate.events import LLMCall
-from debate.trace import TraceSymlinkError, read_trace
+from debate.events import LLMCall, vouches
+from debate.trace import read_trace
 from madbench_data.errors import InputError, format_validation_error
 from madbench_gateway import (
     Gateway,
@@ -178,7 +185,7 @@ def cmd_llm_ask(args) -> int:
 
 
 def cmd_cache_stats(args) -> int:
-    with ResponseCache(resolve_cache_dir(args.cache_dir)) as cache:
+    with ResponseCache(resolve_cache_dir(args.cache_dir), read_only=True) as cache:  # also a cache this user cannot write
         stats = cache.stats()
     if args.json:
         print(json.dumps(stats, indent=1))
@@ -222,6 +229,7 @@ class _Verdict:
     ok: int = 0
     missing: int = 0
     unrecorded: int = 0
+    superseded: int = 0
     dropped: int = 0
     runs: set[str] = field(default_factory=set)
     caches: set[str] = field(default_factory=set)
@@ -243,11 +251,9 @@ def _run_traces(root: Path) -> list[tuple[str, Path]]:
 
 
 def _recorded_calls(run: str, trace: Path, verdict: _Verdict) -> list[_Call]:
-    """The run's ``llm_call`` events that recorded an answer (an event of an older trace: its response's hash)."""
-    try:
-        readout = read_trace(trace)
-    except TraceSymlinkError as exc:
-        raise InputError(None, str(exc)) from None
+    """The run's ``llm_call`` events to check: those that recorded the answer the run last vouched for under their key
+    (see the module's docstring); an event of an older trace has its response's hash."""
+    readout = read_trace(trace)
     verdict.notes += readout.problems  # a torn tail or a broken chain: the whole events before it are still checked
     calls = []
     for record in readout.events:
@@ -265,7 +271,13 @@ def _recorded_calls(run: str, trace: Path, verdict: _Verdict) -> list[_Call]:
             verdict.unrecorded += 1
             continue
         calls.append(_Call(run, e.seq, f"{e.agent} {e.label}, round {e.round}", e.key, sha, e.cached, from_response))
-    return calls
+    vouched: dict[str, str] = {}  # key -> the last answer the run vouched for
+    for call in calls:
+        if vouches({"cached": call.cached, "key": call.key}, vouched.keys()):
+            vouched[call.key] = call.sha256
+    checked = [call for call in calls if call.sha256 == vouched[call.key]]
+    verdict.superseded += len(calls) - len(checked)
+    return checked
 
 
 def _check_calls(cache: ResponseCache, calls: list[_Call], verdict: _Verdict) -> None:
@@ -317,7 +329,7 @@ def cmd_cache_verify(args) -> int:
             by_cache.setdefault(directory, []).extend(_recorded_calls(run, trace, verdict))
     for directory, calls in by_cache.items():
         verdict.caches.add(str(directory))
-        with ResponseCache(directory) as cache:
+        with ResponseCache(directory, read_only=not args.drop) as cache:  # only --drop writes
             before = len(verdict.mismatched), len(verdict.corrupt)
             _check_calls(cache, calls, verdict)
             if args.drop:  # this cache's findings only
@@ -331,7 +343,8 @@ def _report_verify(v: _Verdict, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"clean": not bad, "caches": sorted(v.caches), "runs": len(v.runs), "calls": v.calls, "ok": v.ok,
                           "mismatched": v.mismatched, "corrupt": v.corrupt, "missing": v.missing,
-                          "unrecorded": v.unrecorded, "dropped": v.dropped, "trace_problems": v.notes}, indent=1))
+                          "unrecorded": v.unrecorded, "superseded": v.superseded, "dropped": v.dropped,
+                          "trace_problems": v.notes}, indent=1))
         return 1 if bad else 0
     for finding in v.mismatched + v.corrupt:
         print(finding["line"])
@@ -339,7 +352,9 @@ def _report_verify(v: _Verdict, as_json: bool) -> int:
         print(f"note: {note}", file=sys.stderr)
     print(f"checked {v.calls} calls of {len(v.runs)} run{'s' * (len(v.runs) != 1)} against {', '.join(sorted(v.caches))}: {v.ok} match, "
           f"{len(v.mismatched)} differ, {len(v.corrupt)} corrupt, {v.missing} not in the cache (pruned, never cached, or from a "
-          f"provider that is not cached), {v.unrecorded} recorded no answer" + (f"; dropped {v.dropped} entries" if v.dropped else ""))
+          f"provider that is not cached), {v.unrecorded} recorded no answer"
+          + (f", {v.superseded} superseded (an answer a resumed run refused, or one a later fresh answer replaced)"
+             if v.superseded else "") + (f"; dropped {v.dropped} entries" if v.dropped else ""))
     return 1 if bad else 0
 
 

@@ -34,7 +34,7 @@ def test_every_ready_config_loads():
     ({"interventions": [{"name": "vibes"}]}, "interventions[0].name: unknown intervention 'vibes'"),
     ({"interventions": [{"name": "js_collapse", "treshold": 0.8}]}, "treshold: unknown key"),
     ({"interventions": [{"name": "rca", "phases": ["propose"]}]},
-     "interventions[0]: phases: Value error, ['propose'] is not supported: RCA checks revise turns only"),
+     "interventions[0]: phases: ['propose'] is not supported: RCA checks revise turns only"),
     ({"interventions": [{"name": "js_collapse"}, {"name": "rca"}, {"name": "js_collapse", "threshold": 0.7}]},
      "interventions[2].name: 'js_collapse' is listed twice (also interventions[0]) "
      "(fix: list each intervention once, with all its parameters in that one entry)"),

@@ -14,9 +14,9 @@ from eval import dynamics as D
 from eval.backtest import backtest
 from eval.report.figures import flip_matrix
 from eval.stats.dynamics_table import DYNAMICS_LEGEND, dynamics_table
+from madbench_data.markdown import markdown_table
 from runner.cli import main
 from tests.eval.test_backtest import toy_window
-from madbench_data.markdown import markdown_table
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 A, B, C = {"AAA": 0.6, "BBB": 0.4}, {"BBB": 0.5, "CCC": 0.5}, {"AAA": 0.2, "CCC": 0.8}

@@ -3,7 +3,11 @@ template, and `madbench run --dry-run` renders every template a batch uses once,
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -61,6 +65,74 @@ def test_a_runaway_template_is_stopped_by_the_render_time_limit(text, monkeypatc
     with pytest.raises(InputError, match=r"^roles/x.yaml: phases.propose: the template took over 0.3 s to render"):
         render(text)
     assert time.monotonic() - t0 < 5
+
+
+#: Each builds gigabytes from a few characters, by a way the growth checks of ``*`` and ``+`` do not see. Each must be
+#: refused with the size limit, before it allocates: in ``compile_template`` (where jinja folds constant expressions)
+#: as much as in ``render``.
+RUNAWAY = [
+    "{{ 'x'|center(900000000) }}",                                    # a constant filter: folded at compile time
+    "{{ '%900000000s' % 'x' }}",                                       # %-formatting: the width in the format
+    "{{ '%.900000000f' % 1.5 }}",                                      # and the precision
+    "{{ '%*s' % (900000000, 'x') }}",                                  # and a width given as an argument
+    "{{ '%900000000s'|format('x') }}",
+    "{% set s = 'a' * 100000 %}{{ s|replace('a', s) }}",               # 10^10 characters from two of 10^5
+    "{% set s = 'a' * 100000 %}{{ s.replace('a', s) }}",
+    "{{ '{:>999999999}'.format('x') }}",                               # str.format widths
+    "{{ '{:>{w}}'.format('x', w=999999999) }}",
+    "{{ '{a:.999999999f}'.format_map({'a': 1.5}) }}",
+    "{{ 'x'.rjust(900000000) }}",
+    "{{ 'x'|indent(900000000) }}",
+    "{{ ('x\\n' * 100000)|indent(' ' * 1000) }}",                  # an indent given as a string, on every line
+    "{{ 'a b c'|wordwrap(1, true, 'y' * 1000000) }}",
+    "{{ ('\t' * 100000).expandtabs(100000) }}",
+    "{% set s = 'a' * 1000000 %}{{ ([s] * 1000)|join }}",              # a list of references, then joined
+    "{% set s = 'a' * 1000000 %}{{ 'x'.join([s] * 1000) }}",
+    "{% set s = 'a' * 1000000 %}{{ [s] * 1000 }}",                     # ... or written out whole
+    "{% set s = 'a' * 1000000 %}{{ ([s] * 1000)|tojson }}",
+    "{% set s = 'a' * 1000000 %}{% set x %}{% for i in range(10000) %}{{ s }}{% endfor %}{% endset %}{{ x|length }}",
+    "{% set l = [1] %}{% for i in range(40) %}{% set _ = l.extend(l) %}{% endfor %}{{ l|length }}",
+    "{{ [1]|batch(900000000, 'x')|list|length }}",
+    "{{ ('a.co ' * 100000)|urlize(target='t' * 100000) }}",
+    "{% filter center(900000000) %}x{% endfilter %}",
+    "{% macro m() %}{{ 'x'|center(900000000) }}{% endmacro %}{{ m() }}",
+]
+
+ISOLATED = """
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (1_500_000_000, 1_500_000_000))  # a regression fails here, not the machine
+from madbench_data.templates import compile_template
+out = []
+for text in json.loads(sys.argv[1]):
+    t0 = time.monotonic()
+    try:
+        compile_template(text, set(), "roles/x.yaml: phases.propose").render()
+        out.append(["rendered", "", 0.0])
+    except BaseException as exc:  # MemoryError included: the case is then a failure, reported by the test
+        out.append([type(exc).__name__, str(exc)[:300], time.monotonic() - t0])
+print(json.dumps(out))
+"""
+
+
+def test_templates_that_would_allocate_without_bound_are_refused_before_allocating():
+    proc = subprocess.run([sys.executable, "-c", ISOLATED, json.dumps(RUNAWAY)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=os.environ | {"PYTHONPATH": str(ROOT), MAX_PROMPT_CHARS_ENV: "2000000"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for text, (kind, message, seconds) in zip(RUNAWAY, json.loads(proc.stdout)):
+        assert kind == "InputError", (text, kind, message)
+        assert message.startswith("roles/x.yaml: phases.propose: the template ") and (
+            "renders over 2,000,000 characters" in message or "writes over 8,000,000 characters in all" in message), text
+        assert seconds < 10, (text, seconds)
+
+
+def test_bounded_filters_and_methods_give_what_jinja_gives():
+    text = ("{{ '%5s|%-3d|%.2f' % ('ab', 7, 1.5) }} {{ '%(k)s' % {'k': 'v'} }} {{ '%s!'|format('hi') }} "
+            "{{ 'a-b-b'|replace('b', 'xy') }} {{ 'a-b-b'.replace('b', 'xy', 1) }} {{ '{:>4}{}'.format('a', 'b') }} "
+            "{{ '{x:*^5}'.format_map({'x': 'm'}) }} {{ ['a', 'b']|join(', ') }} {{ ', '.join(['c', 'd']) }} "
+            "{{ 'a\tb'.expandtabs(4) }} {{ 'abc'|center(7) }}| {{ 'one two three'|wordwrap(7) }} {{ 'x'.zfill(3) }} "
+            "{{ [1, 2, 3]|batch(2, 0)|list }} {{ {'a': [1, 'b']}|tojson }} {{ 'long text here'|truncate(9, true, '..', 0) }}")
+    assert render(text) == ("   ab|7  |1.50 v hi! a-xy-xy a-xy-b    ab **m** a, b c, d a   b   abc  | one two\nthree 00x "
+                            "[[1, 2], [3, 0]] {\"a\": [1, \"b\"]} long te..")
 
 
 def test_ranges_and_powers_past_the_sandbox_limits_are_named():

@@ -11,17 +11,35 @@ import asyncio
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
+from debate.config_file import load_debate_config
 from debate.events import LLMCall, LLMFailure
 from debate.trace import read_trace
-from madbench_gateway import Budget, BudgetExhausted, LLMRequest, Message, accounting
+from madbench_data.market.pack import load_pack
+from madbench_data.scenario import Scenario
+from madbench_gateway import (
+    Budget,
+    BudgetExhausted,
+    Gateway,
+    LLMRequest,
+    Message,
+    ModelRouting,
+    ModelSpec,
+    ResponseCache,
+    accounting,
+)
 from madbench_gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
 from runner.budget import BUDGET_FILE, BudgetRecord, read_budget, write_budget
 from runner.cli import main
 from runner.cli.commands import EXIT_RUNS_FAILED
+from runner.cli.run import budget_lines, submissions
+from runner.pipeline import run_debate
+from runner.progress import Progress
 from runner.sim.provider import SimProvider
+from runner.store import BatchLayout, paid_cost, write_manifest, write_parts
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "debate"
@@ -97,7 +115,7 @@ def test_the_recorded_spend_carries_over_and_a_raised_cap_clears_reached(tmp_pat
         read_budget(tmp_path, 1.0)
 
 
-def _batch(tmp_path: Path, pack: Path, sim: SimProvider, cap: float) -> Path:
+def _batch(tmp_path: Path, pack: Path, api_base: str, cap: float, model: str = PRICED) -> Path:
     scen = tmp_path / "scenarios.yaml"
     scen.write_text(yaml.safe_dump({"scenarios": [
         {"id": f"s{q}", "invest_quarter": q, "tickers": TICKERS, "constraints": {"max_weight": 0.6}}
@@ -106,7 +124,7 @@ def _batch(tmp_path: Path, pack: Path, sim: SimProvider, cap: float) -> Path:
     path.write_text(yaml.safe_dump({
         "name": "budget", "scenarios": {"file": str(scen)},
         "configs": [str(CONFIGS / "single-causal.yaml"), str(CONFIGS / "causal-debate-3.yaml")],
-        "model": {"model": PRICED, "api_base": sim.url, "send_context": True, "limits": {"max_concurrency": 16}},
+        "model": {"model": model, "api_base": api_base, "send_context": True, "limits": {"max_concurrency": 16}},
         "replicates": 1, "pack": str(pack), "results_dir": str(tmp_path / "results"), "cache_dir": str(tmp_path / "cache"),
         "retries": 0, "max_in_flight": 4, "workers": 2, "max_cost_usd": cap}))
     return path
@@ -134,7 +152,7 @@ def test_the_cap_holds_across_actors_and_invocations(make_pack, tmp_path, ray_lo
     root = tmp_path / "results" / "budget"
     cap = 0.03  # about half of what the 8 runs cost
     with SimProvider() as sim:
-        batch = _batch(tmp_path, pack, sim, cap)
+        batch = _batch(tmp_path, pack, sim.url, cap)
         assert main(["run", str(batch), "--quiet"]) == EXIT_RUNS_FAILED
         out, err = capsys.readouterr()
         first = spent(root)
@@ -162,5 +180,94 @@ def test_the_cap_holds_across_actors_and_invocations(make_pack, tmp_path, ray_lo
         assert first < final <= 1.0
         assert paid_in_traces(root) == pytest.approx(final, rel=1e-9)
         assert f"(${final - first:.4f} in this one)" in out and "state finished" in out
+        # runs.parquet: what the last attempts paid misses what the runs stopped at the cap had paid before it;
+        # cost_paid_usd, every attempt's paid calls, adds up to what the batch paid.
+        table = pd.read_parquet(root / "runs.parquet")
+        assert table["cost_paid_usd"].sum() == pytest.approx(final, rel=1e-9) and table["cost_usd"].sum() < final
     budget = json.loads((root / BUDGET_FILE).read_text())
     assert budget["cap_usd"] == 1.0 and budget["reached"] is None
+
+
+# -- a cap the batch could not hold, and a spend that is not known
+
+
+def _offline_batch(tmp_path: Path, pack: Path, model: str, cap: float) -> Path:
+    """``_batch`` without a server: the preflight and the dry run make no call (an api_base needs no key)."""
+    return _batch(tmp_path, pack, "http://127.0.0.1:9/v1", cap, model)
+
+
+def test_a_cap_on_a_model_without_a_price_is_refused_by_the_preflight(make_pack, tmp_path, capsys):
+    batch = _offline_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), "openai/madbench-sim", 0.0001)
+    for argv in (["run", str(batch), "--dry-run"], ["run", str(batch), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert ("openai/madbench-sim has no price in litellm's cost map, so max_cost_usd ($0.0001) cannot be enforced "
+                "for its calls (config causal-debate-3, single-causal): remove max_cost_usd") in err
+        assert "e.g. openai/gpt-4o-mini with its api_base" in err
+    assert not (tmp_path / "results").exists()  # nothing started
+    spec = yaml.safe_load(batch.read_text())
+    batch.write_text(yaml.safe_dump({k: v for k, v in spec.items() if k != "max_cost_usd"}))
+    assert main(["run", str(batch), "--dry-run"]) == 0  # without a cap, an unpriced model is only not costed
+    assert "not costed" in capsys.readouterr().out
+
+
+def test_the_dry_run_says_when_its_estimate_does_not_fit_the_cap(make_pack, tmp_path, capsys):
+    batch = _offline_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), PRICED, 0.0001)
+    assert main(["run", str(batch), "--dry-run", "--json"]) == 0
+    out, err = capsys.readouterr()
+    d = json.loads(out)
+    assert d["max_cost_usd"] == 0.0001 and d["estimated_cost_usd"] > 0.0001 and d["budget_note"] == err.strip()
+    assert err.startswith(f"max_cost_usd: the expected cost ${d['estimated_cost_usd']:.4f} exceeds the $0.0001 left of "
+                          "the $0.0001 cap: the batch would stop at the cap with runs left")
+    write_budget(tmp_path / "results" / "budget", BudgetRecord(cap_usd=1.0, spent_usd=0.99))  # earlier invocations
+    spec = yaml.safe_load(batch.read_text())
+    batch.write_text(yaml.safe_dump(spec | {"max_cost_usd": 1.0}))
+    assert main(["run", str(batch), "--dry-run"]) == 0
+    assert "left of the $1 cap after $0.9900 spent by earlier invocations" in capsys.readouterr().err
+    write_budget(tmp_path / "results" / "budget", BudgetRecord(cap_usd=1.0, spent_usd=0.0))
+    assert main(["run", str(batch), "--dry-run"]) == 0
+    assert "max_cost_usd" not in capsys.readouterr().err  # it fits: nothing to say
+
+
+def test_an_unknown_cost_is_printed_as_unknown_never_as_zero():
+    progress = Progress(2, None, enabled=False)
+    progress.add({"status": "ok", "totals": {"calls": 3, "cached": 0, "cost_usd": 0.0, "calls_with_unknown_cost": 3}})
+    line = progress.line(0)
+    assert "unknown (3 calls of a model without a price)" in line and "$0.0000" not in line
+    progress.add({"status": "ok", "totals": {"calls": 1, "cost_usd": 0.25}})
+    assert "$0.2500 + unknown (3 calls of a model without a price)" in progress.line(0)
+    spend = {"cap_usd": None, "spent_usd": 0.0, "spent_before_usd": 0.0, "reached": None}
+    assert budget_lines(spend, "b.yaml") == (None, None)
+    assert budget_lines(spend, "b.yaml", unpriced=5)[0] == ("budget: unknown (5 calls of a model without a price) spent on "
+                                                          "this batch over every invocation")
+
+
+def test_the_final_line_counts_a_retry_apart_from_the_runs_submitted(tmp_path):
+    runs = [{"run_id": f"r{i}", "scenario_id": "s", "config": "c", "replicate": 0, "status": "ok", "attempts": a}
+            for i, a in enumerate([0, 0, 0, 2])]  # 3 already done; one run failed once and was retried
+    write_manifest(BatchLayout(tmp_path), {"name": "t"}, runs, "finished")
+    assert submissions(tmp_path) == "1 submitted, 1 retry"
+    write_manifest(BatchLayout(tmp_path), {"name": "t"}, [r | {"attempts": 1} for r in runs], "finished")
+    assert submissions(tmp_path) == "4 submitted"
+
+
+# -- what a run paid over all its attempts (runs.parquet cost_paid_usd), beside what its last attempt paid
+
+
+def test_a_resumed_run_records_what_its_earlier_attempts_paid(make_pack, tmp_path):
+    pack = load_pack(make_pack(tickers=tuple(TICKERS)))
+    layout = BatchLayout(tmp_path / "results")
+    scenario = Scenario(id="s", invest_quarter="2021Q3", tickers=TICKERS, constraints={"max_weight": 0.6})
+    with SimProvider() as sim, ResponseCache(tmp_path / "cache") as cache:
+        spec = ModelSpec(model=PRICED, api_base=sim.url, send_context=True)
+        config = load_debate_config(CONFIGS / "mean3-causal.yaml").model_copy(update={"models": ModelRouting.single(spec)})
+        first = asyncio.run(run_debate(scenario, pack, config, Gateway(cache=cache), layout))
+        layout.result_path(first.run_id).unlink()  # killed before its commit: resumed from the cache
+        again = asyncio.run(run_debate(scenario, pack, config, Gateway(cache=cache), layout))
+    paid = first.totals["cost_usd"]
+    assert paid > 0 and again.totals["cost_usd"] == 0 and again.totals["cached"] == again.totals["calls"]
+    write_parts(layout, "b", again, config.model_dump(mode="json"), scenario.model_dump(mode="json"), "node")
+    (row,) = pd.read_parquet(layout.part("runs", again.run_id)).to_dict("records")
+    assert row["cost_usd"] == 0 and row["cost_paid_usd"] == pytest.approx(paid, rel=1e-9)
+    assert paid_cost(read_trace(layout.trace_path(again.run_id)).typed()) == pytest.approx(paid_in_traces(layout.root))

@@ -19,6 +19,7 @@ from debate.config import DebateConfig
 from debate.config_file import load_debate_config
 from debate.events import BlindMap, Final, Turn, last_attempt, parse_event
 from debate.trace import read_trace
+from madbench_data.blind import pack_companies
 from madbench_data.market.pack import load_pack
 from madbench_data.scenario import Scenario, load_scenarios
 from madbench_gateway import Gateway, ModelRouting
@@ -27,7 +28,6 @@ from runner.cli import main
 from runner.pipeline import RunResult, run_debate, run_id_for
 from runner.store import run_row
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
-from madbench_data.blind import pack_companies
 from tests.madbench_data.test_blind import UNIVERSE, blind_world, leaks, pack_names
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,11 +180,14 @@ def test_leakage_batch_runs_offline_and_stats_pairs_named_with_blind(tmp_path, c
     base = ROOT / "configs" / "batches"
     spec |= {"scenarios": {**spec["scenarios"], "file": str((base / spec["scenarios"]["file"]).resolve())},
              "pack": str((base / spec["pack"]).resolve()), "evidence": [str((base / e).resolve()) for e in spec["evidence"]],
-             "configs": [str((base / c).resolve()) for c in spec["configs"]], "results_dir": str(tmp_path)}
+             "configs": [str((base / c).resolve()) for c in spec["configs"]], "results_dir": "batches/../results"}
+    (tmp_path / "batches").mkdir()
     path = tmp_path / "leakage.yaml"
     path.write_text(yaml.safe_dump(spec))
+    capsys.readouterr()
     assert main(["run", str(path), "--model", "rules/auto", "--quiet"]) == 0
-    root = next(p for p in tmp_path.glob("leakage*") if p.is_dir())  # leakage@rules-auto
+    root = tmp_path / "results" / "leakage@rules-auto"  # as the batch's description says
+    assert f"results in {root.resolve()}\n" in capsys.readouterr().out  # resolved: no batches/../ in the path printed
     runs = pd.read_parquet(root / "runs.parquet")
     assert len(runs) == 12 and (runs.status == "ok").all() and runs.groupby("config").blind.all().to_dict() == {
         "causal-debate-3": False, "causal-debate-3-blind": True}

@@ -120,9 +120,35 @@ def test_a_resumed_run_served_an_edited_answer_fails_until_the_entry_is_dropped(
 
     rc, stdout, _ = verify(capsys, out, "--cache-dir", cache, "--drop")
     assert rc == 1 and f"run {first.run_id}" in stdout and "dropped 1 entries" in stdout
-    again = debate(pack, sim, cache, out)
+    again = debate(pack, sim, cache, out)  # as `madbench run ... --retry-failed`: the failed run is run again
     assert again.status == "ok" and again.weights == first.weights
     assert [c.cached for c in calls_of(trace) if c.key == key] == [False]  # asked again, not served
+
+    # The repair is complete: the failed attempts' events of the edited answer are superseded, not findings, and
+    # verify says nothing that would have the genuine entry dropped now.
+    rc, stdout, _ = verify(capsys, out, "--cache-dir", cache, "--json")
+    summary = json.loads(stdout)
+    assert rc == 0 and summary["clean"] and summary["superseded"] == 2 and summary["mismatched"] == []
+    assert summary["ok"] == summary["calls"] - 2
+    rc, stdout, _ = verify(capsys, out, "--cache-dir", cache)
+    assert rc == 0 and "0 differ, 0 corrupt" in stdout and "2 superseded (an answer a resumed run refused" in stdout
+    with ResponseCache(cache) as entries:
+        (fresh,) = [c for c in calls_of(trace) if c.key == key]
+        assert entries.inspect(key).answer_sha256 == fresh.answer_sha256 != edited  # the genuine answer stays
+
+
+def test_an_answer_replaced_by_a_fresh_one_after_a_drop_is_superseded(tmp_path, capsys):
+    """An answer a provider gives anew after its entry was dropped may differ (a model at temperature 1): the run's
+    earlier answer to the same request is then superseded, and only the last fresh one is held against the cache."""
+    with ResponseCache(tmp_path / "cache") as cache:
+        cache.put("k", "m", {"response": {"content": "second"}})
+    with TraceWriter(tmp_path / "runs" / "r1" / "trace.jsonl") as trace:
+        for answer, cached in (("first", False), ("first", True), ("second", False), ("second", True)):
+            trace.write(LLMCall(agent="macro", phase="propose", round=0, label="propose", key="k", model_requested="m",
+                                model_used="m", is_llm=True, cached=cached, latency_s=0.1, response=answer,
+                                answer_sha256=answer_sha256(answer)))
+    rc, stdout, _ = verify(capsys, tmp_path / "runs", "--cache-dir", tmp_path / "cache")
+    assert rc == 0 and "2 match, 0 differ" in stdout and "2 superseded" in stdout
 
 
 def test_verify_reports_a_checksum_corrupt_entry(tmp_path, capsys):

@@ -16,7 +16,7 @@ import pytest
 import ray
 import yaml
 
-from runner.execute import ACTOR_NUM_CPUS
+from runner.execute import ACTOR_NUM_CPUS, HEAD_DIRS
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 
@@ -45,6 +45,17 @@ def test_cluster_yaml_validates_against_rays_schema():
     results = re.search(r"--results-dir (\S+)", submit).group(1)
     assert results.startswith("/") and any("mkdir -p" in c and results in c for c in config["setup_commands"])
     assert "--runtime-env-json" in submit and "env_vars" in submit
+    # What madbench's errors suggest is what this file makes, outside the synced checkout.
+    checkout = next(remote for remote, local in config["file_mounts"].items() if local == ".")
+    assert {"--results-dir": results, "--cache-dir": cache} == HEAD_DIRS
+    assert not any(Path(d).is_relative_to(checkout) for d in HEAD_DIRS.values())
+    # Its data is not in the `--working-dir .` upload: it names the copies file_mounts puts on every node, absolute.
+    data = [Path(remote) for remote, local in config["file_mounts"].items() if local != "."]
+    for flag in ("--pack", "--evidence", "--scenarios"):
+        path = Path(re.search(rf"{flag} (\S+)", submit).group(1))
+        assert path.is_absolute() and any(path.is_relative_to(d) for d in data) and not path.is_relative_to(checkout)
+    # The Ray client's port is reached through SSH, and its command names the head's cache directory.
+    assert "ray attach cluster.yaml -p 10001" in text and f"--cache-dir {cache}" in text
 
 
 def _free_port() -> int:

@@ -2,8 +2,9 @@
 
 The worker raylet runs in a mount namespace of its own where the head's results and cache directories are
 empty, as on a cloud node without shared storage. A batch submitted with `ray job submit --working-dir` (its
-pack inside the uploaded directory, its key in `--runtime-env-json`) commits every run into the results
-directory on the head, the worker's runs included; the same runs submitted again through the Ray client
+pack inside the uploaded directory; its scenario file, like the paper batches', outside it, named on the head with
+`--scenarios`; its key in `--runtime-env-json`) commits every run into the results directory on the head, the
+worker's runs included; the same runs submitted again through the Ray client
 (`madbench run --address ray://…`), each now on the other node, are all served by the cluster's cache: a run on
 the worker gets what a run on the head paid for, with no request at the server. The key, echoed by the server
 in its error bodies, is in no job log, no result and no cache entry.
@@ -35,16 +36,19 @@ QUARTERS = ("2021Q2", "2021Q3", "2021Q4", "2022Q1")
 
 
 def job_dir(tmp_path: Path, pack: Path, url: str) -> Path:
-    """The directory `ray job submit --working-dir` uploads: two batch files over the same 4 runs, in two orders."""
+    """The directory `ray job submit --working-dir` uploads: two batch files over the same 4 runs, in two orders.
+    The first names its scenarios beside the checkout (tmp_path/shared, not uploaded), as rq2-e1.yaml does."""
     d = tmp_path / "job"
+    (tmp_path / "shared").mkdir()
     shutil.copytree(pack, d / "pack")
     scenarios = [{"id": f"s{q}", "invest_quarter": q, "tickers": TICKERS, "constraints": {"max_weight": 0.6}} for q in QUARTERS]
     model = {"model": "openai/fault", "api_base": url, "api_key_env": VAR, "send_context": True,
              "retry": {"backoff_base_s": 0.01, "backoff_max_s": 0.05, "max_transient_retries": 12}}
     for name, order in (("batch", scenarios), ("batch-reversed", scenarios[::-1])):
-        (d / f"{name}-scenarios.yaml").write_text(yaml.safe_dump({"scenarios": order}))
+        file = f"../shared/{name}-scenarios.yaml" if name == "batch" else f"{name}-scenarios.yaml"
+        (d / file).write_text(yaml.safe_dump({"scenarios": order}))
         (d / f"{name}.yaml").write_text(yaml.safe_dump({
-            "name": "jobs", "scenarios": {"file": f"{name}-scenarios.yaml"}, "model": model, "pack": "pack",
+            "name": "jobs", "scenarios": {"file": file}, "model": model, "pack": "pack",
             "configs": [str(ROOT / "configs/debate/single-causal.yaml")], "workers": 2, "max_in_flight": 4, "retries": 0}))
     return d
 
@@ -73,6 +77,7 @@ def test_a_job_commits_on_the_head_and_the_worker_is_served_what_the_head_paid_f
         submit = ray_cli(cluster, "job", "submit", "--address", cluster.dashboard_url, "--submission-id", "madbench-a",
                          "--working-dir", str(work), "--runtime-env-json", json.dumps({"env_vars": {VAR: KEY}}), "--",
                          "madbench", "run", "batch.yaml", "--results-dir", str(tmp_path / "results"),
+                         "--scenarios", str(tmp_path / "shared" / "batch-scenarios.yaml"),
                          "--cache-dir", str(tmp_path / "cache"), "--quiet")
         logs = ray_cli(cluster, "job", "logs", "--address", cluster.dashboard_url, "madbench-a").stdout
         assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]

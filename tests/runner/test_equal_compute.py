@@ -79,7 +79,9 @@ def test_the_batch_runs_offline_and_stats_puts_tokens_and_cost_beside_each_diffe
     header = next(line for line in out.splitlines() if line.startswith("| metric | a | b |"))
     assert "| tokens_a | tokens_b | cost_usd_a | cost_usd_b |" in header
     paired = pd.read_csv(root / "stats" / "paired.csv")
-    row = paired[(paired.a == "self-consistency-macro") & (paired.b == "causal-debate-3") & (paired.metric == "sharpe")]
+    # the batch's five declared pairs per metric, each treatment − control: the debate against equal compute is one row
+    assert len(paired) == 5 * 2 and "Comparisons: the batch's declared pairs" in out
+    row = paired[(paired.a == "causal-debate-3") & (paired.b == "self-consistency-macro") & (paired.metric == "sharpe")]
     assert len(row) == 1 and row.iloc[0].n == 2
     # rule-based answers count no tokens and cost nothing: the columns say so rather than stay empty
     assert (paired[["tokens_a", "tokens_b", "cost_usd_a", "cost_usd_b"]] == 0).all().all()

@@ -69,6 +69,39 @@ def test_the_os_releases_the_lock_of_a_killed_holder(tmp_path):
         assert f"pid {os.getpid()}" in lock.path.read_text()
 
 
+def test_status_tells_a_running_batch_from_one_whose_driver_is_gone(tmp_path, capsys):
+    from runner.store import BatchLayout, write_manifest
+
+    root = tmp_path / "r"
+    runs = [{"run_id": f"r{i}", "scenario_id": "s", "config": "c", "replicate": i, "status": "pending", "attempts": 1,
+             "in_flight_since": "2025-01-01T00:00:00Z"} for i in range(2)]
+    write_manifest(BatchLayout(root), {"name": "t"}, runs, "running")  # what a driver leaves behind at `kill -9`
+    updated = json.loads((root / "manifest.json").read_text())["updated"]
+
+    def status(*flags):
+        assert main(["status", str(root), *flags]) == 0
+        return capsys.readouterr().out
+
+    driver = subprocess.Popen([sys.executable, "-c", "import time; from runner.lock import ResultsLock; "
+                               f"ResultsLock({str(root)!r}).acquire(); print('held', flush=True); time.sleep(600)"],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline().strip() == "held"
+        assert "t: running (updated " in status() and "(2 in flight)" in status()
+        live = json.loads(status("--json"))
+        assert live["state"] == "running" and f"pid {driver.pid}" in live["driver"] and len(live["in_flight"]) == 2
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    out = status()
+    assert out.startswith(f"batch t: stopped (driver gone: last update {updated}; run the same command to resume); 2 runs:")
+    assert "(0 in flight)" in out and "in flight r0" not in out
+    gone = json.loads(status("--json"))
+    assert gone["state"].startswith("stopped (driver gone") and gone["driver"] is None and gone["in_flight"] == []
+    with ResultsLock(root):  # taking the lock after status looked: status never holds it
+        pass
+
+
 def _sim_batch(tmp_path: Path, pack: Path, server: SimProvider) -> Path:
     scenarios = tmp_path / "scenarios.yaml"
     scenarios.write_text(yaml.safe_dump({"scenarios": [
@@ -124,8 +157,10 @@ def test_two_concurrent_drivers_one_writes_the_other_fails_at_once(make_pack, tm
 
 
 @pytest.mark.parametrize("over,message", [
-    ({"replicates": 0}, "replicates: Value error, a count of replicates must be at least 1 (got 0)"),
+    ({"replicates": 0}, "replicates: a count of replicates must be at least 1 (got 0)"),
     ({"replicates": -1}, "a count of replicates must be at least 1 (got -1)"),
+    ({"replicates": True}, "replicates: Input should be a valid integer"),  # not 1
+    ({"replicates": [0, True]}, "replicates[1]: Input should be a valid integer"),
     ({"replicates": []}, "an empty list of replicates runs nothing"),
     ({"replicates": [-5, -5]}, "sample indices must be non-negative (got -5, -5)"),
     ({"replicates": [3, 1, 3]}, "sample index 3 is listed more than once"),
@@ -186,7 +221,24 @@ def test_a_billion_replicates_fail_fast_without_growing(make_pack, tmp_path, cap
     err = one_line_error(capsys)
     # Checked from the spec's counts before the scenario file is read: at least one scenario.
     assert "× at least 1 scenario(s) × 1,000,000,000 replicate(s) = at least 2,000,000,000 runs, over the limit of " \
-           "100,000 runs" in err and "--max-runs 2000000000" in err
+           "100,000 runs" in err
+    # Never advice that cannot be followed: past the ceiling, split the batch (no --max-runs allows it).
+    assert "--max-runs" not in err and "split it into batches of at most 1,000,000 runs" in err
+
+
+@pytest.mark.parametrize("max_runs", ["6000000000", "1000001"])
+def test_max_runs_past_the_ceiling_is_refused_before_anything_is_built(make_pack, tmp_path, capsys, max_runs):
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), replicates=1_000_000_000)
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert main(["run", str(batch), "--dry-run", "--max-runs", max_runs]) == 2  # a MemoryError before the ceiling
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0 < 100_000
+    err = one_line_error(capsys)
+    assert f"--max-runs: {int(max_runs):,} is over the 1,000,000 runs any batch may have" in err
+    assert "split the study into batches of at most 1,000,000 runs" in err
+    # At the ceiling itself the flag is taken, and a batch over it is told to split, not to raise the flag.
+    assert main(["run", str(batch), "--dry-run", "--max-runs", "1000000"]) == 2
+    err = one_line_error(capsys)
+    assert "over the limit of 1,000,000 runs" in err and "split it into batches" in err and "--max-runs 2" not in err
 
 
 def test_a_huge_grid_fails_before_building_a_config(make_pack, tmp_path, capsys):

@@ -46,6 +46,16 @@ def test_a_bad_registry_is_one_clear_error(tmp_path):
     bad.write_text("cutoff:\n  gpt-x: 2024-01\n")
     with pytest.raises(InputError, match="cutoffs"):
         load_cutoffs(bad)
+    # the models at the top level, without `cutoffs:`: the fix shows the layout, not "fix the listed fields"
+    bad.write_text("madbench-sim: 2024-01\n")
+    with pytest.raises(InputError) as err:
+        load_cutoffs(bad)
+    text = str(err.value)
+    assert "cutoffs: Field required" in text and "madbench-sim: unknown key" in text and "fix the listed fields" not in text
+    assert "cutoffs: {model-glob: YYYY-MM}" in text and 'e.g. cutoffs: {"gpt-4o*": 2023-10' in text
+    good = tmp_path / "good.yaml"  # the layout the fix shows loads
+    good.write_text('cutoffs: {"gpt-4o*": 2023-10, "claude-3-5-haiku*": 2024-07}\n')
+    assert load_cutoffs(good).cutoff_of("openai/gpt-4o-mini") == date(2023, 10, 31)
 
 
 def stored_run():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -12,11 +13,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from debate.config_file import load_debate_config
+from debate.events import LLMCall
+from debate.trace import TraceWriter
+from madbench_data.errors import InputError
 from madbench_data.market.pack import load_pack
-from madbench_gateway import ResponseCache
+from madbench_data.scenario import Scenario
+from madbench_gateway import Gateway, ModelRouting, ResponseCache
+from madbench_gateway.cache import answer_sha256
 from runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from runner.cli import main
 from runner.execute import run_batch
+from runner.pipeline import run_debate
 from runner.store import BatchLayout, read_manifest
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
@@ -177,3 +185,93 @@ def test_a_batch_stopped_by_dying_actors_is_not_recorded_as_finished(make_pack, 
     m = read_manifest(layout.root)
     assert m["state"].startswith("stopped: RuntimeError: runner actors keep dying"), m["state"]
     assert {r["status"] for r in m["runs"]} == {"pending"}
+
+
+# -- `madbench rescore` on a corrupt runs/<id>.json: the same line as run, status, report and stats
+
+
+def test_rescore_names_a_corrupt_committed_result_as_every_other_command_does(make_pack, tmp_path, capsys):
+    pack = load_pack(make_pack(tickers=tuple(TICKERS)))
+    cfg = load_debate_config(ROOT / "configs/debate/single-causal.yaml").model_copy(
+        update={"models": ModelRouting.single("rules/auto")})
+    layout = BatchLayout(tmp_path / "results" / "t")
+    scenario = Scenario(id="s", invest_quarter="2021Q3", tickers=TICKERS, constraints={"max_weight": 0.6})
+    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), layout))
+    assert result.status == "ok"
+    committed = layout.result_path(result.run_id)
+    committed.write_text(committed.read_text()[:40])  # truncated by something other than madbench
+    with pytest.raises(InputError) as expected:
+        layout.stored_result(result.run_id)  # what `run`, `status`, `report` and `stats` say
+    for dry in ([], ["--dry-run"]):
+        assert main(["rescore", str(layout.root), "--scorer", "rules", "--quiet", *dry]) == 2  # not "1 other trace skipped"
+        assert one_line(capsys) == f"madbench: error: {expected.value}\n"
+
+
+# -- a trace that is a symbolic link: a plain one-line message, no Python class name
+
+
+def test_a_planted_trace_link_is_one_plain_line(tmp_path, capsys):
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text("not madbench's\n")
+    (tmp_path / "runs" / "r1").mkdir(parents=True)
+    (tmp_path / "runs" / "r1" / "trace.jsonl").symlink_to(outside)
+    ResponseCache(tmp_path / "cache").close()
+    assert main(["cache", "verify", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache")]) == 2
+    err = one_line(capsys)
+    assert f"{tmp_path / 'runs' / 'r1' / 'trace.jsonl'}: the trace is a symbolic link (to {outside})" in err
+    assert "Error" not in err.removeprefix("madbench: error: ") and "remove the link" in err
+
+
+# -- the cache commands on a read-only cache: read-only ones work, writing ones say so in one line
+
+
+READ_ONLY_CLI = """
+import contextlib, io, json, sys
+from runner.cli import main
+out = []
+for argv in json.loads(sys.argv[1]):
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        rc = main(argv)
+    out.append([rc, stdout.getvalue(), stderr.getvalue()])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("lock", ["folder", "files"])
+def test_cache_commands_on_a_read_only_cache(tmp_path, lock):
+    cache, empty, runs = tmp_path / "cache", tmp_path / "empty", tmp_path / "runs"
+    empty.mkdir()
+    with ResponseCache(cache) as c:
+        c.put("k", "rules/auto", {"response": {"content": "{}"}})
+        c.get("k", "rules/auto")
+    with TraceWriter(runs / "r1" / "trace.jsonl") as trace:  # a run that used the entry, for `cache verify`
+        trace.write(LLMCall(agent="macro", phase="propose", round=0, label="propose", key="k", model_requested="m",
+                            model_used="m", is_llm=True, cached=False, latency_s=0.1, response="{}",
+                            answer_sha256=answer_sha256("{}")))
+    locked = [cache, cache / "responses", cache / "stats", empty] if lock == "folder" else list(cache.glob("*/cache.db*"))
+    blocked = cache if lock == "folder" else cache / "responses" / "cache.db"
+    before = {p: p.stat().st_mode for p in locked}
+    for p in locked:
+        p.chmod(0o555 if p.is_dir() else 0o444)
+    argvs = [["cache", "stats", "--cache-dir", str(cache), "--json"], ["cache", "stats", "--cache-dir", str(empty)],
+             ["cache", "verify", str(runs), "--cache-dir", str(cache)],
+             ["cache", "prune", "--older-than", "1d", "--cache-dir", str(cache)],
+             ["cache", "verify", str(runs), "--cache-dir", str(cache), "--drop"],
+             ["llm", "ask", "--model", "rules/auto", "--prompt", "hi", "--cache-dir", str(cache)]]
+    try:
+        proc = subprocess.run([*_as_unprivileged(), sys.executable, "-c", READ_ONLY_CLI, json.dumps(argvs)], cwd=ROOT,
+                              env=os.environ | {"PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    finally:
+        for p, mode in before.items():
+            p.chmod(mode)
+    assert proc.returncode == 0, proc.stderr
+    (stats, empty_stats, verify, *writers) = json.loads(proc.stdout)
+    assert stats[0] == 0 and json.loads(stats[1])["entries"] == 1 and json.loads(stats[1])["by_model"]["rules/auto"]["hits"] == 1
+    assert empty_stats[0] == 0 and "0 entries" in empty_stats[1] and not any(empty.iterdir())  # nothing created
+    assert verify[0] == 0 and "1 match, 0 differ" in verify[1]
+    for rc, _, err in writers:  # prune, verify --drop and llm ask write: one line naming the directory, exit 2
+        assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert f"the LLM cache directory {cache} is read-only ({blocked} is not writable by this user)" in err
+    with ResponseCache(cache) as c:  # the cache itself is untouched
+        assert len(c) == 1 and c.inspect("k").answer_sha256 == answer_sha256("{}")

@@ -1,13 +1,22 @@
-"""A staged run's files reach the results directory whole and append-only; paths in a job's working directory."""
+"""A staged run's files reach the results directory whole and append-only; paths in a job's working directory and
+through the Ray client."""
 
 import json
+import os
 
 import pytest
+import yaml
 
+import madbench_data.market.pack as pack_module
+from madbench_data.paths import PROJECT_ROOT
 from runner.cli import main
+from runner.execute import HEAD_DIRS, worker_env
 from runner.staging import collect, commit, portable, prepare
 from runner.store import TABLES, BatchLayout
 from tests.runner.test_batch import TICKERS, write_batch
+
+#: What Ray hands a `ray job submit --working-dir` job's entrypoint.
+JOB_ENV = json.dumps({"runtime_env": {"working_dir": "gcs://_ray_pkg_x.zip"}})
 
 
 def staged_run(layout: BatchLayout, run_id: str, trace: bytes) -> None:
@@ -63,8 +72,80 @@ def test_paths_inside_a_jobs_working_directory_travel_relative(tmp_path):
 def test_results_inside_a_jobs_working_directory_are_refused_before_anything_runs(make_pack, tmp_path, monkeypatch, capsys):
     batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)))  # results_dir: tmp_path/results
     monkeypatch.chdir(tmp_path)  # a `ray job submit --working-dir` entrypoint runs in its working directory
-    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps({"runtime_env": {"working_dir": "gcs://_ray_pkg_x.zip"}}))
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", JOB_ENV)
     assert main(["run", str(batch), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "--results-dir" in err and "inside this job's working directory" in err and err.count("\n") == 1
+    assert f"e.g. {HEAD_DIRS['--results-dir']} (cluster.yaml's)" in err  # outside the synced checkout, ~/madbench
     assert not (tmp_path / "results" / "t" / "manifest.json").exists()
+
+
+def test_a_job_without_a_pack_is_told_to_name_one_on_the_head(tmp_path, monkeypatch, capsys):
+    batch = write_batch(tmp_path, tmp_path / "pack")
+    spec = yaml.safe_load(batch.read_text())
+    del spec["pack"]
+    batch.write_text(yaml.safe_dump(spec))
+    monkeypatch.delenv("MADBENCH_PACK", raising=False)
+    monkeypatch.setattr(pack_module, "SHARED_MARKET", tmp_path / "no-offline-pack")  # as in a job: not beside its upload
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", JOB_ENV)
+    assert main(["run", str(batch), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "no data pack given" in err and "inside a Ray job, pass --pack with an absolute path on the head" in err
+    assert err.count("\n") == 1
+
+
+def test_scenarios_from_the_command_line_replace_the_batchs_file_and_its_ids_still_select(make_pack, tmp_path, capsys):
+    """As in a job whose batch names scenarios beside the checkout, outside its upload (configs/batches/rq2-e1.yaml)."""
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)))
+    moved = tmp_path / "on-the-head.yaml"
+    (tmp_path / "scenarios.yaml").rename(moved)
+    assert main(["run", str(batch), "--dry-run", "--json"]) == 2
+    assert "scenarios.yaml not found" in capsys.readouterr().err
+    assert main(["run", str(batch), "--dry-run", "--json", "--scenarios", str(moved)]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"] == 4 * 2 * 2  # scenarios × configs × replicates
+    spec = yaml.safe_load(batch.read_text())
+    batch.write_text(yaml.safe_dump(spec | {"scenarios": {"file": "gone.yaml", "ids": ["s2021Q3"]}}))
+    assert main(["run", str(batch), "--dry-run", "--json", "--scenarios", str(moved)]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"] == 1 * 2 * 2
+    assert main(["run", str(batch), "--dry-run", "--scenarios", str(tmp_path / "nowhere.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "error: --scenarios: " in err and "nowhere.yaml not found" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("cache", [None, "relative/cache"])
+def test_the_ray_client_without_the_heads_cache_directory_is_refused_before_anything_runs(make_pack, tmp_path, monkeypatch,
+                                                                                          capsys, cache):
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)))
+    monkeypatch.delenv("MADBENCH_CACHE_DIR", raising=False)
+    args = ["run", str(batch), "--quiet", "--address", "ray://127.0.0.1:1"] + (["--cache-dir", cache] if cache else [])
+    assert main(args) == 2  # before any connection: nothing listens on port 1
+    err = capsys.readouterr().err
+    assert "error: --cache-dir: " in err and "through the Ray client (ray://127.0.0.1:1)" in err and err.count("\n") == 1
+    assert f"--cache-dir {HEAD_DIRS['--cache-dir']} (cluster.yaml's MADBENCH_CACHE_DIR)" in err
+    assert not (tmp_path / "results" / "t").exists()
+
+
+def test_the_ray_clients_cache_directory_is_the_heads_and_not_checked_here(make_pack, tmp_path, monkeypatch, capsys):
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)))
+    (tmp_path / "a-file").write_text("")
+    cache = str(tmp_path / "a-file" / "cache")  # unusable here, whoever runs the test (root too)
+    assert main(["run", str(batch), "--dry-run", "--cache-dir", cache]) == 2
+    assert "path runs through a file" in capsys.readouterr().err
+    assert main(["run", str(batch), "--dry-run", "--json", "--cache-dir", cache, "--address", "ray://127.0.0.1:1"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"] == 16
+
+
+def test_workers_get_the_project_on_their_path_only_where_it_is_theirs(monkeypatch):
+    monkeypatch.delenv("RAY_JOB_CONFIG_JSON_ENV_VAR", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setenv("MADBENCH_TEST_FORWARDED", "value")
+    monkeypatch.setenv("MADBENCH_FORWARD_ENV", "MADBENCH_TEST_FORWARDED")
+    local = worker_env(None)["env_vars"]  # a local Ray, or a cluster this machine is a node of
+    assert local == {"PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + "/elsewhere", "MADBENCH_TEST_FORWARDED": "value"}
+    assert worker_env("ray://head:10001")["env_vars"] == {"MADBENCH_TEST_FORWARDED": "value"}  # a path on the laptop
+    monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
+    assert "PYTHONPATH" not in worker_env(None)["env_vars"]
+    monkeypatch.delenv("RAY_ADDRESS")
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", JOB_ENV)  # Ray puts each node's copy of the upload on the path
+    assert worker_env("127.0.0.1:6379")["env_vars"] == {"MADBENCH_TEST_FORWARDED": "value"}

@@ -87,8 +87,8 @@ def test_differences_within_rounding_of_zero_are_not_tested():
     got = paired_test(a, b, metric="sharpe")
     assert all(np.isnan(got[k]) for k in ("t", "p", "d", "wilcoxon_p")) and got["diff"] == pytest.approx(2.017e-6, rel=1e-3)
     assert (got["ci_low"], got["ci_high"]) == pytest.approx((1.95e-6, 2.1e-6))  # the range of the differences
-    assert got["note"] == ("not tested: every |difference| ≤ 0.0001 × max(1, largest |sharpe|) = 0.00021 (largest 2.1e-06): "
-                           "equal up to the 6-decimal rounding of weights")
+    assert got["note"] == ("not tested: every difference within ±0.00021 (0.0001 × the larger of 1 and the largest absolute "
+                           "sharpe; largest 2.1e-06): equal up to the 6-decimal rounding of weights")
     # the tolerance scales with the metric: the same relative noise on a return in percent, and a real difference stays
     assert "not tested" in paired_test(100 * a, 100 * b)["note"]
     real = paired_test(b + np.array([1e-3, 1.2e-3, 0.9e-3]), b)
@@ -105,8 +105,10 @@ def test_a_rounding_difference_marks_nothing_in_the_comparison_table():
     runs = frame_from({"debate": base + rng.uniform(1e-6, 3e-6, 12), "mean": base, "single": base - 0.5 + rng.normal(0, 0.05, 12)})
     a = analyse(runs, "t", metrics=["sharpe"])
     rounding = next(p for p in a.pairs if {p.a, p.b} == {"debate", "mean"})
-    assert np.isnan(rounding.p) and rounding.note.startswith("not tested: every |difference|")
+    assert np.isnan(rounding.p) and rounding.note.startswith("not tested: every difference within ±")
     cells = {c: a.table.cells[("sharpe", c)] for c in a.configs}
     assert [l for l, _ in cells["debate"].differs] == ["C"] and [l for l, _ in cells["mean"].differs] == ["C"]
     md = a.markdown()
     assert "| note |" in md and "equal up to the 6-decimal rounding of weights" in md
+    rows = [line for line in md.splitlines() if line.startswith("| sharpe | debate | mean |")]
+    assert len(rows) == 1 and rows[0].count("|") == md.splitlines()[md.splitlines().index(rows[0]) - 1].count("|")  # one cell
