@@ -43,6 +43,9 @@ class TraceSymlinkError(InputError):
                          "remove the link and run the same command again (the file it points to is left alone)")
         self.path = path
 
+    def __reduce__(self):
+        return type(self), (self.path,)
+
 
 def _open(path: Path, flags: int) -> int:
     """``os.open`` that never follows a symbolic link at ``path`` itself (O_NOFOLLOW: no check-then-open race)."""

@@ -25,6 +25,11 @@ class InputError(Exception):
             text += f" (fix: {fix})"
         super().__init__(text)
 
+    def __reduce__(self):
+        # Rebuilt from its three parts, not from the one text (pickle's default): an InputError raised in a Ray
+        # actor or task then reaches the driver as itself.
+        return type(self), (self.where, self.problem, self.fix)
+
 
 #: A location element that names a union member pydantic tried (``str``, ``function-after[...]``, ``ModelSpec``),
 #: not a field: field names in madbench's files are lower-case identifiers.

@@ -286,7 +286,8 @@ class Gateway:
                     await limiter.release(lease["lease_id"], "error")
                 attempts.append(Attempt(model=spec.model, kind=exc.kind, reason=redact(exc.reason),  # fatal, refused, truncated
                                         latency_s=time.perf_counter() - start, **exc.billed))  # a refusal is billed
-                raise GatewayFailure(f"{spec.model}: {redact(exc.reason)}", []) from None
+                named = exc.reason if spec.model in exc.reason else f"{spec.model}: {exc.reason}"  # named once
+                raise GatewayFailure(redact(named), []) from None
             latency = time.perf_counter() - start
             used = None if raw.prompt_tokens is None else raw.prompt_tokens + (raw.completion_tokens or 0)
             if limiter:

@@ -38,9 +38,10 @@ from runner.batch import RunSpec
 STAGE_PHASES = ("propose", "crit")
 
 
-def reachable_models(config: DebateConfig, every_phase: bool = False) -> list[tuple[str, str, ModelSpec]]:
+def reachable_models(config: DebateConfig, every_use: bool = False) -> list[tuple[str, str, ModelSpec]]:
     """(role, phase, spec) of every model a run of ``config`` may call, fallbacks included: each model once, or with
-    ``every_phase`` once per phase that reaches it (phases differ in temperature and answer budget)."""
+    ``every_use`` once per role and phase that reaches it (phases differ in temperature and answer budget, and a
+    problem names every role it arises in)."""
     routing = config.models
     if config.protocol == "paper":
         phases = ["propose"] + (["critique", "revise"] if config.rounds else [])
@@ -59,7 +60,7 @@ def reachable_models(config: DebateConfig, every_phase: bool = False) -> list[tu
         todo = [routing.resolve(role, phase)]
         while todo:
             spec = todo.pop(0)
-            key = (spec.model_dump_json(), phase if every_phase else "")
+            key = (spec.model_dump_json(), (role, phase) if every_use else "")
             if key not in seen:
                 seen.add(key)
                 out.append((role, phase, spec))
@@ -72,7 +73,7 @@ def model_problems(configs: list[DebateConfig]) -> list[str]:
     where: dict[str, dict[str, set[str]]] = {}
     found: dict[tuple[str, float, int | None], list[str]] = {}
     for config in configs:
-        for role, phase, spec in reachable_models(config, every_phase=True):
+        for role, phase, spec in reachable_models(config, every_use=True):
             temperature = config.crit_temperature if phase in ("crit", "rca") else config.temperature
             max_tokens = getattr(config.max_tokens, phase, None)
             asked = (spec.model_dump_json(), temperature, max_tokens)

@@ -8,8 +8,9 @@ For differences d_i = a_i − b_i over n pairs (mean d̄, standard deviation s_d
 
 Beside each difference, what each side spent on the same n pairs: mean tokens per run (prompt + completion of
 every answered call, a cached answer with the tokens it was first answered with) and mean cost per run in US
-dollars (what was paid then: a cached answer costs nothing; NaN when any of those runs has an unknown cost), from
-runs.parquet's ``prompt_tokens``, ``completion_tokens`` and ``cost_usd``. "Debate beats equal compute" is a
+dollars (what was paid, over all of a run's attempts: an answer another run paid for costs nothing; NaN when any of
+those runs has an unknown cost), from runs.parquet's ``prompt_tokens``, ``completion_tokens`` and ``cost_paid_usd``
+(``cost_usd``, its last attempt's, in tables written before it). "Debate beats equal compute" is a
 difference whose two sides spent about the same tokens.
 
 A comparison whose differences carry no spread to test (fewer than 2 pairs, all equal, or all within rounding of

@@ -174,8 +174,8 @@ def _transient(exc: Exception, spec: ModelSpec) -> TransientError:
     """A 5xx or a dropped connection; one that says when to come back (Anthropic's 529 ``overloaded_error`` sends
     ``retry-after``) is retried after that wait, capped at the model's ``retry_after_cap_s``."""
     reason = redact(f"{getattr(exc, 'status_code', '')} {type(exc).__name__}: {exc}").strip()[:500]
-    if "overloaded_error" in str(exc):  # litellm reports Anthropic's 529 as a 500: name it
-        reason = f"529 overloaded: {reason}"[:500]
+    if "overloaded_error" in str(exc):  # litellm reports Anthropic's 529 as a 500 wrapped in its own prefixes: name it
+        reason = "529 overloaded"
     wait = _retry_after(exc)
     return TransientError(reason) if wait is None else Overloaded(reason, min(wait, spec.limits.retry_after_cap_s))
 
@@ -237,6 +237,25 @@ def model_info(model: str, api_base: str | None = None) -> dict[str, Any] | None
         return None
 
 
+#: The temperatures each hosted API accepts, by litellm provider: litellm's model information has no range, and passes
+#: an out-of-range value on to be refused by every call. From the providers' API references: Anthropic Messages API
+#: ``temperature`` 0.0-1.0 (docs.anthropic.com/en/api/messages), OpenAI Chat Completions 0-2
+#: (platform.openai.com/docs/api-reference/chat/create), Gemini ``generationConfig.temperature`` 0.0-2.0
+#: (ai.google.dev/api/generate-content#generationconfig). An OpenAI-compatible server (``api_base``) keeps its own.
+TEMPERATURE_RANGES = {"anthropic": (0.0, 1.0), "openai": (0.0, 2.0), "gemini": (0.0, 2.0)}
+
+
+def temperature_problem(spec: ModelSpec, provider: str, temperature: float | None) -> str | None:
+    span = TEMPERATURE_RANGES.get(provider)
+    if temperature is None or span is None or (provider == "openai" and spec.api_base):
+        return None
+    low, high = span
+    if low <= temperature <= high:
+        return None
+    return (f"{spec.model}: temperature {temperature:g} is outside the {low:g}..{high:g} its provider ({provider}) "
+            "accepts; set temperature (or crit_temperature) in the config within it")
+
+
 def capability_problems(spec: ModelSpec, model: str, provider: str, temperature: float | None,
                         max_tokens: int | None) -> list[str]:
     """What ``spec``'s model would refuse in every call, from litellm's own knowledge of it: a parameter it does not
@@ -256,6 +275,9 @@ def capability_problems(spec: ModelSpec, model: str, provider: str, temperature:
                                           max_tokens=max_tokens)
     except litellm.UnsupportedParamsError as exc:
         problems.append(f"{spec.model}: {str(exc).split(' To drop')[0].replace('litellm.UnsupportedParamsError: ', '')}")
+    out_of_range = temperature_problem(spec, provider, temperature)
+    if out_of_range:
+        problems.append(out_of_range)
     info = model_info(spec.model, spec.api_base)
     if info is None:
         return problems
