@@ -54,6 +54,9 @@ class Progress:
         self.enabled = enabled
         self.interval_s = interval_s
         self.done = self.failed = self.calls = self.cached = self.tokens = 0
+        #: Runs that failed and were queued again (the batch's ``retries``), and the last one's reason: a persistent
+        #: fault (a 529 waited out for ``outage_patience_s``) otherwise shows only as a stalled line.
+        self.retried, self.last_retry = 0, ""
         self.unpriced = 0  # calls of a model without a known price: the spend is unknown, not $0 (budget.spend_text)
         self.cost = 0.0
         self.durations: list[float] = []
@@ -69,14 +72,19 @@ class Progress:
             self.done += 1
         else:
             self.failed += 1
-        self.add_spend(summary)
+        self._spend(summary)
         if summary.get("wall_s") is not None:
             self.durations.append(summary["wall_s"])
         if self.bar is not None:
             self.bar.update(1)
 
     def add_spend(self, summary: dict[str, Any]) -> None:
-        """What an attempt spent, also when the run is retried (the budget counts it too)."""
+        """A failed attempt whose run is retried: what it spent (the budget counts it too), and why it failed."""
+        self.retried += 1
+        self.last_retry = " ".join(str(summary.get("error") or "no reason given").split())[:80]
+        self._spend(summary)
+
+    def _spend(self, summary: dict[str, Any]) -> None:
         t = summary.get("totals") or {}
         self.calls += t.get("calls", 0)
         self.cached += t.get("cached", 0)
@@ -103,7 +111,9 @@ class Progress:
         budget = "" if not self.budget else f" of ${self.budget:.2f}" if self.budget >= 1 else f" of ${self.budget:.4g}"
         earlier = f" (${self.spent_before:.4f} before this invocation)" if self.spent_before else ""
         eta = eta_s(self.total - finished, self.durations, self.concurrency)
-        return (f"{finished}/{self.total} runs: {self.done} ok, {self.failed} failed, {running} in flight | {rate}{hit}, "
+        # Its own segment: a terminal's bar shows what follows the first " | " (show).
+        retried = f" | retried {self.retried} (last: {self.last_retry})" if self.retried else ""
+        return (f"{finished}/{self.total} runs: {self.done} ok, {self.failed} failed, {running} in flight{retried} | {rate}{hit}, "
                 f"{self.tokens} tokens, {spend_text(self.batch_spent(), self.unpriced)}{budget}{earlier} | elapsed "
                 f"{_fmt_s(elapsed)}, ETA {_fmt_s(eta)}")
 

@@ -34,6 +34,7 @@ from madbench_gateway.models import ModelSpec, RetryPolicy
 from madbench_gateway.providers.litellm_provider import import_litellm
 from runner.cli import main
 from runner.cli.sim import DOUBLES
+from runner.progress import Progress
 from runner.sim.anthropic_api import AnthropicDouble
 from runner.sim.api_double import ApiDouble
 from runner.sim.gemini_api import GeminiDouble
@@ -138,7 +139,7 @@ def test_an_anthropic_529_overloaded_is_retried_after_its_retry_after(keys):
         d.script("overloaded")
         c = ask(spec_for(d, "anthropic"))
     assert [a.kind for a in c.attempts] == ["transient", "ok"]
-    assert "529 overloaded" in c.attempts[0].reason and c.attempts[0].wait_s == pytest.approx(0.3)
+    assert c.attempts[0].reason == "529 overloaded" and c.attempts[0].wait_s  # not litellm's wrapped 500 == pytest.approx(0.3)
     assert (c.prompt_tokens, c.completion_tokens) == (d.billed[0].prompt_tokens, d.billed[0].completion_tokens)
     assert "output_format" in d.requests[-1].body  # claude-haiku-4-5: native structured output, not a tool call
 
@@ -175,6 +176,7 @@ def test_a_truncated_answer_is_recorded_as_truncated_with_what_it_billed(keys, a
             ask(spec_for(d, api), validate=lambda content, spec: seen.append(content))
     (attempt,) = failed.value.attempts
     assert attempt["kind"] == "truncated" and "raise this phase's max_tokens" in attempt["reason"] and seen == []
+    assert str(failed.value).startswith(f"{MODEL[api]}: answer cut off")  # the model named once, not twice
     assert d.billed[0].finish == {"anthropic": "max_tokens", "openai": "length", "gemini": "MAX_TOKENS"}[api]
     assert attempt["completion_tokens"] == d.billed[0].completion_tokens > 0
 
@@ -254,14 +256,20 @@ def test_parameters_a_model_refuses_fail_preflight_naming_model_and_parameter(ma
         gpt5 = {"model": MODEL["openai"], "api_base": o.url, "api_key_env": "OPENAI_API_KEY"}
         gpt4 = {**gpt5, "model": "openai/gpt-4"}
         flash = {"model": MODEL["gemini"], "api_base": g.url, "api_key_env": "GEMINI_API_KEY"}
+        haiku = {"model": MODEL["anthropic"], "api_base": o.url, "api_key_env": "OPENAI_API_KEY"}
         configs = [_config(tmp_path, "reasoning-at-0.7", {"deep": gpt5, "quick": gpt5}),
+                   _config(tmp_path, "anthropic-at-1.5", {"deep": haiku, "quick": haiku}, temperature=1.5),
                    _config(tmp_path, "no-json-schema", {"deep": gpt4, "quick": gpt4}),
                    _config(tmp_path, "over-output-limit", {"deep": flash, "quick": flash},
                            max_tokens={"propose": 70000, "critique": 900, "revise": 1500, "judge": 900, "crit": 600})]
         assert main(["run", str(_batch(tmp_path, pack, configs)), "--dry-run"]) == 2
         assert o.requests == [] and g.requests == []
     err = capsys.readouterr().err
-    assert "openai/gpt-5-mini: gpt-5-mini doesn't support temperature=0.7" in err and "config reasoning-at-0.7" in err
+    assert "openai/gpt-5-mini: gpt-5-mini doesn't support temperature=0.7" in err
+    # Every agent that sends the temperature is named, not only the first (they share one model spec).
+    assert ("(config reasoning-at-0.7: judge, macro critique, macro propose, macro revise, technical critique, "
+            "technical propose, technical revise, value critique, value propose, value revise)") in err
+    assert f"{MODEL['anthropic']}: temperature 1.5 is outside the 0..1 its provider (anthropic) accepts" in err
     assert "openai/gpt-4: does not support JSON-schema structured output" in err
     assert "gemini/gemini-2.5-flash: max_tokens 70000 is above its output limit of 65536 tokens" in err
 
@@ -427,3 +435,13 @@ def test_a_persistent_529_moves_the_anthropic_agent_to_its_fallback_provider_for
               and e.phase != "crit"]
     assert all("529 overloaded" in e.attempts[0]["reason"] and e.attempts[2]["kind"] == "fallback" for e in events)
     assert batch.doubles["down-anthropic"].billed == [] and len(batch.doubles["down-anthropic"].requests) == 2 * len(value)
+
+
+def test_the_progress_line_shows_runs_retried_after_a_fault_and_why():
+    progress = Progress(2, None, enabled=False)
+    assert "retried" not in progress.line(1)
+    progress.add_spend({"status": "failed", "error": "anthropic/claude-haiku-4-5: 529 overloaded\n(after 300 s)",
+                        "totals": {"calls": 4}})
+    line = progress.line(1)
+    assert "1 in flight | retried 1 (last: anthropic/claude-haiku-4-5: 529 overloaded (after 300 s)) |" in line
+    assert "0/2 runs" in line and progress.calls == 4
