@@ -29,7 +29,7 @@ def chaos_batch(tmp_path: Path, pack: Path, server: FaultServer) -> Path:
     model = {"model": "openai/madbench-sim", "api_base": server.url, "send_context": True,
              "limits": {"max_concurrency": 16, "retry_after_cap_s": 1.0},
              "retry": {"backoff_base_s": 0.1, "backoff_max_s": 0.5, "max_rate_limit_retries": 50,
-                       "max_transient_retries": 20, "timeout_s": 2.0}}
+                       "max_transient_retries": 20, "timeout_s": 1.0}}
     return write_batch(tmp_path, pack, model=model, configs=[str(ROOT / "configs/debate/causal-debate-3.yaml")],
                        grid={"rounds": [1, 2]}, replicates=1, cache_dir=str(tmp_path / "cache"), max_in_flight=MAX_IN_FLIGHT)
 
@@ -58,8 +58,8 @@ def committed(root: Path) -> int:
 
 def test_two_drivers_five_kills_and_a_fault_mix_lose_nothing_and_pay_once(make_pack, tmp_path):
     pack = make_pack(tickers=tuple(TICKERS))
-    faults = Faults(rate_limit=0.30, server_error=0.05, timeout=0.05, invalid_json=0.05, retry_after="0", stall_s=2.5)
-    with FaultServer(faults, seed=11, latency_s=0.05) as server:
+    faults = Faults(rate_limit=0.30, server_error=0.05, timeout=0.05, invalid_json=0.05, retry_after="0", stall_s=1.2)
+    with FaultServer(faults, seed=11, latency_s=0.02) as server:
         batch = chaos_batch(tmp_path, pack, server)
         root = tmp_path / "results" / "t"
         in_flight_at_kills = []
@@ -69,7 +69,7 @@ def test_two_drivers_five_kills_and_a_fault_mix_lose_nothing_and_pay_once(make_p
             while committed(root) < target and first.poll() is None:
                 assert time.monotonic() < deadline, "no progress between kills"
                 time.sleep(0.05)
-            time.sleep(0.3 * k)  # kill at different depths: mid-call, mid-commit, between runs
+            time.sleep(0.15 * k)  # kill at different depths: mid-call, mid-commit, between runs
             if first.poll() is not None:
                 break  # it finished first
             n = len(server.arrivals)
