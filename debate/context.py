@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from debate.config import AgentConfig, DebateConfig
-from debate.events import LLMCall, LLMFailure, Turn, recorded_answers
+from debate.events import LLMCall, LLMFailure, Turn
 from debate.grading import CritScore, RCAVerdict, Scorer
 from debate.profiles import Profile, load_profile
 from debate.request_schemas import request_schema
 from debate.task import AgentTask
-from debate.trace import TraceWriter, read_trace
+from debate.trace import TraceWriter
 from debate.validation import TurnRules, Validated, schema_outline, validate_turn
 from madbench_data.memo import Memo
 from madbench_data.scenario import Constraints, Scenario
@@ -83,12 +83,12 @@ class RunContext:
     #: This run's calls, tokens and cost: the gateway credits every call asked through ``complete`` here (the
     #: gateway's own totals are shared by every run on it). One ``llm_call`` or ``llm_failure`` event each.
     account: Totals = field(default_factory=Totals)
-    #: The answer hashes this run's earlier attempts recorded, by cache key (``events.recorded_answers``), read
-    #: from its trace: a resumed run that the cache serves a different answer for one of them fails (``complete``).
-    recorded_answers: dict[str, set[str]] = field(default_factory=dict, init=False)
+    #: The answer hashes this run's earlier attempts recorded, by cache key (``events.recorded_answers`` of the
+    #: trace the runner has already read): a resumed run that the cache serves a different answer for one of them
+    #: fails (``complete``).
+    recorded_answers: dict[str, set[str]] = field(default_factory=dict)
 
     def __post_init__(self):
-        self.recorded_answers = recorded_answers(read_trace(self.trace.path).events)
         for a in self.config.agents:
             self.profiles[a.agent_id] = load_profile(a.role, a.tier)
         if self.config.aggregation == "judge":

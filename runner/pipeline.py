@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from debate.config import DebateConfig
 from debate.context import DebateFailure, RunContext
-from debate.events import Backtest, BlindMap, Final, MemoShown, RunEnd, RunStart, last_attempt, unblinded
+from debate.events import Backtest, BlindMap, Final, MemoShown, RunEnd, RunStart, last_attempt, recorded_answers, unblinded
 from debate.outcome import Outcome
 from debate.profiles import load_profile
 from debate.protocols import PROTOCOLS
@@ -153,7 +153,8 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         ctx = RunContext(run_id, blinded.scenario if blinded else scenario, memo, constraints, config,
                          BlindGateway(gateway, blinded) if blinded else gateway, trace,
                          scorer, sample_index, workdir=_workdir(layout, scenario, blinded),
-                         past_performance=_past_performance(pack, scenario, blinded))
+                         past_performance=_past_performance(pack, scenario, blinded),
+                         recorded_answers=recorded_answers(readout.events))
         try:
             outcome = _unblind(await PROTOCOLS[config.protocol](ctx), blinded)
         except DebateFailure as exc:
