@@ -146,6 +146,12 @@ def worker_env(address: str | None) -> dict[str, Any]:
     return {"env_vars": env_vars}
 
 
+#: Joining through the Ray client starts a server process for this driver on the head, and on a busy head that
+#: process can fail to come up (the head then aborts the connection); that start is tried this many times, a few
+#: seconds apart, before it is reported. An unreachable address is reported at once.
+CLIENT_CONNECT_ATTEMPTS = 3
+
+
 def init_ray(address: str | None, num_cpus: int | None = None):
     import ray
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -153,10 +159,27 @@ def init_ray(address: str | None, num_cpus: int | None = None):
     if not ray.is_initialized():
         env = worker_env(address)
         if address:
-            ray.init(address=address, runtime_env=env, log_to_driver=False)
+            _join_cluster(ray, address, env)
         else:
             ray.init(include_dashboard=False, num_cpus=num_cpus, runtime_env=env, log_to_driver=False, configure_logging=False)
     return ray
+
+
+def _join_cluster(ray, address: str, env: dict[str, Any]) -> None:
+    attempts = CLIENT_CONNECT_ATTEMPTS if ray_client(address) else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address=address, runtime_env=env, log_to_driver=False)
+            return
+        except ConnectionError as exc:
+            reason = " ".join(str(exc).split())[-300:]
+            if attempt == attempts or not isinstance(exc, ConnectionAbortedError):
+                raise InputError("--address", f"could not join the Ray cluster at {address} (attempt {attempt}): {reason}",
+                                 "check that the cluster is up (`ray status`) and the address and port are right; the "
+                                 "head's ray_client_server*.err logs say why a client server did not start") from exc
+            print(f"madbench: joining {address} failed (attempt {attempt} of {attempts}): {reason}; retrying",
+                  file=sys.stderr)
+            time.sleep(5.0 * attempt)
 
 
 #: What a pool's actor reserves: no CPU. A runner actor mostly waits on providers, so reserving a CPU would cap the

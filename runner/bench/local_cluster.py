@@ -123,6 +123,11 @@ class LocalCluster:
                 continue
         return procs
 
+    def log_tails(self, pattern: str, chars: int = 2000) -> str:
+        """The ends of this cluster's log files matching ``pattern`` (``ray_client_server*.err``), to explain a failure."""
+        files = sorted(Path(self.dir).glob(f"*/session_*/logs/{pattern}"))
+        return "\n".join(f"--- {f.name}:\n{f.read_text(errors='replace')[-chars:]}" for f in files if f.stat().st_size)
+
     def raylet(self, name: str) -> psutil.Process:
         found = [p for p in self.processes(name) if "raylet" in (p.name() or "")]
         if len(found) != 1:

@@ -95,7 +95,7 @@ def test_a_job_commits_on_the_head_and_the_worker_is_served_what_the_head_paid_f
                                  "--address", cluster.client_address, "--results-dir", str(tmp_path / "results-client"),
                                  "--cache-dir", str(tmp_path / "cache")], cwd=work, env=env, capture_output=True, text=True,
                                 timeout=600)
-        assert client.returncode == 0, client.stdout[-2000:] + client.stderr[-3000:]
+        assert client.returncode == 0, client.stdout[-2000:] + client.stderr[-3000:] + cluster.log_tails("ray_client_server*")
         assert server.requests == paid  # not one request at the server
     second = node_of_runs(tmp_path / "results-client" / "jobs")
     assert all(second[r] != first[r] for r in first)
