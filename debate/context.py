@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from debate.config import AgentConfig, DebateConfig
+from debate.envelope import ANSWER_IN, ENVELOPE_KEY, envelope_outline, unwrap
 from debate.events import LLMCall, LLMFailure, Turn
 from debate.grading import CritScore, RCAVerdict, Scorer
 from debate.profiles import Profile, load_profile
-from debate.request_schemas import request_schema
+from debate.request_schemas import enveloped, request_schema, run_schema
 from debate.task import AgentTask
 from debate.trace import TraceWriter
 from debate.validation import TurnRules, Validated, schema_outline, validate_turn
@@ -87,6 +88,7 @@ class RunContext:
     #: trace the runner has already read): a resumed run that the cache serves a different answer for one of them
     #: fails (``complete``).
     recorded_answers: dict[str, set[str]] = field(default_factory=dict)
+    _run_schema: dict[str, Any] | None = field(default=None, repr=False)
 
     def __post_init__(self):
         for a in self.config.agents:
@@ -104,6 +106,13 @@ class RunContext:
                    owed_responses: list[tuple[str, str]] | None = None, tier: str = "causal") -> TurnRules:
         return TurnRules(self.universe, self.constraints, self.memo_ids, peer_claims or {},
                          self.config.require_known_evidence, owed_responses, tier)
+
+    def run_schema(self) -> dict[str, Any]:
+        """The envelope every enveloped turn of this run is sent (request_schemas.run_schema), built once."""
+        if self._run_schema is None:
+            tiers = {a.tier for a in self.config.agents} | ({self.config.judge_tier} if self.judge_profile else set())
+            self._run_schema = run_schema(self.turn_rules(), tiers)
+        return self._run_schema
 
     def base_task(self, agent_id: str, role: str, phase: str, round_: int, beta: float, **kw) -> AgentTask:
         return AgentTask(agent_id=agent_id, role=role, phase=phase, universe=self.universe, constraints=self.constraints,
@@ -151,22 +160,27 @@ class RunContext:
         tier = agent.tier if agent else self.config.judge_tier  # picks the output schema (debate.schemas.schema_for)
         rules = self.turn_rules(peer_claims, owed, tier)
         task = task.model_copy(update={"tier": tier})
-        schema = request_schema(phase, rules)
+        schema = request_schema(phase, rules)  # the prompt's outline names this turn's own targets
+        # Sent with the run's envelope, the schema that leads a provider's prompt cache is the same for every call
+        # (request_schemas.run_schema); the answer is then this phase's object under ENVELOPE_KEY.
+        wrapped = enveloped(phase, self.config.models.resolve(role, phase))
+        outline = envelope_outline(schema_outline(schema)) if wrapped else schema_outline(schema)
         # The system message is the run's shared prefix (debate.profiles): the same bytes for every agent and phase,
         # so a provider's prompt cache serves it after the first call; the user message is this turn's own part.
         shared = {"memo": self.memo_text, "universe": self.universe, "constraints": constraints_text(self.constraints)}
         system = profile.render_context(**shared)
-        user = profile.user_prompt(phase, **shared, agent_id=who, role=role, round=round_, schema=schema_outline(schema),
-                                   **variables)
+        user = profile.user_prompt(phase, **shared, agent_id=who, role=role, round=round_, schema=outline, **variables)
 
         def validate(content: str, spec) -> Validated:
-            v = validate_turn(phase, content, rules, spec.weight_policy or "strict")
+            v = validate_turn(phase, unwrap(content) if wrapped else content, rules, spec.weight_policy or "strict")
             if extra_check:
                 extra_check(v)
             return v
 
         c = await self.complete(who=who, role=role, phase=phase, round_=round_, system=system, user=user,
-                                 schema=schema, context=task.model_dump(mode="json"), temperature=self.config.temperature,
+                                 schema=self.run_schema() if wrapped else schema,
+                                 context={**task.model_dump(mode="json"), **({ANSWER_IN: ENVELOPE_KEY} if wrapped else {})},
+                                 temperature=self.config.temperature,
                                  validate=validate, label=label or phase)
         v: Validated = c.value
         self.trace.write(Turn(agent=who, role=role, phase=phase, round=round_, label=label or phase,

@@ -10,13 +10,17 @@ protocols' stages (``constrained_schema``) share the primitives below.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from typing import Any
 
 from pydantic import BaseModel
 
+from debate.envelope import envelope_schema
 from debate.schemas import critique_targets, schema_for
 from debate.validation import TurnRules
+from madbench_gateway.models import ModelSpec
+from madbench_gateway.providers import schema_scope
 
 #: Evidence IDs are enumerated up to this many; beyond it a phase gets a bounded ID pattern, a stage no constraint.
 ENUM_LIMIT = 300
@@ -69,6 +73,30 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
     _bound(schema)  # after the evidence lists are replaced, so that they are bounded too
     _one_of_each(schema, rules)
     return schema
+
+
+#: The phases whose answers share a run's envelope (the scorer's CRIT and RCA, and the staged protocols' stages,
+#: send their own schemas).
+ENVELOPE_PHASES = ("propose", "critique", "revise", "judge")
+
+
+def enveloped(phase: str, spec: ModelSpec) -> bool:
+    """Whether ``phase``'s turns on ``spec`` are sent the run's envelope (``run_schema``) instead of their own schema:
+    with the model's ``schema_scope`` "run" (models.ModelSpec.schema_scope)."""
+    return phase in ENVELOPE_PHASES and schema_scope(spec) == "run"
+
+
+def run_schema(rules: TurnRules, tiers: set[str]) -> dict[str, Any]:
+    """Every phase's schema for the run's tiers, fitted to what all of a run's turns share (its universe and memo
+    IDs, not a turn's peers' claims or the critiques it owes), as one envelope (debate.envelope): the same bytes
+    for every agent, phase and round, so a provider's prompt cache, which the schema leads, serves the memo behind
+    it on every call after the first. Validation still checks each turn against its own phase exactly."""
+    wide = dataclasses.replace(rules, peer_claims={}, owed_responses=None)
+    first_of: dict[type[BaseModel], tuple[str, str]] = {}
+    for tier in sorted(tiers):
+        for phase in ENVELOPE_PHASES:
+            first_of.setdefault(schema_for(phase, tier), (phase, tier))
+    return envelope_schema([request_schema(phase, dataclasses.replace(wide, tier=tier)) for phase, tier in first_of.values()])
 
 
 def _item_def_name(prop: dict[str, Any] | None) -> str | None:

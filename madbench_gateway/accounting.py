@@ -38,6 +38,11 @@ class Attempt(BaseModel):
     cached_tokens: int | None = None
     cache_write_tokens: int | None = None
     cost_usd: float | None = None
+    #: The same tokens at the synchronous list price with no prompt-cache discount: what a provider batch and the
+    #: prompt cache are measured against (the report's realised saving). None when the model has no price.
+    list_cost_usd: float | None = None
+    #: The provider batch that answered this attempt (batch mode), None for a synchronous call.
+    provider_batch: str | None = None
     #: The rejected answer itself, for an ``invalid`` attempt (what the model wrote, for diagnosis).
     response: str | None = None
 

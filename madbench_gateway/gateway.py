@@ -292,12 +292,19 @@ class Gateway:
             used = None if raw.prompt_tokens is None else raw.prompt_tokens + (raw.completion_tokens or 0)
             if limiter:
                 await limiter.release(lease["lease_id"], "ok", used)
-            cost = provider.cost(spec.model, raw.prompt_tokens, raw.completion_tokens, cached_tokens=raw.cached_tokens,
-                                 cache_write_tokens=raw.cache_write_tokens)
-            attempts.append(Attempt(model=spec.model, kind="ok", latency_s=latency, prompt_tokens=raw.prompt_tokens,
-                                    completion_tokens=raw.completion_tokens, cached_tokens=raw.cached_tokens,
-                                    cache_write_tokens=raw.cache_write_tokens, cost_usd=cost))
+            attempts.append(self._answer_attempt(spec, provider, raw, latency))
             return raw, waited
+
+    @staticmethod
+    def _answer_attempt(spec: ModelSpec, provider: Provider, raw: RawResponse, latency: float) -> Attempt:
+        """The attempt that got an answer, priced as billed and, beside it, at the synchronous list price."""
+        cost = provider.cost(spec.model, raw.prompt_tokens, raw.completion_tokens, cached_tokens=raw.cached_tokens,
+                             cache_write_tokens=raw.cache_write_tokens)
+        return Attempt(model=spec.model, kind="ok", latency_s=latency, prompt_tokens=raw.prompt_tokens,
+                       completion_tokens=raw.completion_tokens, cached_tokens=raw.cached_tokens,
+                       cache_write_tokens=raw.cache_write_tokens, cost_usd=cost,
+                       list_cost_usd=provider.cost(spec.model, raw.prompt_tokens, raw.completion_tokens, batch=False),
+                       provider_batch=raw.extra.get("provider_batch"))
 
     @staticmethod
     def _backoff(spec: ModelSpec, n: int) -> float:

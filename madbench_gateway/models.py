@@ -15,6 +15,9 @@ Phase = Literal["propose", "critique", "revise", "judge", "crit", "rca"]
 PHASES: tuple[str, ...] = ("propose", "critique", "revise", "judge", "crit", "rca")
 StructuredMode = Literal["json_schema", "json_object_schema", "prompt_only"]
 WeightPolicy = Literal["strict", "normalize"]
+#: How narrowly the JSON schema sent with a turn is fitted (debate.request_schemas): to the turn (its peers' claims,
+#: the critiques it owes answers to) or to the run (its universe and memo IDs only).
+SchemaScope = Literal["turn", "run"]
 
 
 class RateLimits(BaseModel):
@@ -68,6 +71,13 @@ class ModelSpec(BaseModel):
     #: None: the provider's default (strict for real providers, normalize for the local base model).
     weight_policy: WeightPolicy | None = None
     structured_output: StructuredMode | None = None
+    #: ``turn``: each turn's schema names only its peers' claims and the critiques it owes, so a constrained decoder
+    #: cannot target anything else. ``run``: only the run's universe and memo IDs, so the schema is the same bytes
+    #: for every agent and round of a phase; hosted providers put the schema at the head of their prompt cache
+    #: (OpenAI before the system message, Anthropic's tools before it), and a per-turn schema would make every call
+    #: a cache miss. Validation checks targets exactly either way. None: the provider's default (run for hosted
+    #: APIs, turn for the local model).
+    schema_scope: SchemaScope | None = None
     #: Fold the system message into the user turn (models without a chat template).
     merge_system: bool | None = None
     #: Send the structured task beside the prompt (``madbench_context`` in the body). Only madbench's

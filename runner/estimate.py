@@ -578,6 +578,8 @@ class Line:
     completion_tokens: float = 0.0
     busy_s: float = 0.0
     cost_usd: float = 0.0
+    #: The same calls at the provider's batch-API prices (``execution: batch``).
+    cost_batch_usd: float = 0.0
 
 
 @dataclass
@@ -618,10 +620,11 @@ def counts_tokens(model: str) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _price(model: str, prompt: int, completion: int) -> float | None:
-    """US dollars of one call from the gateway's provider for the model (None: not in the cost map)."""
+def _price(model: str, prompt: int, completion: int, batch: bool = False) -> float | None:
+    """US dollars of one call from the gateway's provider for the model (None: not in the cost map); ``batch``: at
+    its batch-API prices (litellm's batch prices, or half the synchronous price where the map has none)."""
     # None for a model outside the cost map; a model litellm cannot place raises (the preflight names it first).
-    return provider_for(model).cost(model, prompt, completion)
+    return provider_for(model).cost(model, prompt, completion, batch=batch)
 
 
 class Tally:
@@ -662,6 +665,7 @@ class Tally:
             e.unpriced.add(s.model)
         else:
             line.cost_usd += n * price
+            line.cost_batch_usd += n * _price(s.model, round(prompt), round(completion), batch=True)
         u = e.limits.setdefault(s.spec.limit_key(), LimitUsage(s.spec.limits, label=limit_label(s.spec)))
         u.attempts += n * (1 + v)
         u.tokens += n * (prompt + completion)
@@ -970,7 +974,7 @@ def _merge(into: RunEstimate, e: RunEstimate) -> None:
     into.unpriced |= e.unpriced
     for k, line in e.lines.items():
         t = into.lines.setdefault(k, Line())
-        for f in ("calls", "attempts", "prompt_tokens", "completion_tokens", "busy_s", "cost_usd"):
+        for f in ("calls", "attempts", "prompt_tokens", "completion_tokens", "busy_s", "cost_usd", "cost_batch_usd"):
             setattr(t, f, getattr(t, f) + getattr(line, f))
     for k, u in e.limits.items():
         t2 = into.limits.setdefault(k, LimitUsage(u.limits, label=u.label))
@@ -979,8 +983,9 @@ def _merge(into: RunEstimate, e: RunEstimate) -> None:
         t2.busy_s += u.busy_s
 
 
-def _cost(e: RunEstimate) -> float | None:
-    return None if e.unpriced else sum(line.cost_usd for line in e.lines.values())
+def _cost(e: RunEstimate, field_name: str = "cost_usd") -> float | None:
+    """The run's (or batch's) cost, synchronously or (``cost_batch_usd``) at batch prices; None when a model has none."""
+    return None if e.unpriced else sum(getattr(line, field_name) for line in e.lines.values())
 
 
 def estimate_batch(runs: list, memos: dict[str, MemoInfo], max_in_flight: int, calib: Calibration | None = None,
@@ -1028,11 +1033,12 @@ def estimate_batch(runs: list, memos: dict[str, MemoInfo], max_in_flight: int, c
 
 
 def _summary(exp: RunEstimate, worst: RunEstimate, runs: int) -> dict[str, Any]:
-    ce, cw = _cost(exp), _cost(worst)
+    ce, cw, cb = _cost(exp), _cost(worst), _cost(exp, "cost_batch_usd")
     return {"calls": round(exp.calls, 1), "calls_worst": round(worst.calls, 1), "attempts": round(exp.attempts, 1),
             "prompt_tokens": round(exp.prompt_tokens), "completion_tokens": round(exp.completion_tokens),
             "prompt_tokens_worst": round(worst.prompt_tokens), "completion_tokens_worst": round(worst.completion_tokens),
             "cost_usd": None if ce is None else round(ce, 4), "cost_usd_worst": None if cw is None else round(cw, 4),
+            "cost_batch_usd": None if cb is None else round(cb, 4),
             "cost_per_scenario_usd": None if ce is None or not runs else round(ce / runs, 4),
             "cost_known_part_usd": round(sum(line.cost_usd for line in exp.lines.values()), 4),
             "cost_known_part_usd_worst": round(sum(line.cost_usd for line in worst.lines.values()), 4),
@@ -1066,6 +1072,16 @@ def _duration(s: float) -> str:
         return f"{s:.0f} s"
     m = s / 60
     return f"{m:.1f} min" if m < 120 else f"{int(m // 60)} h {int(m % 60):02d} min"
+
+
+def batch_line(t: dict, execution: str) -> str:
+    """The batch's expected cost synchronously and through provider batch APIs, side by side."""
+    sync, batch = t["cost_usd"], t["cost_batch_usd"]
+    now = "this batch runs in provider batch mode (execution: batch)" if execution == "batch" else \
+        "`--provider-batch` or `execution: batch` runs it so; answers within hours instead of minutes"
+    return (f"cost by execution: synchronous ${sync:.2f}, provider batch ${batch:.2f} (saves ${sync - batch:.2f}, "
+            f"{1 - batch / sync:.0%}); {now}. Both before prompt caching, which serves repeated prompt prefixes "
+            "at a discount (`madbench bench cost` measures it)")
 
 
 def _config_row(c: dict) -> str:
@@ -1102,6 +1118,8 @@ def format_table(d: dict) -> str:
         f"with validation retries), {_tokens(t['prompt_tokens'])} tokens in / {_tokens(t['completion_tokens'])} out, "
         f"${_money(t['cost_usd'], t['cost_known_part_usd'])} (worst ${_money(t['cost_usd_worst'], worst_known)}); "
         f"wall time {_duration(d['batch_wall_s'])}, bound by {d['bottleneck']}")
+    if t["cost_usd"]:
+        out(batch_line(t, d.get("execution", "sync")))
     models: dict[str, list] = {}
     for row in d["by_model"]:
         m = models.setdefault(row["model"], [0.0, 0.0, 0.0, 0.0, True])

@@ -214,15 +214,28 @@ def _billed(attempts: list[dict[str, Any]], key: str) -> int:
     return sum(a.get(key) or 0 for a in attempts)
 
 
+def _list_cost(e: LLMCall) -> float | None:
+    """What a fresh call's billed attempts would have cost synchronously with no prompt-cache discount (0 for an
+    answer from madbench's own cache, like its ``cost_usd``); None when one of them has no list price."""
+    if e.cached:
+        return 0.0
+    costs = [a.get("list_cost_usd") for a in e.attempts if a.get("prompt_tokens") is not None]
+    return None if None in costs else float(sum(costs))
+
+
 def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[dict]:
     """One row per answered call. ``cached_tokens`` and ``cache_write_tokens``: of the prompt tokens billed for this
     call now (every attempt's), those the provider read from and wrote to its prompt cache; 0 for an answer from
-    madbench's own cache (``cached``), which billed nothing now."""
+    madbench's own cache (``cached``), which billed nothing now. ``list_cost_usd``: the same tokens synchronously
+    at list price without the prompt cache's discount (against ``cost_usd``, the saving realised);
+    ``provider_batch``: answered through a provider batch."""
     return [{"run_id": result.run_id, "seq": e.seq, "agent": e.agent, "phase": e.phase, "round": e.round,
              "label": e.label, "model_requested": e.model_requested, "model_used": e.model_used, "provider": e.provider, "is_llm": e.is_llm,
              "cached": e.cached, "prompt_tokens": e.prompt_tokens, "completion_tokens": e.completion_tokens,
              "cached_tokens": _billed(e.attempts, "cached_tokens"), "cache_write_tokens": _billed(e.attempts, "cache_write_tokens"),
-             "cost_usd": e.cost_usd, "latency_s": e.latency_s, "overhead_ms": e.overhead_ms,
+             "cost_usd": e.cost_usd, "list_cost_usd": _list_cost(e),
+             "provider_batch": any(a.get("provider_batch") for a in e.attempts),
+             "latency_s": e.latency_s, "overhead_ms": e.overhead_ms,
              "retries": sum(1 for a in e.attempts if a["kind"] != "ok"), "validation_retries": e.validation_retries,
              "node_id": node_id}
             for e in events if isinstance(e, LLMCall)]

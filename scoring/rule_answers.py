@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel
 
+from debate.envelope import ANSWER_IN
 from debate.protocols.self_consistency import SAMPLE_STRIDE
 from debate.rules import ANALYSTS, respond
 from debate.rules.staged_answers import answer as answer_stage
@@ -89,5 +90,7 @@ def handler_for_context(context: dict) -> str:
 
 
 def answer_for_context(context: dict) -> str:
-    """The JSON answer to a task whose model is not named (the simulated provider's case)."""
+    """The JSON answer to a task whose model is not named (the simulated provider's case), as the phase's own
+    object: ``debate.envelope.as_asked`` puts it in the envelope when the task asks for one."""
+    context = {k: v for k, v in context.items() if k != ANSWER_IN}
     return answer(handler_for_context(context), context).model_dump_json()

@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from debate.envelope import as_asked
 from runner.sim.http_stub import JSONHandler, StubServer, chat_completion
 from scoring.rule_answers import answer_for_context
 
@@ -84,7 +85,7 @@ class FaultServer(StubServer):
                 if outcome == "invalid_json":
                     content = "Sure! {not json"
                 elif "madbench_context" in body:  # a debate turn (send_context): answered by the rule-based analysts
-                    content = answer_for_context(body["madbench_context"])
+                    content = as_asked(body["madbench_context"], answer_for_context(body["madbench_context"]))
                 else:
                     content = json.dumps({"answer": digest, "n": len(prompt)})
                 with server._lock:

@@ -138,7 +138,41 @@ def cost_summary(runs: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
     if len(calls) and "overhead_ms" in calls.columns:
         merged = calls.merge(runs[["run_id", "config"]], on="run_id")
         table["overhead_p50_ms"] = merged.groupby("config")["overhead_ms"].median()
+    if len(calls) and "list_cost_usd" in calls.columns:
+        merged = calls.merge(runs[["run_id", "config"]], on="run_id")
+        saving = pd.DataFrame({c: realised_saving(g) for c, g in merged.groupby("config", sort=False)}).T
+        table = table.join(saving[["list_cost_usd", "saved_share", "cached_input_share", "provider_batch_calls"]])
     return table.reset_index()
+
+
+def realised_saving(calls: pd.DataFrame) -> dict[str, float | None]:
+    """What provider batches and the provider's prompt cache saved on the calls paid for (``calls.parquet`` rows, not
+    answers from madbench's own cache): ``paid_usd`` (their ``cost_usd``) against ``list_cost_usd`` (the same tokens
+    synchronously with no prompt-cache discount), ``saved_share = 1 − paid / list``; ``cached_input_share``, the
+    share of their prompt tokens the provider served from its prompt cache; ``provider_batch_calls``, how many went
+    through a provider batch. Costs are None where a model has no price."""
+    fresh = calls[~calls["cached"].astype(bool)]
+    priced = fresh["cost_usd"].notna().all() and fresh["list_cost_usd"].notna().all()
+    paid = float(fresh["cost_usd"].sum()) if priced else None
+    listed = float(fresh["list_cost_usd"].sum()) if priced else None
+    prompt = float(fresh["prompt_tokens"].fillna(0).sum())
+    return {"calls_paid": len(fresh), "paid_usd": paid, "list_cost_usd": listed,
+            "saved_share": 1 - paid / listed if priced and listed else None,
+            "cached_input_share": float(fresh["cached_tokens"].fillna(0).sum()) / prompt if prompt else None,
+            "provider_batch_calls": int(fresh["provider_batch"].fillna(False).astype(bool).sum())}
+
+
+def saving_note(calls: pd.DataFrame) -> str | None:
+    """The batch's realised saving in one sentence (None when the calls predate its recording or none was paid)."""
+    if not len(calls) or "list_cost_usd" not in calls.columns:
+        return None
+    s = realised_saving(calls)
+    if not s["calls_paid"] or s["paid_usd"] is None or not s["list_cost_usd"]:
+        return None
+    return (f"Paid ${s['paid_usd']:.4f} for {s['calls_paid']} calls that cost ${s['list_cost_usd']:.4f} synchronously at "
+            f"list prices without a prompt cache: {s['saved_share']:.0%} saved. {s['provider_batch_calls']} of them were "
+            f"answered through provider batches (batch prices), and the provider's prompt cache served "
+            f"{s['cached_input_share'] or 0:.0%} of their input tokens (cached-input prices).")
 
 
 def tokens_chart(cost: pd.DataFrame) -> go.Figure:

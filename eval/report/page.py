@@ -95,7 +95,7 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
         "divergence_fig": _fig_html(figures.divergence(data.divergence[data.divergence["config"].isin(configs)], configs)),
         "pillar_fig": _fig_html(figures.pillar_trajectories(data.rounds, runs, configs)),
         **_dynamics(ok, data.rounds, configs, analysis.dynamics),
-        "cost_html": _html_table(cost), "n_pairs": len(analysis.pairs), "n_correlations": len(analysis.correlations),
+        "cost_html": _html_table(cost), "saving_note": figures.saving_note(data.calls), "n_pairs": len(analysis.pairs), "n_correlations": len(analysis.correlations),
         "tokens_fig": _fig_html(figures.tokens_chart(cost)) if cost.get("prompt_tokens", pd.Series([0])).fillna(0).sum() > 0
         else "<p class='muted'>No tokens spent: these runs made no LLM calls (rule-based analysts).</p>",
         "explorer_json": _script_json({"runs": [d for d in data.digests if d["config"] in configs], "memos": data.memos}),

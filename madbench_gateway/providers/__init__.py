@@ -7,6 +7,7 @@ the layer that has it (``register_provider``). Adding a provider is one module p
 
 from __future__ import annotations
 
+from ..models import ModelSpec, SchemaScope
 from .base import Provider, RawResponse
 from .batching import BatchCollector, BatchingProvider
 from .litellm_provider import LiteLLMProvider
@@ -36,4 +37,12 @@ def provider_for(model: str) -> Provider:
     return PROVIDERS.get(prefix, DEFAULT_PROVIDER)
 
 
-__all__ = ["PROVIDERS", "Provider", "RawResponse", "provider_for", "register_provider", "use_provider_batches"]
+def schema_scope(spec: ModelSpec) -> SchemaScope:
+    """How narrowly the schema sent to ``spec`` is fitted: its own setting, else its provider's default; "turn" when no
+    schema is sent at all (``prompt_only``: the turn's own outline travels in the prompt, there is nothing to share)."""
+    prepared = provider_for(spec.model).prepare(spec)
+    return "turn" if prepared.structured_output == "prompt_only" else prepared.schema_scope
+
+
+__all__ = ["PROVIDERS", "Provider", "RawResponse", "provider_for", "register_provider", "schema_scope",
+           "use_provider_batches"]

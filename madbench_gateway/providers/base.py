@@ -45,9 +45,9 @@ class Provider(Protocol):
         """What stands for the endpoint in the cache key (a stable name, not an ephemeral port)."""
 
     def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, cached_tokens: int | None = None,
-             cache_write_tokens: int | None = None) -> float | None:
+             cache_write_tokens: int | None = None, batch: bool = False) -> float | None:
         """US dollars for one attempt (``prompt_tokens`` includes the cached and cache-write ones, priced at their own
-        rates); None when unknown (never a made-up 0)."""
+        rates; ``batch``: at the provider's batch-API prices); None when unknown (never a made-up 0)."""
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
         """One attempt. Raises the classified errors of ``gateway.errors``."""

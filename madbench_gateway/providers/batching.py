@@ -168,12 +168,13 @@ class BatchingProvider:
         return self.inner.endpoint_identity(spec)  # the same cache keys as synchronous calls: the same answers
 
     def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, cached_tokens: int | None = None,
-             cache_write_tokens: int | None = None) -> float | None:
-        """At batch prices (``batch_pricing`` says which), the prompt cache's share at its batch rate; None when
+             cache_write_tokens: int | None = None, batch: bool = True) -> float | None:
+        """At batch prices (``batch_pricing`` says which; every call here is in a provider batch, so by default), the
+        prompt cache's share at its batch rate; ``batch=False``: what the same call costs synchronously. None when
         unknown."""
         if prompt_tokens is None or completion_tokens is None:
             return None
-        return token_cost(model, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, batch=True)
+        return token_cost(model, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, batch=batch)
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
         group = batch_group(spec)

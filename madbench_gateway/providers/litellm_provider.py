@@ -301,6 +301,7 @@ class LiteLLMProvider:
         return spec.model_copy(update={
             "weight_policy": spec.weight_policy or "strict",
             "structured_output": spec.structured_output or "json_schema",
+            "schema_scope": spec.schema_scope or "run",  # its schema leads the provider's prompt cache (models.py)
             "merge_system": bool(spec.merge_system),
         })
 
@@ -343,12 +344,12 @@ class LiteLLMProvider:
         return spec.api_base
 
     def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, cached_tokens: int | None = None,
-             cache_write_tokens: int | None = None) -> float | None:
+             cache_write_tokens: int | None = None, batch: bool = False) -> float | None:
         """From litellm's offline cost map (``token_cost``), with the prompt-cache split priced at its own rates;
         None (unknown, not 0) when the model is not in it."""
         if prompt_tokens is None or completion_tokens is None:
             return None
-        return token_cost(model, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens)
+        return token_cost(model, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens, batch=batch)
 
     async def complete(self, request: LLMRequest, spec: ModelSpec, api_key: str | None = None) -> RawResponse:
         litellm = import_litellm()

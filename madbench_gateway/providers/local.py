@@ -41,6 +41,8 @@ class LocalModelProvider:
             "weight_policy": spec.weight_policy or "normalize",
             # llama.cpp rejects json_schema; it takes json_object plus a schema (grammar-constrained).
             "structured_output": spec.structured_output or "json_object_schema",
+            # A small model is steered by a grammar naming each turn's own targets; it has no prompt cache to keep.
+            "schema_scope": spec.schema_scope or "turn",
             # The GGUF file has no chat template: a system message would be dropped silently.
             "merge_system": True if spec.merge_system is None else spec.merge_system,
         })

@@ -29,7 +29,8 @@ class RulesProvider:
 
     def prepare(self, spec: ModelSpec) -> ModelSpec:
         return spec.model_copy(update={"weight_policy": spec.weight_policy or "strict",
-                                       "structured_output": "prompt_only", "merge_system": False})
+                                       "structured_output": "prompt_only", "merge_system": False,
+                                       "schema_scope": "turn"})  # no schema is sent
 
     def warm(self) -> None:
         pass  # nothing slow, and no limiter

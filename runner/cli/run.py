@@ -138,7 +138,8 @@ def dry_run(spec, runs, pack, calibrate_from: str | None = None) -> dict:
            "expected_tokens": total["prompt_tokens"] + total["completion_tokens"],
            "estimated_cost_usd": total["cost_usd"], "worst_cost_usd": total["cost_usd_worst"],
            "models_without_price": est["models_without_price"], "max_in_flight": spec.max_in_flight,
-           "workers": spec.workers, **est}
+           "workers": spec.workers, "execution": "sync" if spec.provider_batches is None else "batch",
+           "estimated_batch_cost_usd": total["cost_batch_usd"], **est}
     out["calibration"] = None if calib is None else {
         "source": calib.source, "runs": calib.runs, "rate_sources": calib.rate_sources,
         "latency_cv": round(calib.latency_cv, 3), "observed": calib.observed}

@@ -47,6 +47,15 @@ def register(sub) -> None:
                                                                      "answer at once; --api sim only)")
     p.add_argument("--latency-sigma", type=float, default=0.5, help="sigma of the lognormal latency (default 0.5)")
     p.add_argument("--seed", type=int, default=0, help="seed of the latency draws (default 0)")
+    p.add_argument("--batch-delay", type=float, default=0.0,
+                   help="seconds a provider batch (/v1/files and /v1/batches, for `madbench run --provider-batch`) takes "
+                        "from its creation to completed (default 0; --api sim only)")
+    p.add_argument("--batch-fail-rate", type=float, default=0.0,
+                   help="share of a provider batch's requests answered with an error, to be resubmitted (default 0; "
+                        "--api sim only)")
+    p.add_argument("--batch-expire", type=int, default=0,
+                   help="the first N provider batches expire with half their requests answered, as a batch past its "
+                        "completion window does (default 0; --api sim only)")
     p.add_argument("--fault", choices=FAULTS, help="a double only: answer every request with this fault, in the provider's "
                                                    "form (e.g. overloaded: Anthropic's 529), to watch retries and fallbacks")
     p.add_argument("--hidden-tokens", type=int, default=0, help="a double only: reasoning (OpenAI's reasoning models) or "
@@ -63,15 +72,21 @@ def _check(args) -> SimConfig:
             raise InputError(name, f"must be >= 0, got {value:g}", "e.g. --latency-median 2 --latency-sigma 0.5")
     if not 0 <= args.port <= 65535:
         raise InputError("--port", f"must lie in 0..65535, got {args.port}", "e.g. --port 8000, or 0 for a free port")
+    if args.batch_delay < 0 or args.batch_expire < 0 or not 0 <= args.batch_fail_rate <= 1:
+        raise InputError("--batch-delay/--batch-fail-rate/--batch-expire", "a delay and a count must be >= 0 and a rate "
+                         f"in 0..1, got {args.batch_delay:g}, {args.batch_fail_rate:g}, {args.batch_expire}",
+                         "e.g. --batch-delay 30 --batch-fail-rate 0.05 --batch-expire 1")
     if args.api == "sim":
         for name, value in (("--fault", args.fault), ("--hidden-tokens", args.hidden_tokens or None)):
             if value is not None:
                 raise InputError(name, "only a provider's API double takes it", "add --api openai|anthropic|gemini")
     else:
-        for name, value in (("--rpm", args.rpm), ("--tpm", args.tpm), ("--latency-median", args.latency_median or None)):
+        for name, value in (("--rpm", args.rpm), ("--tpm", args.tpm), ("--latency-median", args.latency_median or None),
+                            ("--batch-delay", args.batch_delay or None), ("--batch-fail-rate", args.batch_fail_rate or None),
+                            ("--batch-expire", args.batch_expire or None)):
             if value is not None:
-                raise InputError(name, f"only the simulator enforces limits and latency; the {args.api} double answers "
-                                       "at once (its faults are --fault)", "drop it, or use --api sim")
+                raise InputError(name, f"only the simulator enforces limits and latency and serves provider batches; the "
+                                       f"{args.api} double answers at once (its faults are --fault)", "drop it, or use --api sim")
         if args.hidden_tokens < 0:
             raise InputError("--hidden-tokens", f"must be >= 0, got {args.hidden_tokens}", "e.g. --hidden-tokens 64")
     return SimConfig(latency_median_s=args.latency_median, latency_sigma=args.latency_sigma, rpm=args.rpm, tpm=args.tpm,
@@ -85,7 +100,12 @@ def _limit(value: float | None) -> str:
 def _server(args, config: SimConfig) -> SimProvider | ApiDouble:
     try:
         if args.api == "sim":
-            return SimProvider(config, host=args.host, port=args.port)
+            sim = SimProvider(config, host=args.host, port=args.port)
+            batches = sim.batches.config
+            batches.completion_delay_s, batches.fail_rate, batches.expire_next = (args.batch_delay, args.batch_fail_rate,
+                                                                                   args.batch_expire)
+            batches.seed = args.seed
+            return sim
         double = DOUBLES[args.api][0](host=args.host, port=args.port, hidden_tokens=args.hidden_tokens)
     except OSError as exc:
         raise InputError(f"{args.host}:{args.port}", f"cannot listen there: {exc.strerror or exc}",
@@ -106,6 +126,9 @@ def _banner(args, config: SimConfig, url: str) -> str:
     return (f"madbench sim: simulated OpenAI-compatible provider at {url} (rpm {_limit(config.rpm)}, "
             f"tpm {_limit(config.tpm)}, latency median {config.latency_median_s:g} s, sigma {config.latency_sigma:g}); "
             "Ctrl-C stops it\n"
+            f"Provider batches (/v1/files, /v1/batches; `madbench run --provider-batch`) complete after "
+            f"{args.batch_delay:g} s, {args.batch_fail_rate:.0%} of their requests failed, the first {args.batch_expire} "
+            "expiring half done\n"
             f"Point a model spec at it, e.g. a batch file's model or a tier in a debate config's models:\n"
             f"  {{model: openai/madbench-sim, api_base: {url}, send_context: true}}\n"
             "send_context makes the gateway send each debate turn's structured task (madbench_context) beside the prompt,\n"

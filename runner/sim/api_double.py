@@ -31,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from debate.envelope import as_asked
 from runner.sim.http_stub import JSONHandler, StubServer
 from scoring.rule_answers import answer_for_context
 
@@ -173,7 +174,7 @@ class ApiDouble(StubServer):
     @staticmethod
     def answer(req: Request) -> str:
         if req.context is not None:
-            return answer_for_context(req.context)
+            return as_asked(req.context, answer_for_context(req.context))
         digest = hashlib.sha256(json.dumps(req.body, sort_keys=True).encode()).hexdigest()[:16]
         return json.dumps({"answer": digest})
 

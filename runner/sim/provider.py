@@ -26,6 +26,7 @@ import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from debate.envelope import as_asked
 from runner.sim.batches import BatchStore
 from runner.sim.http_stub import JSONHandler, StubServer, chat_completion
 from runner.sim.recall_answers import RecallAnswerer, is_recall_probe
@@ -151,6 +152,7 @@ class SimProvider(StubServer):
             content = self.recall.answer(ctx) if is_recall_probe(ctx) else answer_for_context(ctx)
             if self.answer_filter is not None:
                 content = self.answer_filter(ctx, content)
+            content = as_asked(ctx, content)
         else:
             content = json.dumps({"answer": digest})
         model = body.get("model", "sim")

@@ -6,9 +6,11 @@ causal-debate-3 (three agents, two rounds of critique and revision, the JS inter
 """
 
 import asyncio
+import json
 import os
 
 from debate.config_file import load_debate_config
+from debate.envelope import ENVELOPE_KEY
 from madbench_data.market.pack import load_pack
 from madbench_data.memo import build_memo
 from madbench_data.paths import CONFIGS_DIR
@@ -28,20 +30,62 @@ SMALLEST_PAPER_MEMO = "2022Q1_rand3_1"
 MIN_PREFIX_SHARE = 0.80
 
 
-def agent_turns(scenario: Scenario, pack, tmp_path) -> list[list[dict]]:
-    """The messages of every agent and judge turn of one causal-debate-3 run, as sent."""
+def agent_bodies(scenario: Scenario, pack, tmp_path, **spec_options) -> list[dict]:
+    """The request body of every agent and judge turn of one causal-debate-3 run, as sent."""
     with SimProvider(record_bodies=True) as sim:
         spec = ModelSpec(model="openai/madbench-sim", api_base=sim.url, send_context=True,
-                         limits=RateLimits(max_concurrency=8))
+                         limits=RateLimits(max_concurrency=8), **spec_options)
         cfg = load_debate_config(CONFIGS_DIR / "debate" / "causal-debate-3.yaml")
         cfg = cfg.model_copy(update={"models": ModelRouting.single(spec)})
         result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
         bodies = list(sim.bodies)
     assert result.status == "ok", result.error
-    turns = [b["messages"] for b in bodies if (b.get("madbench_context") or {}).get("phase") in TURNS]
+    turns = [b for b in bodies if (b.get("madbench_context") or {}).get("phase") in TURNS]
     phases = {(b.get("madbench_context") or {}).get("phase") for b in bodies}
     assert set(TURNS) <= phases and len(turns) >= 3 * 5 + 1  # 3 proposals, 2 rounds of 3 critiques and revisions, judge
     return turns
+
+
+def agent_turns(scenario: Scenario, pack, tmp_path) -> list[list[dict]]:
+    """The messages of every agent and judge turn of one causal-debate-3 run, as sent."""
+    return [b["messages"] for b in agent_bodies(scenario, pack, tmp_path)]
+
+
+def synthetic(make_pack):
+    pack = load_pack(make_pack(tickers=("AAA", "BBB", "CCC", "DDD")))
+    return pack, Scenario(id="syn", invest_quarter="2021Q3", tickers=["AAA", "BBB", "CCC", "DDD"],
+                          constraints={"max_weight": 0.6, "min_holdings": 2})
+
+
+def schema_of(body: dict) -> str:
+    return json.dumps(body["response_format"]["json_schema"]["schema"], sort_keys=True)
+
+
+def test_every_turn_of_a_run_is_sent_the_same_schema_and_answers_inside_it(make_pack, tmp_path):
+    # A hosted provider's schema leads its prompt cache: one schema for the whole run, so no turn misses the memo
+    pack, scenario = synthetic(make_pack)
+    bodies = agent_bodies(scenario, pack, tmp_path)
+    (schema,) = {schema_of(b) for b in bodies}
+    alternatives = json.loads(schema)["properties"][ENVELOPE_KEY]["anyOf"]
+    assert {a["title"] for a in alternatives} == {"Proposal", "Critique", "Revision", "JudgeDecision"}
+    assert json.loads(schema)["required"] == [ENVELOPE_KEY]
+    for b in bodies:  # each prompt shows its own phase's answer inside the envelope, naming its own peers
+        assert f'{{"{ENVELOPE_KEY}": {{' in b["messages"][-1]["content"]
+
+
+def test_a_turn_scoped_model_is_sent_each_turns_own_schema(make_pack, tmp_path):
+    # schema_scope: turn (the local model's default): a critique's schema names only the critic's peers
+    pack, scenario = synthetic(make_pack)
+    bodies = agent_bodies(scenario, pack, tmp_path, schema_scope="turn")
+    critiques = [b for b in bodies if b["madbench_context"]["phase"] == "critique"]
+    for round_ in {b["madbench_context"]["round"] for b in critiques}:  # one schema per critic (and per round)
+        this = [b for b in critiques if b["madbench_context"]["round"] == round_]
+        assert len({schema_of(b) for b in this}) == len(this) == 3
+    for b in critiques:
+        schema = json.loads(schema_of(b))
+        assert ENVELOPE_KEY not in schema["properties"]
+        targets = {alt["properties"]["target_agent"]["const"] for alt in schema["properties"]["critiques"]["items"]["anyOf"]}
+        assert b["madbench_context"]["agent_id"] not in targets and len(targets) == 2
 
 
 def text(messages: list[dict]) -> str:
@@ -49,9 +93,7 @@ def text(messages: list[dict]) -> str:
 
 
 def test_every_turn_opens_with_the_same_system_message(make_pack, tmp_path):
-    pack = load_pack(make_pack(tickers=("AAA", "BBB", "CCC", "DDD")))
-    scenario = Scenario(id="syn", invest_quarter="2021Q3", tickers=["AAA", "BBB", "CCC", "DDD"],
-                        constraints={"max_weight": 0.6, "min_holdings": 2})
+    pack, scenario = synthetic(make_pack)
     turns = agent_turns(scenario, pack, tmp_path)
     memo = build_memo(scenario, pack).text
     systems = {m[0]["content"] for m in turns}

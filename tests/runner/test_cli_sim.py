@@ -64,3 +64,40 @@ def test_sim_serve_bad_input_is_one_line(capsys):
     assert len(err) == 1 and "cannot listen there" in err[0]
     assert main(["sim", "serve", "--rpm", "0"]) == 2
     assert "--rpm" in capsys.readouterr().err
+
+
+def test_sim_serve_holds_a_provider_batch_for_its_batch_delay_then_answers_it():
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "sim", "serve", "--port", str(port), "--batch-delay", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    try:
+        wait_until_up(proc, url)
+        line = {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
+                "body": {"model": "madbench-sim", "messages": [{"role": "user", "content": "hi"}]}}
+        upload = httpx.post(f"{url}/files", data={"purpose": "batch"},
+                            files={"file": ("in.jsonl", json.dumps(line).encode() + b"\n")}, timeout=10.0).json()
+        batch = httpx.post(f"{url}/batches", json={"input_file_id": upload["id"], "endpoint": "/v1/chat/completions",
+                                                   "completion_window": "24h"}, timeout=10.0).json()
+        t0 = time.monotonic()
+        states = [httpx.get(f"{url}/batches/{batch['id']}", timeout=10.0).json()]
+        while states[-1]["status"] != "completed" and time.monotonic() - t0 < 30:
+            time.sleep(0.2)
+            states.append(httpx.get(f"{url}/batches/{batch['id']}", timeout=10.0).json())
+        waited = time.monotonic() - t0
+        out_file = httpx.get(f"{url}/files/{states[-1]['output_file_id']}/content", timeout=10.0).text
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=30)
+    assert states[0]["status"] in ("validating", "in_progress") and states[-1]["status"] == "completed"
+    assert waited >= 1.5  # held for about --batch-delay from its creation
+    result = json.loads(out_file.splitlines()[0])
+    assert result["custom_id"] == "r1" and result["response"]["status_code"] == 200
+    assert "Provider batches" in out and "complete after 2 s" in out
+
+
+def test_sim_serve_batch_options_are_checked(capsys):
+    assert main(["sim", "serve", "--batch-fail-rate", "1.5"]) == 2
+    assert "--batch-fail-rate" in capsys.readouterr().err
+    assert main(["sim", "serve", "--api", "openai", "--batch-delay", "3"]) == 2
+    assert "--batch-delay" in capsys.readouterr().err

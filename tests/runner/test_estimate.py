@@ -286,3 +286,20 @@ def test_a_pilot_calibrates_the_estimate_of_a_larger_batch_within_25_percent(mak
     errors = {k: estimate["total"][k] / v - 1 for k, v in actual.items()}
     print("calibration error (estimate / actual - 1):", {k: f"{v:+.1%}" for k, v in errors.items()})
     assert all(abs(e) <= 0.25 for e in errors.values()), errors
+
+
+def test_the_dry_run_gives_the_synchronous_and_the_provider_batch_cost_side_by_side(make_pack, tmp_path, capsys):
+    scenarios = [{"id": "s1", "invest_quarter": "2021Q3", "tickers": TICKERS, "constraints": {"max_weight": 0.6}}]
+    model = {"model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1"}  # priced; nothing is called
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), scenarios, [str(CONFIGS / "causal-debate-3.yaml")],
+                        "b", model)
+    assert main(["run", str(batch), "--dry-run", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    sync, in_batch = d["estimated_cost_usd"], d["estimated_batch_cost_usd"]
+    lines = [line for line in d["by_model"] if line["model"] == "openai/gpt-4o-mini"]
+    # gpt-4o-mini's batch prices in litellm's cost map are half its synchronous ones
+    assert sync > 0 and in_batch == pytest.approx(sync / 2, rel=0.01) and d["execution"] == "sync"
+    assert sum(line["cost_usd"] for line in lines) == pytest.approx(sync, abs=1e-3)  # each rounded to 4 places
+    assert main(["run", str(batch), "--dry-run", "--provider-batch"]) == 0
+    out = capsys.readouterr().out
+    assert f"synchronous ${sync:.2f}, provider batch ${in_batch:.2f}" in out and "runs in provider batch mode" in out

@@ -60,11 +60,10 @@ def test_short_prompts_and_a_disabled_cache_report_nothing_cached():
 @pytest.mark.slow
 def test_half_the_input_tokens_of_the_paper_protocol_come_from_the_prompt_cache(tmp_path, capsys):
     # a7 (macro and technical, one round, the JS intervention, a judge, CRIT on every revision) on its first two
-    # paper scenarios, its prompts as they are. The schema is sent in the prompt (prompt_only): with a json_schema
-    # response format per turn, OpenAI's cache is keyed by the schema too, and critiques and revisions (whose
-    # schemas name their own targets) would share nothing.
-    assert main(["bench", "cost", "--runs", "2", "--structured-output", "prompt_only", "--json",
-                 "--results-dir", str(tmp_path / "a7")]) == 0
+    # paper scenarios, its prompts as they are, with the provider's default structured output (a JSON schema sent
+    # with every call). That schema leads OpenAI's cache key: every turn of a run is sent the run's one envelope
+    # schema (debate/envelope.py), so a turn's schema never makes it miss the memo behind it.
+    assert main(["bench", "cost", "--runs", "2", "--json", "--results-dir", str(tmp_path / "a7")]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert list(out) == list(JSON_KEYS)
     calls = pd.read_parquet(tmp_path / "a7" / "calls.parquet")

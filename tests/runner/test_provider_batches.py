@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 import madbench_gateway.providers as providers
+from eval.report.figures import realised_saving
 from madbench_gateway import Gateway, LLMRequest, Message, ModelSpec, OutputInvalid, ResponseCache
 from madbench_gateway.providers.batching import BatchAPI, BatchingProvider
 from madbench_gateway.providers.litellm_provider import LiteLLMProvider
@@ -186,15 +187,16 @@ def test_the_gateway_in_batch_mode_retries_an_invalid_answer_with_feedback_in_th
 
 # ---------------------------------------------------------------------------------------------- the whole runner
 
-def a7_batch(tmp_path: Path, pack: Path, sim, name: str, execution=None) -> Path:
+def a7_batch(tmp_path: Path, pack: Path, sim, name: str, execution=None, model_name: str = "openai/madbench-sim") -> Path:
     """The a7 batch (configs/batches/a7.yaml: its two configs) on two scenarios of a synthetic pack, every call to
-    the simulated provider (rule-based answers), as tests/runner/test_chaos.py points batches at it."""
+    the simulated provider (rule-based answers), as tests/runner/test_chaos.py points batches at it. A listed
+    ``model_name`` (the simulator answers any) is priced at its list prices."""
     a7 = yaml.safe_load((ROOT / "configs/batches/a7.yaml").read_text())
     scen = tmp_path / "scenarios.yaml"
     scen.write_text(yaml.safe_dump({"scenarios": [
         {"id": f"s{q}", "invest_quarter": q, "tickers": TICKERS, "constraints": {"max_weight": 0.6}}
         for q in ("2021Q3", "2022Q1")]}))
-    model = {"model": "openai/madbench-sim", "api_base": sim.url, "send_context": True,
+    model = {"model": model_name, "api_base": sim.url, "send_context": True,
              "limits": {"max_concurrency": 16}, "retry": {"backoff_base_s": 0.2, "backoff_max_s": 2.0}}
     spec = {"name": name, "scenarios": {"file": str(scen)}, "pack": str(pack), "model": model,
             "configs": [str((ROOT / "configs/batches" / c).resolve()) for c in a7["configs"]], "pairs": a7["pairs"],
@@ -239,12 +241,13 @@ BATCH_MODE = {"mode": "batch", "poll_s": 0.2, "settle_s": 0.3, "idle_s": 2.0}
 def test_a7_in_provider_batch_mode_is_one_provider_batch_per_phase_and_allocates_as_a_sync_run(pack, tmp_path):
     with SimProvider() as sim:
         t = time.monotonic()
-        assert (out := run_cli(a7_batch(tmp_path, pack, sim, "sync"))).returncode == 0, out.stderr[-2000:]
+        priced = "openai/gpt-4o-mini"  # priced, so that the report shows what batch mode saved
+        assert (out := run_cli(a7_batch(tmp_path, pack, sim, "sync", model_name=priced))).returncode == 0, out.stderr[-2000:]
         sync_s = time.monotonic() - t
         calls_sync = sim.stats.requests
         sim.batches.config.completion_delay_s = 1.0
         t = time.monotonic()
-        assert (out := run_cli(a7_batch(tmp_path, pack, sim, "batch", BATCH_MODE))).returncode == 0, out.stderr[-2000:]
+        assert (out := run_cli(a7_batch(tmp_path, pack, sim, "batch", BATCH_MODE, priced))).returncode == 0, out.stderr[-2000:]
         batch_s = time.monotonic() - t
         assert sim.stats.requests == calls_sync  # no synchronous call in batch mode
         batches = [[x["custom_id"] for x in sim.batches.batches[b].lines] for b in sorted(sim.batches.batches)]
@@ -264,6 +267,16 @@ def test_a7_in_provider_batch_mode_is_one_provider_batch_per_phase_and_allocates
     assert len(batches) == longest, batches  # in lockstep: one provider batch per debate phase, shared by every run
     summary = journal_summary(tmp_path / "results" / "batch")
     assert summary["provider_batches"] == len(batches) and summary["answered"] == summary["requests"]
+    # The saving realised: every call at batch prices, against the same tokens synchronously at list prices
+    saved = {}
+    for name in ("sync", "batch"):
+        calls = pd.read_parquet(tmp_path / "results" / name / "calls.parquet")
+        saved[name] = realised_saving(calls)
+        assert main(["report", str(tmp_path / "results" / name)]) == 0
+        page = (tmp_path / "results" / name / "report.html").read_text()
+        assert f"{saved[name]['saved_share']:.0%} saved" in page and f"{saved[name]['provider_batch_calls']} of them" in page
+    assert saved["sync"]["provider_batch_calls"] == 0 and saved["batch"]["provider_batch_calls"] == saved["batch"]["calls_paid"]
+    assert saved["batch"]["saved_share"] >= 0.5 > saved["sync"]["saved_share"] >= 0.0
     print(f"\nprovider batch mode on a7 (4 runs): {len(batches)} provider batches for {longest} phases, "
           f"{summary['requests']} requests; wall {batch_s:.1f} s against {sync_s:.1f} s synchronously (batch delay 1 s)")
 
