@@ -24,7 +24,8 @@ import pandas as pd
 from madbench_data.errors import InputError
 from madbench_data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench_data.paths import CONFIGS_DIR
-from madbench_gateway.models import ModelSpec, RateLimits, StructuredMode
+from madbench_gateway.models import ModelSpec, RateLimits, SchemaScope, StructuredMode
+from madbench_gateway.providers import schema_scope as schema_scope_of
 from madbench_gateway.providers.litellm_provider import import_litellm, token_cost
 from runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from runner.execute import run_batch
@@ -81,14 +82,16 @@ def _runs(n: int, model: ModelSpec, pack: str | None, evidence: list[str] | None
 
 
 def bench_cost(runs: int = 3, price_model: str = PRICE_MODEL, structured_output: StructuredMode | None = None,
-               pack: str | None = None, evidence: list[str] | None = None, results_dir: str | Path | None = None) -> dict:
+               pack: str | None = None, evidence: list[str] | None = None, results_dir: str | Path | None = None,
+               schema_scope: SchemaScope | None = None) -> dict:
     """Run ``runs`` scenarios of a7 against the simulated provider and price their calls (module docstring).
     ``results_dir``: keep the batch there (else a temporary directory)."""
     prices = batch_price_source(price_model)  # an unknown model is refused before anything runs
     with tempfile.TemporaryDirectory() as tmp, SimProvider(SimConfig(seed=1)) as sim:
         root = Path(results_dir) if results_dir else Path(tmp) / "results"
         model = ModelSpec(model="openai/madbench-sim", api_base=sim.url, send_context=True,
-                          structured_output=structured_output, limits=RateLimits(max_concurrency=32))
+                          structured_output=structured_output, schema_scope=schema_scope,
+                          limits=RateLimits(max_concurrency=32))
         spec, batch, pack_dir, evidence_dirs = _runs(runs, model, pack, evidence)
         run_batch(spec, batch, BatchLayout(root), pack_dir, evidence_dirs, str(Path(tmp) / "cache"), quiet=True)
         calls = pd.read_parquet(root / "calls.parquet")
@@ -106,6 +109,7 @@ def bench_cost(runs: int = 3, price_model: str = PRICE_MODEL, structured_output:
         "sync_cached_usd_per_run": round(usd["sync_cached"] / n, 5), "runs": n, "ok_runs": int((table["status"] == "ok").sum()),
         "config": CONFIG, "price_model": price_model, "batch_prices": prices,
         "structured_output": spec.model.structured_output or "the provider's default (json_schema)",
+        "schema_scope": schema_scope_of(spec.model),
         "prompt_tokens_per_run": round(prompt / n), "completion_tokens_per_run": round(float(paid["completion_tokens"].sum()) / n),
     }
 
@@ -131,7 +135,7 @@ def format_cost(out: dict[str, Any]) -> str:
         return f"${x:.4f}"
     lines = [
         f"{out['runs']} runs of {out['config']} ({out['ok_runs']} ok), {out['calls']} calls, against the simulated provider "
-        f"(structured output: {out['structured_output']})",
+        f"(structured output: {out['structured_output']}, schema scope: {out['schema_scope']})",
         f"tokens per run: {out['prompt_tokens_per_run']:,} prompt ({out['cached_input_share']:.0%} from the prompt cache), "
         f"{out['completion_tokens_per_run']:,} completion",
         f"cost per run at {out['price_model']} list prices:",

@@ -7,7 +7,7 @@ import json
 import typing
 
 from madbench_data.errors import InputError
-from madbench_gateway.models import StructuredMode
+from madbench_gateway.models import SchemaScope, StructuredMode
 from runner.bench.cluster_cache import bench_cluster_cache
 from runner.bench.cost import JSON_KEYS, PRICE_MODEL, bench_cost, format_cost
 from runner.bench.scale import bench_scale
@@ -39,8 +39,11 @@ def register(sub) -> None:
     p.add_argument("--price-model", default=PRICE_MODEL,
                    help=f"`cost`: the model whose list prices (litellm's cost map) every call is priced at (default {PRICE_MODEL})")
     p.add_argument("--structured-output", choices=typing.get_args(StructuredMode),
-                   help="`cost`: how the answer schema is sent (default: the provider's, json_schema; the schema leads "
-                        "OpenAI's cached prefix, so prompt_only caches more)")
+                   help="`cost`: how the answer schema is sent (default: the provider's, json_schema; prompt_only sends "
+                        "none)")
+    p.add_argument("--schema-scope", choices=typing.get_args(SchemaScope),
+                   help="`cost`: one schema per run (run, the default for hosted models: the schema leads the provider's "
+                        "cached prefix) or per turn (turn: each turn's own, and far fewer cache hits)")
     p.add_argument("--results-dir", help="`cost`: keep the simulated batch's results there (calls.parquet has every call's "
                    "prompt, completion and cached tokens); default: a temporary directory")
     add_pack_args(p)
@@ -60,6 +63,7 @@ def _run(args) -> int:
         return run_bench(args)
     if args.runs < 1:
         raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
-    out = bench_cost(args.runs, args.price_model, args.structured_output, args.pack, args.evidence, args.results_dir)
+    out = bench_cost(args.runs, args.price_model, args.structured_output, args.pack, args.evidence, args.results_dir,
+                     args.schema_scope)
     print(json.dumps({k: out[k] for k in JSON_KEYS}) if args.json else format_cost(out))
     return 0
