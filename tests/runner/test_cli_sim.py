@@ -30,13 +30,23 @@ def wait_until_up(proc: subprocess.Popen, url: str, deadline_s: float = 60.0) ->
     raise AssertionError(f"madbench sim serve did not answer at {url} within {deadline_s} s")
 
 
-def test_sim_serve_answers_a_chat_completion_then_stops():
+def serve(*options: str) -> tuple[subprocess.Popen, str]:
+    """`madbench sim serve` on a free port, up and answering; its process and its /v1 URL."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
-    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "sim", "serve", "--port", str(port), "--rpm", "1"],
+    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "sim", "serve", "--port", str(port), *options],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
     try:
         wait_until_up(proc, url)
+    except AssertionError:
+        proc.kill()
+        raise
+    return proc, url
+
+
+def test_sim_serve_answers_a_chat_completion_then_stops():
+    proc, url = serve("--rpm", "1")
+    try:
         body = {"model": "madbench-sim", "messages": [{"role": "user", "content": "Say hi as JSON"}]}
         r = httpx.post(f"{url}/chat/completions", json=body, timeout=10.0)
         assert r.status_code == 200
@@ -67,12 +77,8 @@ def test_sim_serve_bad_input_is_one_line(capsys):
 
 
 def test_sim_serve_holds_a_provider_batch_for_its_batch_delay_then_answers_it():
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/v1"
-    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "sim", "serve", "--port", str(port), "--batch-delay", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ})
+    proc, url = serve("--batch-delay", "2")
     try:
-        wait_until_up(proc, url)
         line = {"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
                 "body": {"model": "madbench-sim", "messages": [{"role": "user", "content": "hi"}]}}
         upload = httpx.post(f"{url}/files", data={"purpose": "batch"},
