@@ -32,7 +32,7 @@ from madbench_data.scenario_gen import draw_scenarios
 from madbench_data.templates import read_yaml
 from madbench_gateway import ModelRouting
 from madbench_gateway.models import ModelSpec
-from runner.pipeline import run_id_for
+from runner.pipeline import config_identity, run_id_for
 from runner.provider_batches import ProviderBatchOptions
 from scoring.debate_scorer import scorer_for
 
@@ -334,9 +334,10 @@ def expand(spec: BatchSpec, scenarios: list[Scenario], configs: list[DebateConfi
     runs: list[RunSpec] = []
     seen: dict[str, RunSpec] = {}
     for config in configs:
+        identity = config_identity(config)
         for scenario in scenarios:
             for k in spec.sample_indices:
-                run = RunSpec(run_id_for(scenario, config, k), scenario, config, k)
+                run = RunSpec(run_id_for(scenario, config, k, identity), scenario, config, k)
                 first = seen.setdefault(run.run_id, run)
                 if first is not run:
                     raise InputError(where, f"two runs of the batch are one run (id {run.run_id}): {_source(first)} "

@@ -87,11 +87,17 @@ def prompt_hashes(config: DebateConfig) -> dict[str, str]:
     return out
 
 
-def run_id_for(scenario: Scenario, config: DebateConfig, sample_index: int) -> str:
+def config_identity(config: DebateConfig) -> dict[str, Any]:
+    """What a config puts in its runs' ids: itself (not its name or description) and its prompt texts' hashes. A
+    batch computes it once per config (reading and hashing every template is most of a run id's cost)."""
+    return {"config": config.model_dump(mode="json", exclude={"name", "description"}), "prompts": prompt_hashes(config)}
+
+
+def run_id_for(scenario: Scenario, config: DebateConfig, sample_index: int, identity: dict[str, Any] | None = None) -> str:
     """The run's content hash: the scenario (its id included, so that two scenarios of the same content under two ids
-    are two runs), the config (not its name or description), the replicate and the prompt texts."""
-    payload = {"scenario": scenario.model_dump(mode="json"), "config": config.model_dump(mode="json", exclude={"name", "description"}),
-               "sample_index": sample_index, "prompts": prompt_hashes(config)}
+    are two runs), the config (``config_identity``, or ``identity`` when it is at hand) and the replicate."""
+    payload = {"scenario": scenario.model_dump(mode="json"), "sample_index": sample_index,
+               **(identity or config_identity(config))}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
