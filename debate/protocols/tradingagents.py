@@ -78,7 +78,7 @@ def reflection_for(ctx: RunContext, log: list[dict]) -> tuple[str, str | None]:
     m = ctx.past_performance(ctx.scenario.quarter.previous(), entry["weights"], f"decision log entry {entry['run_id']}")
     held = ", ".join(f"{t} {w:.0%}" for t, w in sorted(entry["weights"].items(), key=lambda x: -x[1]) if w > 0)
     verdict = "beat" if m.excess_return_pct > 0 else "lagged"
-    return (f"Last quarter ({prev}) the desk held {held}. It returned {m.total_return_pct:+.2f}% against SPY's "
+    return (f"Last quarter the desk held {held}. It returned {m.total_return_pct:+.2f}% against SPY's "
             f"{m.spy_return_pct:+.2f}% ({m.excess_return_pct:+.2f} points: it {verdict} the market; Sharpe "
             f"{m.sharpe if m.sharpe is not None else float('nan'):.2f}). Weigh what drove that before repeating or reversing it."), entry["run_id"]
 

@@ -22,10 +22,10 @@ from debate.trace import read_trace
 from madbench_data.blind import pack_companies
 from madbench_data.market.pack import load_pack
 from madbench_data.scenario import Scenario, load_scenarios
-from madbench_gateway import Gateway, ModelRouting
+from madbench_gateway import Gateway, LLMRequest, Message, ModelRouting
 from runner.batch import load_batch, resolve_configs
 from runner.cli import main
-from runner.pipeline import RunResult, run_debate, run_id_for
+from runner.pipeline import BlindGateway, BlindLeak, RunResult, _memos, run_debate, run_id_for
 from runner.store import run_row
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
 from tests.madbench_data.test_blind import UNIVERSE, blind_world, leaks, pack_names
@@ -128,9 +128,24 @@ def test_tradingagents_reflects_on_last_quarter_in_pseudonyms(make_pack, tmp_pat
     result, events, prompts = run_blind(scenario, pack, cfg, tmp_path)
     check_blind_run(result, events, prompts, scenario, pack_names(pack_companies(pack.universe), UNIVERSE))
     reflection = next(e for e in events if e.event == "reflection")  # the trace keeps what the protocol wrote
-    assert reflection.source_run and reflection.text.startswith("Last quarter (2021Q2) the desk held ASSET_")
-    assert "Last quarter (Q\u22121) the desk held ASSET_" in prompts  # what the models read
+    assert reflection.source_run and reflection.text.startswith("Last quarter the desk held ASSET_")
+    assert reflection.text in prompts  # what the models read, as the protocol wrote it
     assert "rounded to the nearest 1" in prompts and "bps QoQ" not in prompts  # macro: bucket
+
+
+def test_a_prompt_naming_the_real_scenario_is_never_sent_and_fails_the_run_loudly(make_pack):
+    # Templates and protocols write only what the blind memo gives them; the gateway of a blind run checks it
+    pack, scenario = blind_world(make_pack)
+    memo, blinded = _memos(scenario, pack, config("causal-debate-3.yaml"), "test")
+    inner = RecordingGateway()
+    gateway = BlindGateway(inner, blinded)
+    ticker = scenario.tickers[0]
+    for messages, context in (([Message(role="user", content=f"Weigh {ticker} against the rest.")], None),
+                              ([Message(role="user", content="Weigh ASSET_A.")], {"note": f"held in {scenario.invest_quarter}"})):
+        request = LLMRequest(model="rules/macro", messages=messages, context=context)
+        with pytest.raises(BlindLeak, match="names the real scenario"):
+            asyncio.run(gateway.complete(request))
+    assert inner.prompts == []  # nothing was sent
 
 
 def test_blind_is_off_by_default_part_of_the_run_identity_when_on(make_pack):
