@@ -11,7 +11,9 @@ together, and the batch stops only when the next call cannot fit.
 
 Persistence: the actor rewrites budget.json (atomically) after every settlement that cost something and when it
 first refuses a reservation. A crash (kill -9 of the driver takes the actor with it) therefore loses at most the
-calls in flight, whose reservations were never settled.
+calls in flight, whose reservations were never settled. A driver joined through the Ray client keeps its results
+directory on its own machine, where the actor (on the head) cannot write: there the driver writes budget.json
+itself (``persist``) every few seconds and at the end, so a crash loses at most those seconds' spend.
 
 Re-running the same command continues from the recorded spend. A batch stopped at its cap stays stopped while
 the cap is not raised: the driver runs nothing and says so. Raising ``max_cost_usd`` (or removing it) continues.
@@ -73,7 +75,8 @@ def write_budget(root: str | Path, record: BudgetRecord) -> None:
 class BudgetActor:
     """The batch's ledger, in one Ray actor (one call at a time), persisted to budget.json as it changes."""
 
-    def __init__(self, root: str, record: dict[str, Any]):
+    def __init__(self, root: str | None, record: dict[str, Any]):
+        """``root``: the results directory it persists to; None when the driver persists (``RayBudget.persist``)."""
         rec = BudgetRecord.model_validate(record)
         self.root = root
         self.ledger = Ledger(rec.cap_usd, rec.spent_usd, rec.reached)
@@ -102,6 +105,8 @@ class BudgetActor:
                 "reached": led.reached}
 
     def _persist(self) -> None:
+        if self.root is None:
+            return
         led = self.ledger
         write_budget(self.root, BudgetRecord(cap_usd=led.cap_usd, spent_usd=led.spent_usd, reached=led.reached))
 
@@ -136,14 +141,21 @@ class RayBudget(Budget):
         import ray
         return self._mirror(ray.get(self.handle.state.remote()))
 
+    def persist(self, root: str | Path) -> dict[str, Any]:
+        """Write the ledger now to ``root``'s budget.json, from the driver; returns its state."""
+        state = self.snapshot()
+        write_budget(root, BudgetRecord(cap_usd=state["cap_usd"], spent_usd=state["spent_usd"], reached=state["reached"]))
+        return state
+
     def _mirror(self, state: dict[str, Any]) -> dict[str, Any]:
         self.ledger.spent_usd, self.ledger.reached = state["spent_usd"], state["reached"]
         return state
 
 
-def start_budget(ray, root: str | Path, record: BudgetRecord) -> RayBudget:
+def start_budget(ray, root: str | Path, record: BudgetRecord, actor_writes: bool = True) -> RayBudget:
     """Write ``record`` to budget.json and start the batch's ``BudgetActor`` on this (the driver's) node, where the
-    results directory is surely writable; returns the ``RayBudget`` to hand to the runner actors."""
+    results directory is writable, unless the driver is off the cluster (``actor_writes`` False: a Ray client's
+    results are on its own machine, and the driver persists them); returns the ``RayBudget`` for the runner actors."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     write_budget(root, record)  # from the driver first: a directory it cannot write fails here, plainly
@@ -151,15 +163,16 @@ def start_budget(ray, root: str | Path, record: BudgetRecord) -> RayBudget:
     name = f"madbench-budget-{os.getpid()}-{hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:12]}"
     cls = ray.remote(num_cpus=0, max_restarts=0)(BudgetActor)
     handle = cls.options(name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote(
-        str(root), record.model_dump())
+        str(root) if actor_writes else None, record.model_dump())
     budget = RayBudget(handle, record)
     budget.snapshot()  # up and answering before any runner actor asks it
     return budget
 
 
-def stop_budget(ray, budget: RayBudget, spent_before: float) -> dict[str, Any]:
-    """The ledger's final state (already in budget.json: the actor wrote it as it changed), then stop the actor."""
-    state = budget.snapshot()
+def stop_budget(ray, budget: RayBudget, spent_before: float, root: str | Path | None = None) -> dict[str, Any]:
+    """The ledger's final state (already in budget.json when the actor wrote it as it changed; else written now to
+    ``root`` from the driver), then stop the actor."""
+    state = budget.snapshot() if root is None else budget.persist(root)
     ray.kill(budget.handle)
     return summary(state, spent_before)
 

@@ -20,6 +20,7 @@ import sys
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +251,8 @@ class Dispatch:
         self.sent = 0
         self.staged: dict[int, bool] = {}  # actor index → whether it stages its runs (unknown until it answers)
         self.committed: Counter = Counter()  # run id → ok results settled: every run is committed exactly once
+        #: Called with the manifest every few seconds (a Ray client's driver writes its budget then).
+        self.every_status: list[Callable[[], Any]] = []
         stats.setdefault("committed_twice", [])
 
     def loop(self) -> str:
@@ -271,6 +274,8 @@ class Dispatch:
         if now - self.last_status >= STATUS_INTERVAL_S:
             self.last_status = now
             write_manifest(self.layout, self.spec_json, list(self.manifest_runs.values()), "running")
+            for hook in self.every_status:
+                hook()
 
     def _submit(self) -> None:
         while self.queue and len(self.in_flight) < self.spec.max_in_flight and not self.budget_hit:
@@ -404,7 +409,8 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             todo, state = [], "stopped: budget reached"
         if todo:
             ray = init_ray(address)
-            budget = start_budget(ray, layout.root, record)
+            off_cluster = ray_client(address)  # the results are on this machine: the budget is written from here
+            budget = start_budget(ray, layout.root, record, actor_writes=not off_cluster)
             progress.spent_source = lambda: budget.snapshot()["spent_usd"]
             cache = start_cache(ray, cache_dir, cluster_cache)
             batches = spec.provider_batches
@@ -417,6 +423,8 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
                 ray.get(ready)  # the collector has read its journal (it starts while the runner actors do)
             dispatch = Dispatch(pool, spec, layout, manifest_runs, todo, progress, stats, retry_failed, spec_json,
                                 collector)
+            if off_cluster:
+                dispatch.every_status.append(lambda: budget.persist(layout.root))
             try:
                 state = dispatch.loop()
             except KeyboardInterrupt:
@@ -431,7 +439,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
                     m.pop("in_flight_since", None)
                 pool.kill_all()
                 write_manifest(layout, spec_json, list(manifest_runs.values()), state)
-                stats["budget"] = stop_budget(ray, budget, record.spent_usd)
+                stats["budget"] = stop_budget(ray, budget, record.spent_usd, layout.root if off_cluster else None)
                 stats["cache"] = stop_cache(ray, cache)
                 if collector is not None:
                     stats["provider_batches"] = stop_collector(ray, collector) | journal_summary(layout.root)

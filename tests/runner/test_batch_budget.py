@@ -32,7 +32,7 @@ from madbench_gateway import (
     accounting,
 )
 from madbench_gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
-from runner.budget import BUDGET_FILE, BudgetRecord, read_budget, write_budget
+from runner.budget import BUDGET_FILE, BudgetRecord, read_budget, start_budget, stop_budget, write_budget
 from runner.cli import main
 from runner.cli.commands import EXIT_RUNS_FAILED
 from runner.cli.run import budget_lines, submissions
@@ -186,6 +186,23 @@ def test_the_cap_holds_across_actors_and_invocations(make_pack, tmp_path, ray_lo
         assert table["cost_paid_usd"].sum() == pytest.approx(final, rel=1e-9) and table["cost_usd"].sum() < final
     budget = json.loads((root / BUDGET_FILE).read_text())
     assert budget["cap_usd"] == 1.0 and budget["reached"] is None
+
+
+def test_off_the_cluster_the_driver_writes_the_budget_not_the_actor(tmp_path, ray_local):
+    # A Ray client's results directory is on its own machine: the actor on the head must not write there (it would
+    # write the head's disk at that path), the driver does.
+    root = tmp_path / "results"
+    root.mkdir()
+    budget = start_budget(ray_local, root, BudgetRecord(cap_usd=1.0), actor_writes=False)
+
+    async def pay(cost: float) -> None:
+        await budget.settle(await budget.reserve(0.1), cost)
+    asyncio.run(pay(0.02))
+    assert read_budget(root, 1.0).spent_usd == 0.0  # the actor settled it and wrote nothing
+    assert budget.persist(root)["spent_usd"] == pytest.approx(0.02) and read_budget(root, 1.0).spent_usd == pytest.approx(0.02)
+    asyncio.run(pay(0.03))
+    final = stop_budget(ray_local, budget, 0.0, root)
+    assert read_budget(root, 1.0).spent_usd == pytest.approx(0.05) and final["spent_usd"] == pytest.approx(0.05)
 
 
 # -- a cap the batch could not hold, and a spend that is not known
