@@ -122,6 +122,18 @@ class BatchSpec(BaseModel):
     #: one provider batch per debate phase (runner/provider_batches.py; the full form sets its window and polling).
     execution: Literal["sync", "batch"] | ProviderBatchOptions = "sync"
 
+    @field_validator("execution", mode="before")
+    @classmethod
+    def _execution(cls, v):
+        # The mapping form is the batch mode's options: validated as those alone, so that a mistake in one of them is
+        # reported as that, not beside "should be 'sync' or 'batch'".
+        if isinstance(v, dict):
+            if v.get("mode") == "sync":
+                raise ValueError("the mapping form sets provider batch mode's options; for synchronous calls write "
+                                 "`execution: sync`")
+            return ProviderBatchOptions.model_validate(v)
+        return v
+
     @field_validator("replicates")
     @classmethod
     def _replicates(cls, v):

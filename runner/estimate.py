@@ -1033,12 +1033,13 @@ def estimate_batch(runs: list, memos: dict[str, MemoInfo], max_in_flight: int, c
 
 
 def _summary(exp: RunEstimate, worst: RunEstimate, runs: int) -> dict[str, Any]:
-    ce, cw, cb = _cost(exp), _cost(worst), _cost(exp, "cost_batch_usd")
+    ce, cw, cb, cbw = _cost(exp), _cost(worst), _cost(exp, "cost_batch_usd"), _cost(worst, "cost_batch_usd")
     return {"calls": round(exp.calls, 1), "calls_worst": round(worst.calls, 1), "attempts": round(exp.attempts, 1),
             "prompt_tokens": round(exp.prompt_tokens), "completion_tokens": round(exp.completion_tokens),
             "prompt_tokens_worst": round(worst.prompt_tokens), "completion_tokens_worst": round(worst.completion_tokens),
             "cost_usd": None if ce is None else round(ce, 4), "cost_usd_worst": None if cw is None else round(cw, 4),
             "cost_batch_usd": None if cb is None else round(cb, 4),
+            "cost_batch_usd_worst": None if cbw is None else round(cbw, 4),
             "cost_per_scenario_usd": None if ce is None or not runs else round(ce / runs, 4),
             "cost_known_part_usd": round(sum(line.cost_usd for line in exp.lines.values()), 4),
             "cost_known_part_usd_worst": round(sum(line.cost_usd for line in worst.lines.values()), 4),
@@ -1074,12 +1075,19 @@ def _duration(s: float) -> str:
     return f"{m:.1f} min" if m < 120 else f"{int(m // 60)} h {int(m % 60):02d} min"
 
 
+def usd(x: float) -> str:
+    """Dollars to the cent, or to 1/100 of a cent below $1 (where cents would round a small batch's figures away)."""
+    return f"${x:.2f}" if abs(x) >= 1 else f"${x:.4f}"
+
+
 def batch_line(t: dict, execution: str) -> str:
     """The batch's expected cost synchronously and through provider batch APIs, side by side."""
     sync, batch = t["cost_usd"], t["cost_batch_usd"]
-    now = "this batch runs in provider batch mode (execution: batch)" if execution == "batch" else \
-        "`--provider-batch` or `execution: batch` runs it so; answers within hours instead of minutes"
-    return (f"cost by execution: synchronous ${sync:.2f}, provider batch ${batch:.2f} (saves ${sync - batch:.2f}, "
+    now = ("this batch runs in provider batch mode (execution: batch): its cost is the provider batch one, and its wall "
+           "time is each phase's batch turnaround (up to the provider's 24 h window) times the phases, not the above"
+           if execution == "batch" else "`--provider-batch` or `execution: batch` runs it so; answers within hours instead "
+           "of minutes")
+    return (f"cost by execution: synchronous {usd(sync)}, provider batch {usd(batch)} (saves {usd(sync - batch)}, "
             f"{1 - batch / sync:.0%}); {now}. Both before prompt caching, which serves repeated prompt prefixes "
             "at a discount (`madbench bench cost` measures it)")
 

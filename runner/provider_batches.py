@@ -137,8 +137,11 @@ def journal_summary(root: str | Path) -> dict[str, Any]:
     their states, and the prices they were accounted at (``madbench bench cost`` reads ``provider_batches``)."""
     entries = read_journal(root)
     created = [e for e in entries if e.batch_id is not None]
-    return {"provider_batches": len(created), "requests": sum(len(e.keys) for e in created),
-            "answered": sum(e.answered for e in created), "resubmitted": sum(e.resubmitted for e in entries),
+    requests, answered = sum(len(e.keys) for e in created), sum(e.answered for e in created)
+    resubmitted = sum(e.resubmitted for e in entries)
+    # The rest came back as error lines (a 500, a 429), which the gateway asked again in a later batch
+    return {"provider_batches": len(created), "requests": requests, "answered": answered, "resubmitted": resubmitted,
+            "errored": max(0, requests - answered - resubmitted),
             "states": dict(Counter(e.state for e in entries)),
             "pricing": {f"{e.provider}/{e.model}": e.pricing for e in created}}
 

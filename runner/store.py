@@ -215,8 +215,9 @@ def _billed(attempts: list[dict[str, Any]], key: str) -> int:
 
 
 def _list_cost(e: LLMCall) -> float | None:
-    """What a fresh call's billed attempts would have cost synchronously with no prompt-cache discount (0 for an
-    answer from madbench's own cache, like its ``cost_usd``); None when one of them has no list price."""
+    """What a fresh call's billed attempts would have cost synchronously with no prompt-cache discount; None when one
+    of them has no list price. 0 for an answer from madbench's own cache, which billed nothing now (as its
+    ``cached_tokens``; its ``cost_usd`` stays what it cost when it was first asked)."""
     if e.cached:
         return 0.0
     costs = [a.get("list_cost_usd") for a in e.attempts if a.get("prompt_tokens") is not None]
@@ -227,7 +228,8 @@ def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[d
     """One row per answered call. ``cached_tokens`` and ``cache_write_tokens``: of the prompt tokens billed for this
     call now (every attempt's), those the provider read from and wrote to its prompt cache; 0 for an answer from
     madbench's own cache (``cached``), which billed nothing now. ``list_cost_usd``: the same tokens synchronously
-    at list price without the prompt cache's discount (against ``cost_usd``, the saving realised);
+    at list price without the prompt cache's discount (against ``cost_usd`` of the fresh calls, the saving
+    realised; 0 for a cached answer, whose ``cost_usd`` is what it cost when first asked);
     ``provider_batch``: answered through a provider batch."""
     return [{"run_id": result.run_id, "seq": e.seq, "agent": e.agent, "phase": e.phase, "round": e.round,
              "label": e.label, "model_requested": e.model_requested, "model_used": e.model_used, "provider": e.provider, "is_llm": e.is_llm,

@@ -129,7 +129,8 @@ def pillar_trajectories(rounds: pd.DataFrame, runs: pd.DataFrame, configs: list[
 def cost_summary(runs: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in ("calls", "cached", "failed", "prompt_tokens", "completion_tokens", "cost_usd", "cost_paid_usd",
                         "latency_s") if c in runs.columns]  # cost_paid_usd: every attempt's paid calls (runner/store.py)
-    table = runs.groupby("config", sort=False)[cols].sum(min_count=1)
+    # None (a cost not known) as NaN, so that the table prints it as every other unknown figure
+    table = runs[cols].apply(pd.to_numeric).groupby(runs["config"], sort=False).sum(min_count=1)
     table.insert(0, "runs", runs.groupby("config", sort=False).size())
     if "status" in runs.columns:
         table.insert(1, "failed_runs", runs.groupby("config", sort=False)["status"].apply(lambda s: int((s != "ok").sum())))
@@ -141,7 +142,8 @@ def cost_summary(runs: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
     if len(calls) and "list_cost_usd" in calls.columns:
         merged = calls.merge(runs[["run_id", "config"]], on="run_id")
         saving = pd.DataFrame({c: realised_saving(g) for c, g in merged.groupby("config", sort=False)}).T
-        table = table.join(saving[["list_cost_usd", "saved_share", "cached_input_share", "provider_batch_calls"]])
+        saving = saving[["list_cost_usd", "saved_share", "cached_input_share", "provider_batch_calls"]].apply(pd.to_numeric)
+        table = table.join(saving.astype({"provider_batch_calls": "Int64"}))
     return table.reset_index()
 
 
@@ -172,7 +174,9 @@ def saving_note(calls: pd.DataFrame) -> str | None:
     return (f"Paid ${s['paid_usd']:.4f} for {s['calls_paid']} calls that cost ${s['list_cost_usd']:.4f} synchronously at "
             f"list prices without a prompt cache: {s['saved_share']:.0%} saved. {s['provider_batch_calls']} of them were "
             f"answered through provider batches (batch prices), and the provider's prompt cache served "
-            f"{s['cached_input_share'] or 0:.0%} of their input tokens (cached-input prices).")
+            f"{s['cached_input_share'] or 0:.0%} of their input tokens, billed at a cached-input rate where the model's "
+            "prices (litellm's cost map) have one for the way the call went: some have none for batches (gpt-4o-mini's "
+            "batch input price is already its cached one).")
 
 
 def tokens_chart(cost: pd.DataFrame) -> go.Figure:

@@ -109,7 +109,7 @@ def bench_cost(runs: int = 3, price_model: str = PRICE_MODEL, structured_output:
         "sync_cached_usd_per_run": round(usd["sync_cached"] / n, 5), "runs": n, "ok_runs": int((table["status"] == "ok").sum()),
         "config": CONFIG, "price_model": price_model, "batch_prices": prices,
         "structured_output": spec.model.structured_output or "the provider's default (json_schema)",
-        "schema_scope": schema_scope_of(spec.model),
+        "schema_scope": "none (no schema sent)" if spec.model.structured_output == "prompt_only" else schema_scope_of(spec.model),
         "prompt_tokens_per_run": round(prompt / n), "completion_tokens_per_run": round(float(paid["completion_tokens"].sum()) / n),
     }
 

@@ -139,7 +139,7 @@ def dry_run(spec, runs, pack, calibrate_from: str | None = None) -> dict:
            "estimated_cost_usd": total["cost_usd"], "worst_cost_usd": total["cost_usd_worst"],
            "models_without_price": est["models_without_price"], "max_in_flight": spec.max_in_flight,
            "workers": spec.workers, "execution": "sync" if spec.provider_batches is None else "batch",
-           "estimated_batch_cost_usd": total["cost_batch_usd"], **est}
+           "estimated_batch_cost_usd": total["cost_batch_usd"], "worst_batch_cost_usd": total["cost_batch_usd_worst"], **est}
     out["calibration"] = None if calib is None else {
         "source": calib.source, "runs": calib.runs, "rate_sources": calib.rate_sources,
         "latency_cv": round(calib.latency_cv, 3), "observed": calib.observed}
@@ -208,7 +208,9 @@ def budget_note(spec, d: dict, root: Path) -> str | None:
     spent = read_budget(root, spec.max_cost_usd).spent_usd
     left = max(0.0, spec.max_cost_usd - spent)
     before = f" after ${spent:.4f} spent by earlier invocations" if spent else ""
-    expected, worst = d["estimated_cost_usd"], d["worst_cost_usd"]
+    # In provider batch mode every call is billed at batch prices
+    expected, worst = ((d["estimated_batch_cost_usd"], d["worst_batch_cost_usd"]) if d["execution"] == "batch"
+                       else (d["estimated_cost_usd"], d["worst_cost_usd"]))
     if expected is not None and expected > left:
         return (f"max_cost_usd: the expected cost ${expected:.4f} exceeds the ${left:.4f} left of the ${spec.max_cost_usd:g} "
                 f"cap{before}: the batch would stop at the cap with runs left; raise max_cost_usd or run fewer runs")
@@ -261,7 +263,8 @@ def cmd_run(args) -> int:
     if "provider_batches" in stats:
         pb = stats["provider_batches"]
         print(f"provider batches: {pb['provider_batches']} created for {pb['requests']} requests "
-              f"({pb['answered']} answered, {pb['resubmitted']} resubmitted), journaled in {root / 'provider_batches'}")
+              f"({pb['answered']} answered, {pb['errored']} answered with an error and asked again, {pb['resubmitted']} "
+              f"resubmitted from an expired or failed batch), journaled in {root / 'provider_batches'}")
     spent, reached = budget_lines(stats["budget"], args.batch, unpriced_calls(root))
     if spent:
         print(spent)

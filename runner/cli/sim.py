@@ -3,6 +3,7 @@ Gemini's API (runner/sim), on a port of your choice, until Ctrl-C."""
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 
@@ -72,7 +73,7 @@ def _check(args) -> SimConfig:
             raise InputError(name, f"must be >= 0, got {value:g}", "e.g. --latency-median 2 --latency-sigma 0.5")
     if not 0 <= args.port <= 65535:
         raise InputError("--port", f"must lie in 0..65535, got {args.port}", "e.g. --port 8000, or 0 for a free port")
-    if args.batch_delay < 0 or args.batch_expire < 0 or not 0 <= args.batch_fail_rate <= 1:
+    if not 0 <= args.batch_delay < math.inf or args.batch_expire < 0 or not 0 <= args.batch_fail_rate <= 1:
         raise InputError("--batch-delay/--batch-fail-rate/--batch-expire", "a delay and a count must be >= 0 and a rate "
                          f"in 0..1, got {args.batch_delay:g}, {args.batch_fail_rate:g}, {args.batch_expire}",
                          "e.g. --batch-delay 30 --batch-fail-rate 0.05 --batch-expire 1")
@@ -159,5 +160,7 @@ def cmd_sim_serve(args) -> int:
               "with a fault)", flush=True)
     else:
         s = server.stats
-        print(f"madbench sim: stopped after {s.requests} requests ({s.rejected_429} refused with 429)", flush=True)
+        lines = sum(len(b.lines) for b in server.batches.batches.values())
+        print(f"madbench sim: stopped after {s.requests} requests ({s.rejected_429} refused with 429) and "
+              f"{len(server.batches.batches)} provider batches of {lines} requests", flush=True)
     return 0

@@ -302,4 +302,21 @@ def test_the_dry_run_gives_the_synchronous_and_the_provider_batch_cost_side_by_s
     assert sum(line["cost_usd"] for line in lines) == pytest.approx(sync, abs=1e-3)  # each rounded to 4 places
     assert main(["run", str(batch), "--dry-run", "--provider-batch"]) == 0
     out = capsys.readouterr().out
-    assert f"synchronous ${sync:.2f}, provider batch ${in_batch:.2f}" in out and "runs in provider batch mode" in out
+    assert f"synchronous {E.usd(sync)}, provider batch {E.usd(in_batch)}" in out and "runs in provider batch mode" in out
+    assert E.usd(0.0272) == "$0.0272" and E.usd(13.9) == "$13.90"  # a small batch's cents are not rounded away
+
+
+def test_a_cap_between_the_batch_and_the_sync_cost_is_enough_in_provider_batch_mode(make_pack, tmp_path, capsys):
+    scenarios = [{"id": "s1", "invest_quarter": "2021Q3", "tickers": TICKERS, "constraints": {"max_weight": 0.6}}]
+    model = {"model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1"}
+    pack = make_pack(tickers=tuple(TICKERS))
+    probe = write_batch(tmp_path, pack, scenarios, [str(CONFIGS / "causal-debate-3.yaml")], "probe", model)
+    assert main(["run", str(probe), "--dry-run", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    cap = round((d["worst_batch_cost_usd"] + d["estimated_cost_usd"]) / 2, 6)
+    assert d["worst_batch_cost_usd"] < cap < d["estimated_cost_usd"]
+    capped = write_batch(tmp_path, pack, scenarios, [str(CONFIGS / "causal-debate-3.yaml")], "capped", model, max_cost_usd=cap)
+    assert main(["run", str(capped), "--dry-run"]) == 0
+    assert "exceeds" in capsys.readouterr().err  # synchronously it would stop at the cap
+    assert main(["run", str(capped), "--dry-run", "--provider-batch"]) == 0
+    assert "max_cost_usd" not in capsys.readouterr().err  # at batch prices it fits, worst case included
