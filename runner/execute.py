@@ -239,7 +239,7 @@ class Dispatch:
 
     def __init__(self, pool: ActorPool, spec: BatchSpec, layout: BatchLayout, manifest_runs: dict[str, dict],
                  todo: list[RunSpec], progress: Progress, stats: dict[str, Any], retry_failed: bool,
-                 spec_json: dict[str, Any], collector=None):
+                 spec_json: dict[str, Any], collector=None, every_status: list[Callable[[], Any]] | None = None):
         self.pool, self.spec, self.layout, self.manifest_runs = pool, spec, layout, manifest_runs
         self.collector = collector  # provider batch mode: told which runs are in flight (runner/provider_batches.py)
         self.spec_json = spec_json
@@ -252,7 +252,7 @@ class Dispatch:
         self.staged: dict[int, bool] = {}  # actor index → whether it stages its runs (unknown until it answers)
         self.committed: Counter = Counter()  # run id → ok results settled: every run is committed exactly once
         #: Called with the manifest every few seconds (a Ray client's driver writes its budget then).
-        self.every_status: list[Callable[[], Any]] = []
+        self.every_status = every_status or []
         stats.setdefault("committed_twice", [])
 
     def loop(self) -> str:
@@ -393,8 +393,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
     with ResultsLock(layout.root, "madbench run") as lock:
         manifest_runs = _manifest_entries(runs)
         rebuilt = _recover_committed(spec, runs, layout, manifest_runs)
-        todo = [r for r in runs if manifest_runs[r.run_id]["status"] == "pending"
-                or (retry_failed and manifest_runs[r.run_id]["status"] == "failed")]
+        todo = [r for r in runs if manifest_runs[r.run_id]["status"] in (("pending", "failed") if retry_failed else ("pending",))]
         # The cache this batch really used, resolved: re-scoring and the estimate find it from the manifest.
         spec_json = spec.model_dump(mode="json") | {"cache_dir": str(Path(cache_dir).resolve())}
         write_manifest(layout, spec_json, list(manifest_runs.values()), "running")
@@ -422,9 +421,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             if ready is not None:
                 ray.get(ready)  # the collector has read its journal (it starts while the runner actors do)
             dispatch = Dispatch(pool, spec, layout, manifest_runs, todo, progress, stats, retry_failed, spec_json,
-                                collector)
-            if off_cluster:
-                dispatch.every_status.append(lambda: budget.persist(layout.root))
+                                collector, every_status=[lambda: budget.persist(layout.root)] if off_cluster else [])
             try:
                 state = dispatch.loop()
             except KeyboardInterrupt:
