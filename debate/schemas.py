@@ -46,7 +46,7 @@ class Claim(BaseModel):
     claim_text: str = Field(min_length=1)
     claim_type: ClaimType
     reasoning_type: ReasoningType
-    evidence_ids: list[str] = Field(description="memo IDs without brackets, e.g. AAPL-RET60")
+    evidence_ids: list[str] = Field(description="memo IDs without brackets, e.g. <TICKER>-RET60")
     assumptions: list[str] = Field(default_factory=list)
     falsifiers: list[str] = Field(default_factory=list)
     impacts_positions: list[str] = Field(description="tickers this claim moves")
@@ -123,7 +123,7 @@ class BasicProposal(BaseModel):
 
     model_config = _strict
     thesis: str = Field(min_length=1, description="a short justification of the allocation that cites memo IDs in "
-                                                  "brackets, e.g. [AAPL-RET60]")
+                                                  "brackets, e.g. [<TICKER>-RET60]")
     allocation: list[Holding]
     cash_weight: float = Field(0.0, ge=0.0, le=1.0)
     risks_or_falsifiers: list[str] = Field(min_length=1, description="what would change your mind")

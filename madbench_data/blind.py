@@ -317,26 +317,23 @@ class Blinded:
     #: another ticker in a template is left alone: it names no company of the scenario).
     outgoing: Redactor
 
-    def leak(self, text: str) -> str | None:
-        """The first stretch of a rendered prompt, outside the blind memo, that names a company, ticker or calendar
-        date of the real scenario (what ``outgoing`` would change), None when there is none."""
-        for part in text.split(self.memo_text):
-            clean = self.outgoing(part)
-            if clean != part:
-                at = next((i for i, (a, b) in enumerate(zip(part, clean)) if a != b), min(len(part), len(clean)))
-                return part[max(0, at - 30):at + 30]
-        return None
-
-    def data_leak(self, value) -> str | None:
-        """``leak`` over every string inside ``value`` (a request's context, which a simulated provider is sent)."""
-        if isinstance(value, str):
-            return self.leak(value)
-        items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
-        return next((found for v in items if (found := self.data_leak(v)) is not None), None)
+    def prompt(self, text: str) -> str:
+        """A rendered prompt as a model of a blind run may read it: whatever a template or a protocol wrote around the
+        blind memo (an example ID such as AAPL-RET60, a quarter label) passes ``outgoing``; the memo, blind already,
+        is kept as it is."""
+        return self.memo_text.join(self.outgoing(part) for part in text.split(self.memo_text))
 
     @functools.cached_property
     def memo_text(self) -> str:
         return self.memo.text
+
+    def data(self, value):
+        """``outgoing`` over every string inside ``value`` (a request's context, which a provider may be sent)."""
+        if isinstance(value, str):
+            return self.outgoing(value)
+        if isinstance(value, dict):
+            return {k: self.data(v) for k, v in value.items()}
+        return [self.data(v) for v in value] if isinstance(value, (list, tuple)) else value
 
     @property
     def reverse(self) -> dict[str, str]:

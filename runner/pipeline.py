@@ -197,27 +197,23 @@ def _memos(scenario: Scenario, pack: Pack, config: DebateConfig, where: str) -> 
     return blinded.memo, blinded
 
 
-class BlindLeak(RuntimeError):
-    """A blind run was about to send a real company, ticker or date: a template or protocol wrote it (a bug)."""
-
-
 class BlindGateway:
-    """The gateway as a blind run's context reaches it (it asks only ``complete``): a request whose messages or
-    context (``Blinded.leak``) name a company, ticker or calendar date of the real scenario outside the blind memo is
-    never sent, and the run fails naming what leaked. Templates and protocols write only what the blind memo and
-    scenario give them; this is the check that they do."""
+    """The gateway as a blind run's context reaches it (it asks only ``complete``): every message passes
+    ``Blinded.prompt`` on its way out, and the request's schema and context ``Blinded.data``, so that nothing sent
+    names a company, ticker or calendar date of the real scenario. Templates and protocols write only what the blind
+    memo gives them (the role prompts' example ID is ``<TICKER>-RET60``, a reflection names no quarter); what this
+    still catches is the models' own words quoted into later turns (a claim that names the company it guessed, a
+    year). Cache keys hold the request as sent."""
 
     def __init__(self, gateway: Gateway, blinded: Blinded):
         self.gateway, self.blinded = gateway, blinded
 
     async def complete(self, request: LLMRequest, spec: ModelSpec | str | None = None, validate=passthrough,
                        account: Totals | None = None) -> Completion:
-        for where, found in [*((f"{m.role} message", self.blinded.leak(m.content)) for m in request.messages),
-                             ("task context", self.blinded.data_leak(request.context))]:
-            if found is not None:
-                raise BlindLeak(f"a blind run's {where} names the real scenario: ...{found}... (a template or protocol "
-                                "writes it around the blind memo; nothing was sent)")
-        return await self.gateway.complete(request, spec, validate, account=account)
+        messages = [m.model_copy(update={"content": self.blinded.prompt(m.content)}) for m in request.messages]
+        sent = request.model_copy(update={"messages": messages, "context": self.blinded.data(request.context),
+                                          "response_schema": self.blinded.data(request.response_schema)})
+        return await self.gateway.complete(sent, spec, validate, account=account)
 
 
 def _workdir(layout: RunLayout, scenario: Scenario, blinded: Blinded | None) -> Path:

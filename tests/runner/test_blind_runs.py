@@ -25,7 +25,7 @@ from madbench_data.scenario import Scenario, load_scenarios
 from madbench_gateway import Gateway, LLMRequest, Message, ModelRouting
 from runner.batch import load_batch, resolve_configs
 from runner.cli import main
-from runner.pipeline import BlindGateway, BlindLeak, RunResult, _memos, run_debate, run_id_for
+from runner.pipeline import BlindGateway, RunResult, _memos, run_debate, run_id_for
 from runner.store import run_row
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
 from tests.madbench_data.test_blind import UNIVERSE, blind_world, leaks, pack_names
@@ -133,19 +133,24 @@ def test_tradingagents_reflects_on_last_quarter_in_pseudonyms(make_pack, tmp_pat
     assert "rounded to the nearest 1" in prompts and "bps QoQ" not in prompts  # macro: bucket
 
 
-def test_a_prompt_naming_the_real_scenario_is_never_sent_and_fails_the_run_loudly(make_pack):
-    # Templates and protocols write only what the blind memo gives them; the gateway of a blind run checks it
+def test_what_a_blind_request_would_name_of_the_real_scenario_is_redacted_before_it_is_sent(make_pack):
+    # Templates write only what the blind memo gives them, but a model's own words are quoted into later turns (a
+    # claim naming the company it guessed, a year): the blind gateway redacts the messages, schema and context.
     pack, scenario = blind_world(make_pack)
     memo, blinded = _memos(scenario, pack, config("causal-debate-3.yaml"), "test")
-    inner = RecordingGateway()
-    gateway = BlindGateway(inner, blinded)
-    ticker = scenario.tickers[0]
-    for messages, context in (([Message(role="user", content=f"Weigh {ticker} against the rest.")], None),
-                              ([Message(role="user", content="Weigh ASSET_A.")], {"note": f"held in {scenario.invest_quarter}"})):
-        request = LLMRequest(model="rules/macro", messages=messages, context=context)
-        with pytest.raises(BlindLeak, match="names the real scenario"):
-            asyncio.run(gateway.complete(request))
-    assert inner.prompts == []  # nothing was sent
+    sent = []
+
+    class Inner:
+        async def complete(self, request, *args, **kw):
+            sent.append(request)
+    ticker, quarter = scenario.tickers[0], scenario.invest_quarter
+    request = LLMRequest(model="rules/macro", messages=[Message(role="user", content=f"{ticker} fell after {quarter}.")],
+                         context={"note": f"held in {quarter}"}, response_schema={"description": f"e.g. [{ticker}-RET60]"})
+    asyncio.run(BlindGateway(Inner(), blinded).complete(request))
+    (out,) = sent
+    text = json.dumps([out.messages[0].content, out.context, out.response_schema])
+    assert ticker not in text and quarter not in text
+    assert blinded.mapping[ticker] in out.messages[0].content and blinded.mapping[ticker] in out.response_schema["description"]
 
 
 def test_blind_is_off_by_default_part_of_the_run_identity_when_on(make_pack):
