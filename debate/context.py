@@ -88,7 +88,7 @@ class RunContext:
     #: trace the runner has already read): a resumed run that the cache serves a different answer for one of them
     #: fails (``complete``).
     recorded_answers: dict[str, set[str]] = field(default_factory=dict)
-    _run_schema: dict[str, Any] | None = field(default=None, repr=False)
+    _run_schema: dict[str, Any] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         for a in self.config.agents:

@@ -15,6 +15,7 @@ import copy
 import json
 from typing import Any
 
+from debate.validation import decode_answer
 from madbench_gateway.errors import OutputInvalid
 
 #: The one property of the envelope, holding the phase's answer.
@@ -59,10 +60,7 @@ def envelope_outline(outline: str) -> str:
 
 def unwrap(content: str) -> str:
     """The phase's answer inside an envelope answer; anything else is invalid output, fed back for a retry."""
-    try:
-        value = json.loads(content.strip(), strict=False)  # as debate.validation.parse_json reads an answer
-    except json.JSONDecodeError as exc:
-        raise OutputInvalid(f"the answer is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    value = decode_answer(content)
     if not isinstance(value, dict) or set(value) != {ENVELOPE_KEY} or not isinstance(value[ENVELOPE_KEY], dict):
         keys = ", ".join(sorted(value)) if isinstance(value, dict) else type(value).__name__
         raise OutputInvalid(f'the answer must be one JSON object {{"{ENVELOPE_KEY}": {{...}}}} holding this phase\'s answer; '

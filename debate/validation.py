@@ -56,12 +56,17 @@ class Validated:
     notes: list[str]
 
 
-def parse_json(content: str, model: type[BaseModel]) -> BaseModel:
-    """Strict parse: one JSON object that satisfies the model, nothing repaired."""
+def decode_answer(content: str) -> Any:
+    """An answer's JSON, or ``OutputInvalid`` saying where it breaks (fed back to the model)."""
     try:
-        data = json.loads(content.strip(), strict=False)  # control characters inside strings are tolerated
+        return json.loads(content.strip(), strict=False)  # control characters inside strings are tolerated
     except json.JSONDecodeError as exc:
         raise OutputInvalid(f"the answer is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+
+
+def parse_json(content: str, model: type[BaseModel]) -> BaseModel:
+    """Strict parse: one JSON object that satisfies the model, nothing repaired."""
+    data = decode_answer(content)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

@@ -1127,7 +1127,7 @@ def format_table(d: dict) -> str:
         f"${_money(t['cost_usd'], t['cost_known_part_usd'])} (worst ${_money(t['cost_usd_worst'], worst_known)}); "
         f"wall time {_duration(d['batch_wall_s'])}, bound by {d['bottleneck']}")
     if t["cost_usd"]:
-        out(batch_line(t, d.get("execution", "sync")))
+        out(batch_line(t, d["execution"]))
     models: dict[str, list] = {}
     for row in d["by_model"]:
         m = models.setdefault(row["model"], [0.0, 0.0, 0.0, 0.0, True])

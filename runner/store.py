@@ -215,11 +215,9 @@ def _billed(attempts: list[dict[str, Any]], key: str) -> int:
 
 
 def _list_cost(e: LLMCall) -> float | None:
-    """What a fresh call's billed attempts would have cost synchronously with no prompt-cache discount; None when one
-    of them has no list price. 0 for an answer from madbench's own cache, which billed nothing now (as its
-    ``cached_tokens``; its ``cost_usd`` stays what it cost when it was first asked)."""
-    if e.cached:
-        return 0.0
+    """What a call's billed attempts would have cost synchronously with no prompt-cache discount; None when one of
+    them has no list price. 0 for an answer from madbench's own cache, which records no attempt: nothing was billed
+    now (as its ``cached_tokens``; its ``cost_usd`` stays what it cost when it was first asked)."""
     costs = [a.get("list_cost_usd") for a in e.attempts if a.get("prompt_tokens") is not None]
     return None if None in costs else float(sum(costs))
 

@@ -136,11 +136,10 @@ def cost_summary(runs: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
         table.insert(1, "failed_runs", runs.groupby("config", sort=False)["status"].apply(lambda s: int((s != "ok").sum())))
     if {"calls", "cached"} <= set(cols):
         table["cache_hit_share"] = table["cached"] / table["calls"].where(table["calls"] > 0)
+    merged = calls.merge(runs[["run_id", "config"]], on="run_id") if len(calls) else calls
     if len(calls) and "overhead_ms" in calls.columns:
-        merged = calls.merge(runs[["run_id", "config"]], on="run_id")
         table["overhead_p50_ms"] = merged.groupby("config")["overhead_ms"].median()
     if len(calls) and "list_cost_usd" in calls.columns:
-        merged = calls.merge(runs[["run_id", "config"]], on="run_id")
         saving = pd.DataFrame({c: realised_saving(g) for c, g in merged.groupby("config", sort=False)}).T
         saving = saving[["list_cost_usd", "saved_share", "cached_input_share", "provider_batch_calls"]].apply(pd.to_numeric)
         table = table.join(saving.astype({"provider_batch_calls": "Int64"}))
