@@ -1,6 +1,6 @@
 """Debate configurations (``configs/debate/*.yaml``): every knob of the paper's ablations is a field.
 
-Unknown keys are rejected everywhere. Reading a file (``debate.config_file``) also resolves every
+Unknown keys are rejected everywhere. Reading a file (``madbench.debate.config_file``) also resolves every
 role profile, protocol and intervention, so a bad name or a template typo fails before any model is called.
 """
 
@@ -12,12 +12,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
-from debate.control import PIDConfig
-from debate.schemas import Tier
-from madbench_data.blind import BlindOptions
-from madbench_data.errors import InputError, format_validation_error
-from madbench_data.scenario import Constraints
-from madbench_gateway.models import ModelRouting
+from madbench.data.blind import BlindOptions
+from madbench.data.errors import InputError, format_validation_error
+from madbench.data.scenario import Constraints
+from madbench.debate.control import PIDConfig
+from madbench.debate.schemas import Tier
+from madbench.gateway.models import ModelRouting
 
 
 class AgentConfig(BaseModel):
@@ -75,7 +75,7 @@ class DebateConfig(BaseModel):
     #: Overrides of the scenario's constraints, field by field.
     constraints: dict[str, Any] | None = None
     require_known_evidence: bool = True
-    #: Blind memos (``madbench_data.blind``): pseudonyms for tickers and names, dates relative to the as-of date.
+    #: Blind memos (``madbench.data.blind``): pseudonyms for tickers and names, dates relative to the as-of date.
     #: ``blind: true`` is ``{enabled: true}`` with the default options. Off by default.
     blind: BlindOptions = Field(default_factory=lambda: BlindOptions(enabled=False))
 

@@ -11,12 +11,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from debate.config import DebateConfig
-from debate.interventions import INTERVENTIONS, parse_intervention
-from debate.profiles import load_profile
-from debate.protocols import PROTOCOLS, protocol_options
-from madbench_data.errors import InputError, format_validation_error
-from madbench_data.templates import read_yaml
+from madbench.data.errors import InputError, format_validation_error
+from madbench.data.templates import read_yaml
+from madbench.debate.config import DebateConfig
+from madbench.debate.interventions import INTERVENTIONS, parse_intervention
+from madbench.debate.profiles import load_profile
+from madbench.debate.protocols import PROTOCOLS, protocol_options
 
 
 def parse_debate_config(data: Any, where: str) -> DebateConfig:

@@ -15,21 +15,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from debate.config import AgentConfig, DebateConfig
-from debate.envelope import ANSWER_IN, ENVELOPE_KEY, envelope_outline, unwrap
-from debate.events import LLMCall, LLMFailure, Turn
-from debate.grading import CritScore, RCAVerdict, Scorer
-from debate.profiles import Profile, load_profile
-from debate.request_schemas import enveloped, request_schema, run_schema
-from debate.task import AgentTask
-from debate.trace import TraceWriter
-from debate.validation import TurnRules, Validated, schema_outline, validate_turn
-from madbench_data.memo import Memo
-from madbench_data.scenario import Constraints, Scenario
-from madbench_gateway import Gateway, GatewayFailure, LLMRequest, Message, Totals
-from madbench_gateway.accounting import Completion
-from madbench_gateway.errors import OutputInvalid
-from madbench_gateway.models import ModelSpec
+from madbench.data.memo import Memo
+from madbench.data.scenario import Constraints, Scenario
+from madbench.debate.config import AgentConfig, DebateConfig
+from madbench.debate.envelope import ANSWER_IN, ENVELOPE_KEY, envelope_outline, unwrap
+from madbench.debate.events import LLMCall, LLMFailure, Turn
+from madbench.debate.grading import CritScore, RCAVerdict, Scorer
+from madbench.debate.profiles import Profile, load_profile
+from madbench.debate.request_schemas import enveloped, request_schema, run_schema
+from madbench.debate.task import AgentTask
+from madbench.debate.trace import TraceWriter
+from madbench.debate.validation import TurnRules, Validated, schema_outline, validate_turn
+from madbench.gateway import Gateway, GatewayFailure, LLMRequest, Message, Totals
+from madbench.gateway.accounting import Completion
+from madbench.gateway.errors import OutputInvalid
+from madbench.gateway.models import ModelSpec
 
 T = TypeVar("T")
 

@@ -15,8 +15,8 @@ import copy
 import json
 from typing import Any
 
-from debate.validation import decode_answer
-from madbench_gateway.errors import OutputInvalid
+from madbench.debate.validation import decode_answer
+from madbench.gateway.errors import OutputInvalid
 
 #: The one property of the envelope, holding the phase's answer.
 ENVELOPE_KEY = "turn"

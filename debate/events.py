@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from debate.grading import CritScore, RCAVerdict
+from madbench.debate.grading import CritScore, RCAVerdict
 
 
 class Event(BaseModel):
@@ -192,7 +192,7 @@ class Reflection(Event):
 
 
 class BlindMap(Event):
-    """A blind run's pseudonyms (``madbench_data.blind``): the debate saw only ``mapping``'s values; its final allocation,
+    """A blind run's pseudonyms (``madbench.data.blind``): the debate saw only ``mapping``'s values; its final allocation,
     backtest and result are in the real tickers (its turns, as the agents wrote them, in pseudonyms)."""
     event: Literal["blind_map"] = "blind_map"
     #: Real ticker → pseudonym.

@@ -25,9 +25,9 @@ from typing import Any
 import jinja2
 from pydantic import BaseModel, ConfigDict, Field
 
-from madbench_data.errors import InputError
-from madbench_data.paths import CONFIGS_DIR
-from madbench_data.templates import compile_template, load_yaml_model
+from madbench.data.errors import InputError
+from madbench.data.paths import CONFIGS_DIR
+from madbench.data.templates import compile_template, load_yaml_model
 
 ROLES_DIR = CONFIGS_DIR / "roles"
 TIERS = ("basic", "causal", "enriched")

@@ -16,11 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from debate.envelope import envelope_schema
-from debate.schemas import critique_targets, schema_for
-from debate.validation import TurnRules
-from madbench_gateway.models import ModelSpec
-from madbench_gateway.providers import schema_scope
+from madbench.debate.envelope import envelope_schema
+from madbench.debate.schemas import critique_targets, schema_for
+from madbench.debate.validation import TurnRules
+from madbench.gateway.models import ModelSpec
+from madbench.gateway.providers import schema_scope
 
 #: Evidence IDs are enumerated up to this many; beyond it a phase gets a bounded ID pattern, a stage no constraint.
 ENUM_LIMIT = 300

@@ -9,7 +9,7 @@ paper's CRIT prompt allows (App. B.15: "Critiques may target specific claims or 
 
 Their JSON schemas are sent to the provider for constrained decoding; the
 domain rules that a schema cannot express (universe membership, weight sum,
-evidence IDs that exist in this memo) live in ``debate.validation``.
+evidence IDs that exist in this memo) live in ``madbench.debate.validation``.
 Allocations are lists of {ticker, weight} rather than maps: grammar-constrained
 decoders handle enum-valued fields far better than free-form keys.
 """

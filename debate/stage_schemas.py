@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.schemas import Holding
+from madbench.debate.schemas import Holding
 
 Signal = Literal["strong_buy", "buy", "neutral", "sell", "strong_sell"]
 Confidence = Literal["high", "medium", "low"]

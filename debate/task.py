@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.schemas import Argument, ReceivedCritique, Tier
-from madbench_data.memo import EvidenceItem
-from madbench_data.scenario import Constraints
+from madbench.data.memo import EvidenceItem
+from madbench.data.scenario import Constraints
+from madbench.debate.schemas import Argument, ReceivedCritique, Tier
 
 TaskPhase = Literal["propose", "critique", "revise", "judge"]
 
@@ -22,7 +22,7 @@ class AgentTask(BaseModel):
     agent_id: str
     role: str
     phase: TaskPhase
-    #: The agent's prompt tier: what it returns (``debate.schemas.schema_for``), claims or a free-text rationale.
+    #: The agent's prompt tier: what it returns (``madbench.debate.schemas.schema_for``), claims or a free-text rationale.
     tier: Tier = "causal"
     universe: list[str]
     constraints: Constraints

@@ -10,7 +10,7 @@ A trace is never read or written through a symbolic link: one planted under
 ``traces/`` would otherwise have its target (anywhere on disk) truncated by a
 repair or appended to by a writer. Opening such a path raises
 ``TraceSymlinkError`` naming it. Known API keys are scrubbed from every line
-before it is written (``madbench_gateway.secrets``).
+before it is written (``madbench.gateway.secrets``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from debate.events import AnyEvent, Event, parse_event
-from madbench_data.errors import InputError
-from madbench_gateway.secrets import redact_known
+from madbench.data.errors import InputError
+from madbench.debate.events import AnyEvent, Event, parse_event
+from madbench.gateway.secrets import redact_known
 
 GENESIS = "0" * 64
 
@@ -75,7 +75,7 @@ class TraceReadout:
     good_bytes: int = 0
 
     def typed(self) -> list[AnyEvent]:
-        """The events as their pydantic models (``debate.events``); a line that matches no model raises."""
+        """The events as their pydantic models (``madbench.debate.events``); a line that matches no model raises."""
         return [parse_event(e) for e in self.events]
 
 

@@ -14,7 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from debate.schemas import (
+from madbench.data.errors import format_validation_error
+from madbench.data.scenario import Constraints
+from madbench.debate.schemas import (
     BasicCritique,
     BasicProposal,
     Critique,
@@ -26,9 +28,7 @@ from debate.schemas import (
     schema_for,
     weights_of,
 )
-from madbench_data.errors import format_validation_error
-from madbench_data.scenario import Constraints
-from madbench_gateway.errors import OutputInvalid
+from madbench.gateway.errors import OutputInvalid
 
 SUM_TOL = 1e-3
 
@@ -45,7 +45,7 @@ class TurnRules:
     #: (from_agent, target_claim) of every critique received, for the revise schema; None outside revise.
     #: Not enforced: an ignored critique is a reasoning failure that CRIT (P3) and the RCA judge measure.
     owed_responses: list[tuple[str, str]] | None = None
-    #: The answering agent's prompt tier, which picks the output schema (``debate.schemas.schema_for``).
+    #: The answering agent's prompt tier, which picks the output schema (``madbench.debate.schemas.schema_for``).
     tier: Tier = "causal"
 
 

@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
-from eval import metrics as M
-from madbench_data.errors import InputError
-from madbench_data.market.calendar import Quarter
-from madbench_data.market.pack import BENCHMARK, Pack
+from madbench.data.errors import InputError
+from madbench.data.market.calendar import Quarter
+from madbench.data.market.pack import BENCHMARK, Pack
+from madbench.eval import metrics as M
 
 DEFAULT_CAPITAL = 100_000.0
 WEIGHT_TOL = 1e-6

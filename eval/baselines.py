@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from eval.backtest import DEFAULT_CAPITAL, Metrics, Window, evaluate, holding_window, metrics_row, simulate
-from madbench_data.errors import InputError
-from madbench_data.market.calendar import Quarter
-from madbench_data.market.pack import BENCHMARK, Pack
+from madbench.data.errors import InputError
+from madbench.data.market.calendar import Quarter
+from madbench.data.market.pack import BENCHMARK, Pack
+from madbench.eval.backtest import DEFAULT_CAPITAL, Metrics, Window, evaluate, holding_window, metrics_row, simulate
 
 IVOL_DAYS = 60
 MINVAR_DAYS = 252

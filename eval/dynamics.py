@@ -10,7 +10,7 @@ last revise turn of the round: an intervention's re-revision replaces the first)
 others' allocations as i saw them when critiqued, and C_c critic c's allocation when it critiqued (P_c).
 
 * L1 distance                     L1(p, q) = Σ_k |p_k − q_k|                                   (in [0, 2])
-* JS divergence of two            JS(p, q) = H((p + q)/2) − (H(p) + H(q))/2, base 2   (``debate.control.jsd``)
+* JS divergence of two            JS(p, q) = H((p + q)/2) − (H(p) + H(q))/2, base 2   (``madbench.debate.control.jsd``)
 * shift toward the others         shift_L1 = L1(P_i, m₋ᵢ) − L1(R_i, m₋ᵢ); shift_JS likewise with JS
                                   (> 0: i moved toward the others; m₋ᵢ is held fixed, so their moves don't count)
 * pull toward a critic            pull_c = 1 − L1(R_i, C_c) / L1(P_i, C_c)   (undefined when L1(P_i, C_c) = 0)
@@ -18,7 +18,7 @@ others' allocations as i saw them when critiqued, and C_c critic c's allocation 
 * flip                            i flips toward c when c critiqued i and c has the largest pull, pull_c ≥ ½
                                   (i closed at least half its distance to c)
 * new evidence                    new_i,t = |cited(R_i) − ∪_{s<t} cited(i's argument in effect after round s)|
-                                  (IDs i never cited before: ``scoring.rules_scorer.cited_ids``; the count is
+                                  (IDs i never cited before: ``madbench.scoring.rules_scorer.cited_ids``; the count is
                                   ``new_evidence``, the IDs themselves ``new_evidence_ids``, a JSON list)
 * sycophancy                      syc_i,t = max_c clip(pull_c, 0, 1) if new_i,t = 0, else 0
                                   (movement toward a critic without new evidence; null when nobody critiqued i)
@@ -45,11 +45,11 @@ import numpy as np
 import pandas as pd
 from pydantic import TypeAdapter
 
-from debate.control import jsd, pairwise_js
-from debate.events import AnyEvent, Turn
-from debate.schemas import Argument
-from eval.backtest import DEFAULT_CAPITAL, Window, evaluate, metrics_row, simulate, weight_vector
-from scoring.rules_scorer import cited_ids
+from madbench.debate.control import jsd, pairwise_js
+from madbench.debate.events import AnyEvent, Turn
+from madbench.debate.schemas import Argument
+from madbench.eval.backtest import DEFAULT_CAPITAL, Window, evaluate, metrics_row, simulate, weight_vector
+from madbench.scoring.rules_scorer import cited_ids
 
 #: The key a position holds its cash weight under (no ticker can be spelt so).
 CASH = "<cash>"
@@ -75,12 +75,13 @@ def position(weights: dict[str, float], cash: float | None) -> Position:
 
 
 def l1(p: Position, q: Position) -> float:
-    """L1(p, q) = Σ_k |p_k − q_k| over the union of keys (a missing key weighs 0)."""
-    return float(sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in set(p) | set(q)))
+    """L1(p, q) = Σ_k |p_k − q_k| over the union of keys (a missing key weighs 0), summed in key order so that the
+    same positions give the same bits in every process (a set's order changes with the string hash seed)."""
+    return float(sum(abs(p.get(k, 0.0) - q.get(k, 0.0)) for k in sorted(set(p) | set(q))))
 
 
 def js(p: Position, q: Position) -> float:
-    """JS(p, q), base 2, in [0, 1]: the two-distribution case of ``debate.control.jsd``."""
+    """JS(p, q), base 2, in [0, 1]: the two-distribution case of ``madbench.debate.control.jsd``."""
     return jsd([p, q])
 
 
@@ -124,7 +125,7 @@ def sycophancy(pulls: dict[str, float | None], new_evidence: int) -> float | Non
 
 
 def mean_pairwise_js(positions: dict[str, Position]) -> float:
-    """D = mean over agent pairs of JS(A_j, A_k) (``debate.control.pairwise_js``); 0 for fewer than two agents."""
+    """D = mean over agent pairs of JS(A_j, A_k) (``madbench.debate.control.pairwise_js``); 0 for fewer than two agents."""
     pairs = pairwise_js(positions)
     return float(np.mean(list(pairs.values()))) if pairs else 0.0
 
@@ -269,7 +270,7 @@ def final_positions(events: Iterable[AnyEvent]) -> dict[str, Position]:
 
 def agent_metrics(window: Window, finals: dict[str, Position], allow_cash: bool) -> dict[str, dict[str, Any]]:
     """Each agent's final allocation backtested alone over the run's window (one vectorised simulation). Weights and
-    cash are scaled to sum to exactly 1: a turn's validation lets them sum to 1 ± 0.001 (``debate.validation``)."""
+    cash are scaled to sum to exactly 1: a turn's validation lets them sum to 1 ± 0.001 (``madbench.debate.validation``)."""
     agents = sorted(finals)
     if not agents:
         return {}

@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel
 
-from eval.backtest import DEFAULT_CAPITAL, Metrics, holding_window, metric_arrays, metrics_row, simulate, weight_vector
-from madbench_data.errors import InputError
-from madbench_data.market.calendar import Quarter
-from madbench_data.market.pack import Pack
+from madbench.data.errors import InputError
+from madbench.data.market.calendar import Quarter
+from madbench.data.market.pack import Pack
+from madbench.eval.backtest import DEFAULT_CAPITAL, Metrics, holding_window, metric_arrays, metrics_row, simulate, weight_vector
 
 
 class QuarterAllocation(BaseModel):

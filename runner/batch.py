@@ -20,21 +20,21 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
 
-from debate.config import DebateConfig
-from debate.config_file import load_debate_config, parse_debate_config
-from debate.protocols import protocol_options
-from debate.protocols.self_consistency import MAX_SAMPLES, config_problems, samples_for
-from madbench_data.errors import InputError, format_validation_error
-from madbench_data.market.calendar import quarter_range
-from madbench_data.parquet import read_parquet
-from madbench_data.scenario import Scenario, load_scenarios
-from madbench_data.scenario_gen import draw_scenarios
-from madbench_data.templates import read_yaml
-from madbench_gateway import ModelRouting
-from madbench_gateway.models import ModelSpec
-from runner.pipeline import config_identity, run_id_for
-from runner.provider_batches import ProviderBatchOptions
-from scoring.debate_scorer import scorer_for
+from madbench.data.errors import InputError, format_validation_error
+from madbench.data.market.calendar import quarter_range
+from madbench.data.parquet import read_parquet
+from madbench.data.scenario import Scenario, load_scenarios
+from madbench.data.scenario_gen import draw_scenarios
+from madbench.data.templates import read_yaml
+from madbench.debate.config import DebateConfig
+from madbench.debate.config_file import load_debate_config, parse_debate_config
+from madbench.debate.protocols import protocol_options
+from madbench.debate.protocols.self_consistency import MAX_SAMPLES, config_problems, samples_for
+from madbench.gateway import ModelRouting
+from madbench.gateway.models import ModelSpec
+from madbench.runner.pipeline import config_identity, run_id_for
+from madbench.runner.provider_batches import ProviderBatchOptions
+from madbench.scoring.debate_scorer import scorer_for
 
 #: The most runs one batch expands to (configs × grid cells × scenarios × replicates) unless `madbench run
 #: --max-runs N` allows more: checked arithmetically from the spec before anything is allocated.

@@ -3,7 +3,7 @@
 ``<results>/budget.json`` records what the batch has spent (``spent_usd``), under which cap (``cap_usd``), and
 whether a call was refused at that cap (``reached``). The driver reads it when it starts (``read_budget``) and
 starts one ``BudgetActor`` for the batch (a named Ray actor on the driver's node, ``madbench-budget-<pid>-<dir>``)
-that keeps the ledger (``madbench_gateway.accounting.Ledger``). Every runner actor's gateway asks it through a
+that keeps the ledger (``madbench.gateway.accounting.Ledger``). Every runner actor's gateway asks it through a
 ``RayBudget`` before each paid request: it reserves the request's maximum cost, and settles the reservation to
 what was billed. A reservation waits while spent plus every hold plus its own would pass the cap, and is refused
 (the budget is reached) when spent plus its own would. So calls in flight on many actors at once stay under the cap
@@ -29,10 +29,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from madbench_data.atomic import atomic_write_text
-from madbench_data.errors import InputError
-from madbench_gateway.accounting import Budget, Ledger
-from madbench_gateway.errors import BudgetExhausted
+from madbench.data.atomic import atomic_write_text
+from madbench.data.errors import InputError
+from madbench.gateway.accounting import Budget, Ledger
+from madbench.gateway.errors import BudgetExhausted
 
 BUDGET_FILE = "budget.json"
 

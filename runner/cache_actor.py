@@ -3,7 +3,7 @@
 Without storage that every node mounts, a cache directory per node means each node pays again for what
 another already paid for. So on a cluster (``madbench run --address …``, or a ``ray job submit`` job) the
 driver starts one ``CacheActor`` on its own node, owning the batch's cache directory there, and each runner
-actor keeps a ``madbench_gateway.cache.NodeCache``:
+actor keeps a ``madbench.gateway.cache.NodeCache``:
 
 * on the driver's node, the cache directory itself (read directly; the actor only arbitrates flights);
 * on every other node, a node-local copy (the same path on that node's disk, or ``$MADBENCH_NODE_CACHE_DIR``),
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from madbench_data.errors import InputError
-from madbench_gateway.cache import NodeCache, ResponseCache
-from madbench_gateway.single_flight import SingleFlight
+from madbench.data.errors import InputError
+from madbench.gateway.cache import NodeCache, ResponseCache
+from madbench.gateway.single_flight import SingleFlight
 
 #: Set to 1 when the cache directory is on storage every node mounts: each node opens it, no cache actor.
 SHARED_ENV = "MADBENCH_CACHE_SHARED"

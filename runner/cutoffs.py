@@ -17,11 +17,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from debate.events import AnyEvent, LLMCall
-from madbench_data.errors import InputError, format_validation_error
-from madbench_data.market.calendar import Quarter
-from madbench_data.paths import CONFIGS_DIR
-from madbench_data.templates import read_yaml
+from madbench.data.errors import InputError, format_validation_error
+from madbench.data.market.calendar import Quarter
+from madbench.data.paths import CONFIGS_DIR
+from madbench.data.templates import read_yaml
+from madbench.debate.events import AnyEvent, LLMCall
 
 CUTOFFS_FILE = CONFIGS_DIR / "model_cutoffs.yaml"
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")

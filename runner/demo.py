@@ -20,11 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from eval.report.page import build_report
-from madbench_data.atomic import atomic_write_text
-from madbench_data.markdown import markdown_table
-from madbench_data.paths import PROJECT_ROOT
-from runner.store import read_manifest
+from madbench.data.atomic import atomic_write_text
+from madbench.data.markdown import markdown_table
+from madbench.data.paths import PROJECT_ROOT
+from madbench.eval.report.page import build_report
+from madbench.runner.store import read_manifest
 
 ROOT = PROJECT_ROOT
 BATCHES = ROOT / "configs" / "batches"

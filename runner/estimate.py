@@ -39,14 +39,16 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel
 
-from debate.config import DebateConfig
-from debate.context import constraints_text
-from debate.interventions import configured
-from debate.profiles import load_profile
-from debate.protocols import protocol_options
-from debate.protocols.staged import SLICES, load_prompts, memo_slice, render_items, slice_of
-from debate.request_schemas import request_schema
-from debate.stage_schemas import (
+from madbench.data.errors import InputError
+from madbench.data.scenario import Constraints, Scenario
+from madbench.debate.config import DebateConfig
+from madbench.debate.context import constraints_text
+from madbench.debate.interventions import configured
+from madbench.debate.profiles import load_profile
+from madbench.debate.protocols import protocol_options
+from madbench.debate.protocols.staged import SLICES, load_prompts, memo_slice, render_items, slice_of
+from madbench.debate.request_schemas import request_schema
+from madbench.debate.stage_schemas import (
     Argument,
     Attack,
     CIOVerdict,
@@ -62,18 +64,16 @@ from debate.stage_schemas import (
     Thesis,
     TradePlan,
 )
-from debate.trace import read_trace
-from debate.validation import TurnRules, schema_outline
-from madbench_data.errors import InputError
-from madbench_data.scenario import Constraints, Scenario
-from madbench_gateway.models import ModelSpec, RateLimits
-from madbench_gateway.providers import provider_for
-from madbench_gateway.providers.litellm_provider import import_litellm
-from runner.store import BatchLayout
-from scoring.crit_judge import load_crit_prompt
-from scoring.prompts import load_scorer_prompt
-from scoring.rca_judge import RCA_VARIABLES
-from scoring.rubric import load_rubric
+from madbench.debate.trace import read_trace
+from madbench.debate.validation import TurnRules, schema_outline
+from madbench.gateway.models import ModelSpec, RateLimits
+from madbench.gateway.providers import provider_for
+from madbench.gateway.providers.litellm_provider import import_litellm
+from madbench.runner.store import BatchLayout
+from madbench.scoring.crit_judge import load_crit_prompt
+from madbench.scoring.prompts import load_scorer_prompt
+from madbench.scoring.rca_judge import RCA_VARIABLES
+from madbench.scoring.rubric import load_rubric
 
 # ================================================================================================
 # Declared constants (each an assumption; a pilot batch replaces the ones it can measure)
@@ -116,7 +116,7 @@ class Size:
 
 
 #: Visible answer tokens of the paper's phases, for the enriched tier (``TIER_SCALE`` for the others), from the
-#: output schemas (``debate.schemas``): a claim (text, type, evidence IDs, assumptions, falsifiers, impacts,
+#: output schemas (``madbench.debate.schemas``): a claim (text, type, evidence IDs, assumptions, falsifiers, impacts,
 #: confidence, keys) is about 150 tokens and a proposal carries about six; an allocation entry and a position
 #: rationale about 30 per ticker; a critique item (text, evidence, implication, adjustment, falsifier) about
 #: 220; a critique response about 90.
@@ -136,7 +136,7 @@ TIER_SCALE = {"basic": 0.6, "causal": 0.8, "enriched": 1.0}
 REASONING_TOKENS: dict[str, float] = {"propose": 2000, "critique": 1500, "revise": 2000, "judge": 2500,
                                       "crit": 2000, "rca": 800, "stage": 1200}
 
-#: Visible answer tokens of the staged protocols' stages, from ``debate.stage_schemas``.
+#: Visible answer tokens of the staged protocols' stages, from ``madbench.debate.stage_schemas``.
 STAGE_ANSWER_TOKENS: dict[str, Size] = {
     "planner": Size(700), "bull_thesis": Size(450, 12), "bear_attack": Size(250), "bull_rebuttal": Size(300, 12),
     "bear_changes": Size(250), "risk_auditor": Size(250), "cio": Size(200, 12),
@@ -750,7 +750,7 @@ def _crit_causal(tally: Tally, shapes: PaperShapes, agents: list[str], x: _Expec
 
 
 def paper_plan(cfg: DebateConfig, shapes: PaperShapes, rates: Rates, cv: float = LATENCY_CV) -> RunEstimate:
-    """Calls and critical path of one paper-protocol run (``debate.protocols.paper.PaperDebate``).
+    """Calls and critical path of one paper-protocol run (``madbench.debate.protocols.paper.PaperDebate``).
 
     With A agents, c critics (agents with critique targets), E[T] = rounds · rounds_fraction:
 
@@ -937,7 +937,7 @@ class RunShapes:
 
 def self_consistency_plan(cfg: DebateConfig, shapes: PaperShapes, rates: Rates, cv: float = LATENCY_CV) -> RunEstimate:
     """``self_consistency``: N proposals of its one agent (the paper's propose shape), asked concurrently as one
-    step; nothing else is called (``debate.protocols.self_consistency``)."""
+    step; nothing else is called (``madbench.debate.protocols.self_consistency``)."""
     n = protocol_options(cfg).samples
     if n is None:
         raise ValueError(f"config {cfg.name}: match_tokens_of is unresolved (runner.batch.resolve_samples resolves it)")
@@ -993,7 +993,7 @@ def estimate_batch(runs: list, memos: dict[str, MemoInfo], max_in_flight: int, c
     """Per config and for the whole batch: runs, calls, tokens, cost (expected and worst), minutes per scenario
     (one run's critical path, mean over the config's runs) and batch wall time (``batch_wall_s``).
 
-    ``runs`` are ``runner.batch.RunSpec``s; ``memos`` maps scenario id → ``MemoInfo``."""
+    ``runs`` are ``madbench.runner.batch.RunSpec``s; ``memos`` maps scenario id → ``MemoInfo``."""
     rates = rates or (calib.rates if calib else EXPECTED_RATES)
     worst = worst_rates(rates)
     per_config: dict[str, dict[str, Any]] = {}
@@ -1103,7 +1103,7 @@ def _config_row(c: dict) -> str:
 
 
 def format_table(d: dict) -> str:
-    """The dry run's estimate (``runner.cli.run.dry_run``) as a table: per config (per scenario and in all), then
+    """The dry run's estimate (``madbench.runner.cli.run.dry_run``) as a table: per config (per scenario and in all), then
     the batch, each model, and the rates used."""
     lines: list[str] = []
     out = lines.append

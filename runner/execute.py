@@ -24,25 +24,35 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from debate.config import DebateConfig
-from madbench_data.errors import InputError
-from madbench_data.market.pack import load_pack
-from madbench_data.paths import PROJECT_ROOT
-from madbench_data.scenario import Scenario
-from madbench_gateway import Budget, Gateway
-from madbench_gateway.errors import BudgetExhausted
-from madbench_gateway.providers import use_provider_batches
-from madbench_gateway.providers.batching import current_party
-from madbench_gateway.secrets import redact, remember
-from runner.batch import BatchSpec, RunSpec
-from runner.budget import read_budget, start_budget, stop_budget, summary
-from runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
-from runner.lock import ResultsLock, WriterGuard
-from runner.pipeline import run_debate
-from runner.progress import Progress
-from runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
-from runner.staging import OwnerGuard, collect, commit, head_trace, job_working_dir, portable, prepare, sees_results, staging_root
-from runner.store import TABLES, BatchLayout, compact, read_manifest, write_manifest, write_parts
+from madbench.data.errors import InputError
+from madbench.data.market.pack import load_pack
+from madbench.data.paths import PROJECT_ROOT
+from madbench.data.scenario import Scenario
+from madbench.debate.config import DebateConfig
+from madbench.gateway import Budget, Gateway
+from madbench.gateway.errors import BudgetExhausted
+from madbench.gateway.providers import use_provider_batches
+from madbench.gateway.providers.batching import current_party
+from madbench.gateway.secrets import redact, remember
+from madbench.runner.batch import BatchSpec, RunSpec
+from madbench.runner.budget import read_budget, start_budget, stop_budget, summary
+from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
+from madbench.runner.lock import ResultsLock, WriterGuard
+from madbench.runner.pipeline import run_debate
+from madbench.runner.progress import Progress
+from madbench.runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
+from madbench.runner.staging import (
+    OwnerGuard,
+    collect,
+    commit,
+    head_trace,
+    job_working_dir,
+    portable,
+    prepare,
+    sees_results,
+    staging_root,
+)
+from madbench.runner.store import TABLES, BatchLayout, compact, read_manifest, write_manifest, write_parts
 
 
 class RunnerActor:

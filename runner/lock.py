@@ -16,8 +16,8 @@ import socket
 import time
 from pathlib import Path
 
-from madbench_data.errors import InputError
-from madbench_gateway.errors import DriverGone
+from madbench.data.errors import InputError
+from madbench.gateway.errors import DriverGone
 
 LOCK_NAME = ".lock"
 #: How long a starting driver retries a taken lock: an orphaned actor of a killed driver checks the lock with a

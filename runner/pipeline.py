@@ -19,32 +19,42 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from debate.config import DebateConfig
-from debate.context import DebateFailure, RunContext
-from debate.events import Backtest, BlindMap, Final, MemoShown, RunEnd, RunStart, last_attempt, recorded_answers, unblinded
-from debate.outcome import Outcome
-from debate.profiles import load_profile
-from debate.protocols import PROTOCOLS
-from debate.protocols.staged import prompt_files_hash
-from debate.trace import TraceWriter, read_trace
-from eval.backtest import backtest, holding_window
-from eval.baselines import baseline_metrics
-from eval.dynamics import agent_metrics, final_positions
-from madbench_data.atomic import atomic_write_text
-from madbench_data.blind import Blinded, blind_memo, pack_companies
-from madbench_data.errors import InputError
-from madbench_data.market.pack import Pack
-from madbench_data.memo import Memo, build_memo
-from madbench_data.scenario import Scenario, check_against_pack
-from madbench_gateway import Completion, Gateway, LLMRequest, ModelSpec, Totals
-from madbench_gateway.gateway import passthrough
-from madbench_gateway.secrets import redact
-from runner.wiring import install_rule_answers
-from scoring.crit_judge import load_crit_prompt
-from scoring.debate_scorer import scorer_for
-from scoring.prompts import load_scorer_prompt
-from scoring.rca_judge import RCA_VARIABLES
-from scoring.rubric import load_rubric
+from madbench.data.atomic import atomic_write_text
+from madbench.data.blind import Blinded, blind_memo, pack_companies
+from madbench.data.errors import InputError
+from madbench.data.market.pack import Pack
+from madbench.data.memo import Memo, build_memo
+from madbench.data.scenario import Scenario, check_against_pack
+from madbench.debate.config import DebateConfig
+from madbench.debate.context import DebateFailure, RunContext
+from madbench.debate.events import (
+    Backtest,
+    BlindMap,
+    Final,
+    MemoShown,
+    RunEnd,
+    RunStart,
+    last_attempt,
+    recorded_answers,
+    unblinded,
+)
+from madbench.debate.outcome import Outcome
+from madbench.debate.profiles import load_profile
+from madbench.debate.protocols import PROTOCOLS
+from madbench.debate.protocols.staged import prompt_files_hash
+from madbench.debate.trace import TraceWriter, read_trace
+from madbench.eval.backtest import backtest, holding_window
+from madbench.eval.baselines import baseline_metrics
+from madbench.eval.dynamics import agent_metrics, final_positions
+from madbench.gateway import Completion, Gateway, LLMRequest, ModelSpec, Totals
+from madbench.gateway.gateway import passthrough
+from madbench.gateway.secrets import redact
+from madbench.runner.wiring import install_rule_answers
+from madbench.scoring.crit_judge import load_crit_prompt
+from madbench.scoring.debate_scorer import scorer_for
+from madbench.scoring.prompts import load_scorer_prompt
+from madbench.scoring.rca_judge import RCA_VARIABLES
+from madbench.scoring.rubric import load_rubric
 
 install_rule_answers()  # every gateway that runs a debate can answer ``rules/…`` models
 

@@ -18,21 +18,21 @@ import os
 from pathlib import Path
 from typing import Any
 
-from debate.config import DebateConfig
-from debate.context import constraints_text
-from debate.profiles import Profile, load_profile
-from debate.protocols.staged import load_prompts
-from debate.schemas import CritiqueItem
-from eval.backtest import holding_window
-from eval.baselines import baseline_metrics
-from madbench_data.errors import InputError
-from madbench_data.market.pack import Pack
-from madbench_data.memo import Memo, build_memo
-from madbench_data.scenario import Scenario, check_against_pack
-from madbench_gateway.models import ModelSpec, as_spec
-from madbench_gateway.providers import provider_for
-from madbench_gateway.providers.litellm_provider import LiteLLMProvider
-from runner.batch import RunSpec
+from madbench.data.errors import InputError
+from madbench.data.market.pack import Pack
+from madbench.data.memo import Memo, build_memo
+from madbench.data.scenario import Scenario, check_against_pack
+from madbench.debate.config import DebateConfig
+from madbench.debate.context import constraints_text
+from madbench.debate.profiles import Profile, load_profile
+from madbench.debate.protocols.staged import load_prompts
+from madbench.debate.schemas import CritiqueItem
+from madbench.eval.backtest import holding_window
+from madbench.eval.baselines import baseline_metrics
+from madbench.gateway.models import ModelSpec, as_spec
+from madbench.gateway.providers import provider_for
+from madbench.gateway.providers.litellm_provider import LiteLLMProvider
+from madbench.runner.batch import RunSpec
 
 #: The phase a staged protocol's stages are routed as (see debate.protocols.staged).
 STAGE_PHASES = ("propose", "crit")
@@ -198,7 +198,7 @@ def staged_prompt_problems(config: DebateConfig, scenario: Scenario, memo: Memo,
 
 def prompt_problems(configs: list[DebateConfig], scenario: Scenario, memo: Memo) -> list[str]:
     """Render every template each config can use once, on a real memo: a sandbox violation, a runaway template or a
-    prompt over the size limit (madbench_data.templates) fails here, before any run, not in every run."""
+    prompt over the size limit (madbench.data.templates) fails here, before any run, not in every run."""
     problems: list[str] = []
     for config in configs:
         constraints = constraints_text(config.effective_constraints(scenario.constraints, f"config {config.name}: constraints"))

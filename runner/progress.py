@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from runner.budget import spend_text
+from madbench.runner.budget import spend_text
 
 #: Seconds between plain lines when the stream is not a terminal.
 PLAIN_INTERVAL_S = 30.0

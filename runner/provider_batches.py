@@ -1,7 +1,7 @@
 """Provider batch mode for a batch of runs: one collector, one provider batch per debate phase, a journal.
 
 In batch mode (``execution: batch`` in a batch file, or ``madbench run --provider-batch``) every runner actor's
-gateway answers litellm-routed models through ``madbench_gateway.providers.batching.BatchingProvider``, which
+gateway answers litellm-routed models through ``madbench.gateway.providers.batching.BatchingProvider``, which
 hands each request to this batch's one ``Collector`` (a Ray actor on the driver's node) and waits. The collector
 holds the requests until every run in flight is blocked on a model call (the driver tells it which runs are in
 flight; a request carries its run), then waits ``settle_s`` with no new request (the sibling calls of a phase
@@ -32,12 +32,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from madbench_data.atomic import atomic_write_bytes, atomic_write_text
-from madbench_data.errors import InputError, format_validation_error
-from madbench_gateway.errors import FatalProviderError, ProviderError
-from madbench_gateway.models import ModelSpec
-from madbench_gateway.providers import provider_for
-from madbench_gateway.providers.batching import (
+from madbench.data.atomic import atomic_write_bytes, atomic_write_text
+from madbench.data.errors import InputError, format_validation_error
+from madbench.gateway.errors import FatalProviderError, ProviderError
+from madbench.gateway.models import ModelSpec
+from madbench.gateway.providers import provider_for
+from madbench.gateway.providers.batching import (
     BATCH_PROVIDERS,
     TERMINAL_STATES,
     BatchAPI,
@@ -45,9 +45,9 @@ from madbench_gateway.providers.batching import (
     batch_pricing,
     parse_lines,
 )
-from madbench_gateway.providers.litellm_provider import LiteLLMProvider, import_litellm
-from madbench_gateway.secrets import redact
-from runner.lock import WriterGuard
+from madbench.gateway.providers.litellm_provider import LiteLLMProvider, import_litellm
+from madbench.gateway.secrets import redact
+from madbench.runner.lock import WriterGuard
 
 JOURNAL_DIR = "provider_batches"
 
@@ -96,7 +96,7 @@ class JournalEntry(BaseModel):
     request_counts: dict[str, int] | None = None
     answered: int = 0
     resubmitted: int = 0
-    #: Which prices its calls are accounted at (madbench_gateway.providers.batching.batch_pricing).
+    #: Which prices its calls are accounted at (madbench.gateway.providers.batching.batch_pricing).
     pricing: str = ""
     reason: str | None = None
     created: str = ""
@@ -224,7 +224,7 @@ class Collector:
     # ------------------------------------------------------------ the calls' side
 
     async def ask(self, party: str | None, group: dict[str, Any], custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        """The result line for one request (madbench_gateway.providers.batching.BatchCollector)."""
+        """The result line for one request (madbench.gateway.providers.batching.BatchCollector)."""
         if custom_id in self.answers:
             return self._serve_kept(custom_id)
         fut = asyncio.get_running_loop().create_future()

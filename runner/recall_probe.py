@@ -3,7 +3,7 @@
 With no memo, the model is asked which of five return buckets each ticker of each scenario fell in during the
 scenario's quarter: the holding window of the backtest, from the as-of close (the last trading day before the
 quarter) to the quarter's last close, on the pack's price basis (adjusted closes: total return). Its answers are
-scored against the realised buckets (``eval.stats.recall``: hit rate, chance rate, kappa, binomial test).
+scored against the realised buckets (``madbench.eval.stats.recall``: hit rate, chance rate, kappa, binomial test).
 
 A (quarter, ticker) that several scenarios share is asked once, so every observation is a distinct trial. A
 quarter's tickers go out in requests of at most ``max_tickers_per_request``, each through the gateway like any
@@ -26,18 +26,18 @@ import jinja2
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from debate.validation import parse_json, schema_outline
-from eval.backtest import holding_window
-from eval.stats.recall import bucket_index, recall_table
-from madbench_data.atomic import atomic_write
-from madbench_data.errors import InputError
-from madbench_data.market.calendar import Quarter
-from madbench_data.market.pack import Pack
-from madbench_data.paths import CONFIGS_DIR
-from madbench_data.scenario import Scenario, check_against_pack
-from madbench_data.templates import compile_template, load_yaml_model
-from madbench_gateway import Completion, Gateway, GatewayFailure, LLMRequest, Message, ModelSpec, OutputInvalid
-from runner.cutoffs import CutoffRegistry
+from madbench.data.atomic import atomic_write
+from madbench.data.errors import InputError
+from madbench.data.market.calendar import Quarter
+from madbench.data.market.pack import Pack
+from madbench.data.paths import CONFIGS_DIR
+from madbench.data.scenario import Scenario, check_against_pack
+from madbench.data.templates import compile_template, load_yaml_model
+from madbench.debate.validation import parse_json, schema_outline
+from madbench.eval.backtest import holding_window
+from madbench.eval.stats.recall import bucket_index, recall_table
+from madbench.gateway import Completion, Gateway, GatewayFailure, LLMRequest, Message, ModelSpec, OutputInvalid
+from madbench.runner.cutoffs import CutoffRegistry
 
 BUCKETS = ("strong_down", "down", "flat", "up", "strong_up")
 Bucket = Literal["strong_down", "down", "flat", "up", "strong_up"]

@@ -1,6 +1,6 @@
 """`madbench rescore` as a batch job on Ray: grade stored CRIT tasks again with another scorer or rubric.
 
-The driver finds the finished runs (``scoring.rescore.find_runs``: batch and debate layouts), extracts the
+The driver finds the finished runs (``madbench.scoring.rescore.find_runs``: batch and debate layouts), extracts the
 debate's own scores as ``scores/original/``, and feeds every run without a part under ``scores/<label>/`` to a
 small pool of ``RescoreActor``s, at most ``max_in_flight`` outstanding. Each actor holds one gateway and one
 handle on the same disk cache as ``madbench run`` and grades a whole run per call; the gateway queues at the
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from madbench_gateway import Gateway, ModelSpec, ResponseCache
-from madbench_gateway.providers import provider_for
-from runner.execute import ActorPool, init_ray
-from runner.lock import ResultsLock, WriterGuard
-from runner.store import group_failures, read_result
-from scoring import rescore as rs
-from scoring.rescore import RunScores, StoredRun, part_path
-from scoring.rubric import Rubric
+from madbench.gateway import Gateway, ModelSpec, ResponseCache
+from madbench.gateway.providers import provider_for
+from madbench.runner.execute import ActorPool, init_ray
+from madbench.runner.lock import ResultsLock, WriterGuard
+from madbench.runner.store import group_failures, read_result
+from madbench.scoring import rescore as rs
+from madbench.scoring.rescore import RunScores, StoredRun, part_path
+from madbench.scoring.rubric import Rubric
 
 #: Tokens a CRIT answer is expected to take (diagnostics, four scores, four short explanations), for the dry run.
 CRIT_ANSWER_TOKENS = 500
@@ -91,7 +91,7 @@ class Plan:
 
 
 def committed_status(committed: Path) -> str:
-    """The status of a committed result, read as every other command reads it (``runner.store.read_result``): a
+    """The status of a committed result, read as every other command reads it (``madbench.runner.store.read_result``): a
     file that is not a result is the same one-line error from ``rescore`` as from ``run``, ``status`` or ``report``."""
     run_id = committed.parent.name if committed.name == "result.json" else committed.stem  # debate --out, or a batch
     return read_result(committed, run_id).status

@@ -13,7 +13,7 @@ What a worker's disk holds is only the trace of a run in flight. If the node is 
 on another node from the results directory's trace; its paid calls are served by the cluster's cache.
 
 Which mode an actor is in is decided by what it sees: the results directory's lock file holding this
-driver's holder line (``runner.lock.WriterGuard``).
+driver's holder line (``madbench.runner.lock.WriterGuard``).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from madbench_data.atomic import atomic_write_bytes
-from madbench_gateway.errors import DriverGone
-from runner.lock import WriterGuard
-from runner.store import TABLES, BatchLayout
+from madbench.data.atomic import atomic_write_bytes
+from madbench.gateway.errors import DriverGone
+from madbench.runner.lock import WriterGuard
+from madbench.runner.store import TABLES, BatchLayout
 
 #: Every this many seconds at most, a staged actor checks that its driver is still there.
 OWNER_CHECK_S = 2.0

@@ -28,14 +28,14 @@ from typing import Any
 import pandas as pd
 from pydantic import ValidationError
 
-from debate.events import AnyEvent, Crit, Divergence, LLMCall, LLMFailure, last_attempt, unblinded
-from debate.grading import PILLARS
-from debate.trace import read_trace
-from eval.dynamics import ROUND_COLUMNS, position, round_dynamics, run_dynamics
-from madbench_data.atomic import atomic_write, atomic_write_text
-from madbench_data.errors import InputError, format_validation_error
-from runner.cutoffs import run_post_cutoff
-from runner.pipeline import RunLayout, RunResult
+from madbench.data.atomic import atomic_write, atomic_write_text
+from madbench.data.errors import InputError, format_validation_error
+from madbench.debate.events import AnyEvent, Crit, Divergence, LLMCall, LLMFailure, last_attempt, unblinded
+from madbench.debate.grading import PILLARS
+from madbench.debate.trace import read_trace
+from madbench.eval.dynamics import ROUND_COLUMNS, position, round_dynamics, run_dynamics
+from madbench.runner.cutoffs import run_post_cutoff
+from madbench.runner.pipeline import RunLayout, RunResult
 
 TABLES = ("runs", "rounds", "calls")
 

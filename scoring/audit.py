@@ -17,7 +17,7 @@ import re
 
 from pydantic import BaseModel
 
-from debate.schemas import Argument, BasicProposal, BasicRevision, CritiqueItemAny, weights_of
+from madbench.debate.schemas import Argument, BasicProposal, BasicRevision, CritiqueItemAny, weights_of
 
 ORPHAN_WEIGHT = 0.10
 #: An evidence ID written in brackets inside free text, e.g. [AAPL-RET60] or [L1-10Y].

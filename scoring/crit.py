@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from debate.grading import PILLARS, CritDiagnostics, PillarExplanations, PillarScores
+from madbench.debate.grading import PILLARS, CritDiagnostics, PillarExplanations, PillarScores
 
 
 class CritAnswer(BaseModel):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from debate.grading import CritScore
-from debate.schemas import BasicRevision, Revision
-from madbench_gateway import LLMRequest, Message
-from scoring.crit import CritAnswer, apply_caps
-from scoring.prompts import ScorerPrompt, load_scorer_prompt
-from scoring.rubric import Rubric, load_rubric
-from scoring.rules_scorer import CitedEvidence, CritTask
+from madbench.debate.grading import CritScore
+from madbench.debate.schemas import BasicRevision, Revision
+from madbench.gateway import LLMRequest, Message
+from madbench.scoring.crit import CritAnswer, apply_caps
+from madbench.scoring.prompts import ScorerPrompt, load_scorer_prompt
+from madbench.scoring.rubric import Rubric, load_rubric
+from madbench.scoring.rules_scorer import CitedEvidence, CritTask
 
 CRIT_VARIABLES = frozenset({"memo_ids", "agent_id", "role", "round", "before", "argument", "evidence", "critiques", "pillars"})
 

@@ -1,21 +1,21 @@
-"""CRIT and RCA inside a running debate: the ``debate.grading.Scorer`` that the runner hands to every run."""
+"""CRIT and RCA inside a running debate: the ``madbench.debate.grading.Scorer`` that the runner hands to every run."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from debate.config import AgentConfig, DebateConfig
-from debate.context import RunContext
-from debate.events import RCA, Crit
-from debate.grading import CritScore, RCAVerdict
-from debate.validation import parse_json
-from scoring.audit import audit_turn
-from scoring.crit import CritAnswer
-from scoring.crit_judge import crit_request, finish, load_crit_prompt
-from scoring.prompts import load_scorer_prompt
-from scoring.rca_judge import RCA_VARIABLES, RCATask
-from scoring.rubric import Rubric, load_rubric
-from scoring.rules_scorer import CritTask, cited_evidence
+from madbench.debate.config import AgentConfig, DebateConfig
+from madbench.debate.context import RunContext
+from madbench.debate.events import RCA, Crit
+from madbench.debate.grading import CritScore, RCAVerdict
+from madbench.debate.validation import parse_json
+from madbench.scoring.audit import audit_turn
+from madbench.scoring.crit import CritAnswer
+from madbench.scoring.crit_judge import crit_request, finish, load_crit_prompt
+from madbench.scoring.prompts import load_scorer_prompt
+from madbench.scoring.rca_judge import RCA_VARIABLES, RCATask
+from madbench.scoring.rubric import Rubric, load_rubric
+from madbench.scoring.rules_scorer import CritTask, cited_evidence
 
 
 def scorer_for(config: DebateConfig) -> DebateScorer:

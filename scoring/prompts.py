@@ -10,9 +10,9 @@ from typing import Any
 
 import jinja2
 
-from madbench_data.errors import InputError
-from madbench_data.paths import CONFIGS_DIR
-from madbench_data.templates import PromptSpec, compile_template, load_yaml_model
+from madbench.data.errors import InputError
+from madbench.data.paths import CONFIGS_DIR
+from madbench.data.templates import PromptSpec, compile_template, load_yaml_model
 
 SCORING_DIR = CONFIGS_DIR / "scoring"
 

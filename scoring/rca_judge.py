@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.grading import RCAVerdict
-from debate.schemas import Argument, ReceivedCritique, Revision, weights_of
-from scoring.audit import audit_turn
+from madbench.debate.grading import RCAVerdict
+from madbench.debate.schemas import Argument, ReceivedCritique, Revision, weights_of
+from madbench.scoring.audit import audit_turn
 
 RCA_VARIABLES = frozenset({"phase", "agent_id", "before", "after", "critiques"})
 

@@ -1,6 +1,6 @@
 """Re-scoring stored traces: the parts that need no cluster (finding runs, tasks, rows, parts, failure records).
 
-``madbench rescore`` (``runner.rescore_job``) fans the runs found here out over Ray runner actors; each actor
+``madbench rescore`` (``madbench.runner.rescore_job``) fans the runs found here out over Ray runner actors; each actor
 grades a whole run with ``score_run`` through its gateway (cached, rate-limited). Two layouts are read:
 
     <results>/traces/<run>.jsonl + runs/<run>.json     a batch (``madbench run``)
@@ -26,19 +26,19 @@ from typing import Any
 
 import pandas as pd
 
-from debate.events import Crit, MemoShown, RunEnd, RunStart, last_attempt
-from debate.grading import PILLARS, CritScore
-from debate.trace import read_trace
-from debate.validation import parse_json
-from madbench_data.atomic import atomic_write, atomic_write_text
-from madbench_data.errors import InputError
-from madbench_gateway import Gateway, GatewayFailure, ModelSpec, Totals
-from scoring.agreement import audit_agreement, label_agreement
-from scoring.audit import audit_turn
-from scoring.crit import CritAnswer
-from scoring.crit_judge import crit_request, finish
-from scoring.rubric import Rubric
-from scoring.rules_scorer import CritTask
+from madbench.data.atomic import atomic_write, atomic_write_text
+from madbench.data.errors import InputError
+from madbench.debate.events import Crit, MemoShown, RunEnd, RunStart, last_attempt
+from madbench.debate.grading import PILLARS, CritScore
+from madbench.debate.trace import read_trace
+from madbench.debate.validation import parse_json
+from madbench.gateway import Gateway, GatewayFailure, ModelSpec, Totals
+from madbench.scoring.agreement import audit_agreement, label_agreement
+from madbench.scoring.audit import audit_turn
+from madbench.scoring.crit import CritAnswer
+from madbench.scoring.crit_judge import crit_request, finish
+from madbench.scoring.rubric import Rubric
+from madbench.scoring.rules_scorer import CritTask
 
 ORIGINAL = "original"
 FAILED = "failed"
@@ -63,7 +63,7 @@ def _traces(root: Path) -> list[tuple[Path, Path]]:
 
 def result_status(committed: Path) -> str | None:
     """The status a committed result file records; a file that is not a result is an InputError naming it, never a
-    run quietly skipped (``madbench rescore`` passes ``runner.store.read_result``'s full check instead)."""
+    run quietly skipped (``madbench rescore`` passes ``madbench.runner.store.read_result``'s full check instead)."""
     try:
         body = json.loads(committed.read_bytes())
     except ValueError as exc:

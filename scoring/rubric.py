@@ -14,10 +14,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from debate.grading import PILLARS, PillarScores
-from madbench_data.errors import InputError, format_validation_error
-from madbench_data.paths import CONFIGS_DIR
-from madbench_data.templates import read_yaml
+from madbench.data.errors import InputError, format_validation_error
+from madbench.data.paths import CONFIGS_DIR
+from madbench.data.templates import read_yaml
+from madbench.debate.grading import PILLARS, PillarScores
 
 RUBRICS_DIR = CONFIGS_DIR / "rubrics"
 

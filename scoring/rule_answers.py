@@ -1,6 +1,6 @@
 """The deterministic answer to every structured task: ``rules/<name>`` models, the simulated provider.
 
-Debate turns are answered by the rule-based analysts (``debate.rules``), staged protocols' tasks by their
+Debate turns are answered by the rule-based analysts (``madbench.debate.rules``), staged protocols' tasks by their
 stage answerer, CRIT and RCA by the rule-based scorers. This table lives here, above both the debate and
 the scoring, because it answers for both; the runner hands it to the gateway.
 """
@@ -15,16 +15,16 @@ from collections.abc import Callable
 
 from pydantic import BaseModel
 
-from debate.envelope import ANSWER_IN
-from debate.protocols.self_consistency import SAMPLE_STRIDE
-from debate.rules import ANALYSTS, respond
-from debate.rules.staged_answers import answer as answer_stage
-from debate.schemas import Holding
-from debate.task import AgentTask
-from debate.validation import cap_weights
-from scoring import rca_judge, rules_scorer
+from madbench.debate.envelope import ANSWER_IN
+from madbench.debate.protocols.self_consistency import SAMPLE_STRIDE
+from madbench.debate.rules import ANALYSTS, respond
+from madbench.debate.rules.staged_answers import answer as answer_stage
+from madbench.debate.schemas import Holding
+from madbench.debate.task import AgentTask
+from madbench.debate.validation import cap_weights
+from madbench.scoring import rca_judge, rules_scorer
 
-#: A sampled task's key (``debate.protocols.self_consistency.SampledTask``): which draw, at which temperature.
+#: A sampled task's key (``madbench.debate.protocols.self_consistency.SampledTask``): which draw, at which temperature.
 SAMPLE_KEY = "sample"
 #: The spread of a rule-based analyst's samples: the standard deviation of the noise on its log-weights per unit
 #: of temperature (0.7, the ready configs' temperature, moves a weight by about ×/÷ 1.4 at one sigma).
@@ -91,6 +91,6 @@ def handler_for_context(context: dict) -> str:
 
 def answer_for_context(context: dict) -> str:
     """The JSON answer to a task whose model is not named (the simulated provider's case), as the phase's own
-    object: ``debate.envelope.as_asked`` puts it in the envelope when the task asks for one."""
+    object: ``madbench.debate.envelope.as_asked`` puts it in the envelope when the task asks for one."""
     context = {k: v for k, v in context.items() if k != ANSWER_IN}
     return answer(handler_for_context(context), context).model_dump_json()

@@ -5,7 +5,7 @@ mechanics) and takes the cap its mechanical failure count implies. Causal
 overreach is approximated mechanically: a claim typed ``causal`` whose
 evidence is only price-derived statistics.
 
-A claim-less (basic-tier) argument is graded on its free text (``scoring.audit``): that it makes no claims
+A claim-less (basic-tier) argument is graded on its free text (``madbench.scoring.audit``): that it makes no claims
 is one unsupported-claim failure (P2: none of its evidence supports a claim that can be checked, the pillar
 the paper's structured prompts raised most, App. B.14), a text citing no memo ID a second; a holding above
 10% its justification never names is orphaned (P1); a critique its notes do not answer by name is ignored
@@ -19,11 +19,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.grading import CritDiagnostics, PillarExplanations, PillarScores
-from debate.schemas import Argument, BasicProposal, ReceivedCritique
-from madbench_data.memo import PRICE_FEATURE_KEYS, EvidenceItem
-from scoring.audit import INLINE_ID, audit_turn, free_text
-from scoring.crit import CritAnswer, cap_for, pillar_counts
+from madbench.data.memo import PRICE_FEATURE_KEYS, EvidenceItem
+from madbench.debate.grading import CritDiagnostics, PillarExplanations, PillarScores
+from madbench.debate.schemas import Argument, BasicProposal, ReceivedCritique
+from madbench.scoring.audit import INLINE_ID, audit_turn, free_text
+from madbench.scoring.crit import CritAnswer, cap_for, pillar_counts
 
 BASE = 0.90
 

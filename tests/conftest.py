@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from madbench_data.market.write import write_pack
+from madbench.data.market.write import write_pack
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 SHARED_MARKET = SHARED / "market"

@@ -17,9 +17,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from debate.envelope import as_asked
-from runner.sim.http_stub import JSONHandler, StubServer, chat_completion
-from scoring.rule_answers import answer_for_context
+from madbench.debate.envelope import as_asked
+from madbench.scoring.rule_answers import answer_for_context
+from madbench.sim.http_stub import JSONHandler, StubServer, chat_completion
 
 
 @dataclass

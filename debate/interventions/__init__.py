@@ -1,7 +1,7 @@
 """Interventions registry: one module per intervention, one entry here.
 
 Each intervention declares a pydantic ``Params`` model (unknown keys rejected), pure trigger functions,
-and the hooks it needs (``debate.interventions.hooks``: ``after_revision``, ``after_revise_round``,
+and the hooks it needs (``madbench.debate.interventions.hooks``: ``after_revision``, ``after_revise_round``,
 ``after_crit``). The protocol calls, at each hook point, every configured intervention that implements
 that hook, in config order (``hooks_at``).
 """
@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel, ValidationError
 
-from debate.interventions import crit_causal, js_collapse, rca
-from debate.interventions.hooks import HOOKS
-from madbench_data.errors import InputError, format_validation_error
+from madbench.data.errors import InputError, format_validation_error
+from madbench.debate.interventions import crit_causal, js_collapse, rca
+from madbench.debate.interventions.hooks import HOOKS
 
 INTERVENTIONS = {
     "js_collapse": js_collapse,
@@ -34,7 +34,7 @@ def parse_intervention(cfg, where: str) -> BaseModel:
 def configured(interventions: Iterable, where: str = "config") -> list[tuple[str, BaseModel]]:
     """A config's interventions as (name, parsed Params), in config order.
 
-    A config read from a file never lists a name twice (``debate.config_file.check_names`` rejects that); one
+    A config read from a file never lists a name twice (``madbench.debate.config_file.check_names`` rejects that); one
     built in code that does counts it once, at its first place, with its last parameters."""
     params = {iv.name: parse_intervention(iv, where) for iv in interventions}
     return list(params.items())

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.grading import CritScore
-from debate.interventions.hooks import Debate, fired
+from madbench.debate.grading import CritScore
+from madbench.debate.interventions.hooks import Debate, fired
 
 DEFAULT_NUDGE = ("Your causal claims outrun their evidence. For each claim, either name the mechanism and what would "
                  "have to hold for it, or relabel it as observational or pattern. Do not claim causes from price statistics.")

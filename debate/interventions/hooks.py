@@ -7,9 +7,9 @@ intervention's parsed ``Params`` as ``p``:
 * ``after_revision(debate, p, request, output) -> output`` — after every revise turn (the round's first
   revisions and every re-revision an intervention asks for); may ask again and return the new output.
 * ``after_revise_round(debate, p, round_) -> None`` — after the round's revisions, before CRIT; may
-  replace ``debate.revisions`` and ``debate.js_rev``.
+  replace ``madbench.debate.revisions`` and ``madbench.debate.js_rev``.
 * ``after_crit(debate, p, round_, scores) -> None`` — after CRIT on the revisions, before the controller;
-  may update ``scores`` (agent id → CritScore) in place, ``debate.revisions`` and ``debate.js_rev``.
+  may update ``scores`` (agent id → CritScore) in place, ``madbench.debate.revisions`` and ``madbench.debate.js_rev``.
 
 ``Debate`` is what a hook may use of the running debate; ``fired`` records an intervention that fired.
 """
@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from debate.config import AgentConfig
-from debate.context import RunContext
-from debate.events import Intervention
-from debate.grading import CritScore
-from debate.schemas import CritiqueItem
-from debate.task import AgentTask
-from debate.validation import Validated
+from madbench.debate.config import AgentConfig
+from madbench.debate.context import RunContext
+from madbench.debate.events import Intervention
+from madbench.debate.grading import CritScore
+from madbench.debate.schemas import CritiqueItem
+from madbench.debate.task import AgentTask
+from madbench.debate.validation import Validated
 
 #: The hook points, in the order a round reaches them.
 HOOKS = ("after_revision", "after_revise_round", "after_crit")
@@ -50,7 +50,7 @@ class RevisionRequest:
 
 
 class Debate(Protocol):
-    """The running paper debate as a hook sees it (``debate.protocols.paper.PaperDebate``)."""
+    """The running paper debate as a hook sees it (``madbench.debate.protocols.paper.PaperDebate``)."""
     ctx: RunContext
     agents: list[AgentConfig]
     #: The agents' outputs at the start of the round (their revision inputs), by agent id.

@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.context import gather_turns, raise_if
-from debate.events import InterventionCheck
-from debate.interventions.hooks import Debate, fired
-from debate.validation import Validated
+from madbench.debate.context import gather_turns, raise_if
+from madbench.debate.events import InterventionCheck
+from madbench.debate.interventions.hooks import Debate, fired
+from madbench.debate.validation import Validated
 
 DEFAULT_NUDGES = {
     "macro": "Your macro reading was yours for a reason. Keep the regime call unless the critiques showed evidence against it.",

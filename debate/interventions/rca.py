@@ -17,9 +17,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from debate.events import Intervention
-from debate.interventions.hooks import Debate, RevisionRequest, fired
-from debate.validation import Validated
+from madbench.debate.events import Intervention
+from madbench.debate.interventions.hooks import Debate, RevisionRequest, fired
+from madbench.debate.validation import Validated
 
 OPTIMISATION_FRAMING = ("Treat this as an optimisation problem: choose weights that maximise your expected "
                         "risk-adjusted return given only the evidence you cited, subject to the constraints, "

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ValidationError
 
-from debate.protocols import adversarial, desks, paper, self_consistency, tradingagents
-from madbench_data.errors import InputError, format_validation_error
+from madbench.data.errors import InputError, format_validation_error
+from madbench.debate.protocols import adversarial, desks, paper, self_consistency, tradingagents
 
 _MODULES = {"paper": paper, "adversarial": adversarial, "desks": desks, "tradingagents": tradingagents,
             "self_consistency": self_consistency}

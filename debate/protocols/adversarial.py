@@ -12,13 +12,13 @@ import json
 
 from pydantic import BaseModel, ConfigDict
 
-from debate.config import AgentConfig
-from debate.context import RunContext
-from debate.outcome import Outcome
-from debate.protocols.desks import stage_task
-from debate.protocols.staged import ask_stage, known_ids_check
-from debate.schemas import Claim, PositionRationale, Proposal
-from debate.stage_schemas import Attack, CIOVerdict, FactBase, Rebuttal, RiskScorecard, Thesis
+from madbench.debate.config import AgentConfig
+from madbench.debate.context import RunContext
+from madbench.debate.outcome import Outcome
+from madbench.debate.protocols.desks import stage_task
+from madbench.debate.protocols.staged import ask_stage, known_ids_check
+from madbench.debate.schemas import Claim, PositionRationale, Proposal
+from madbench.debate.stage_schemas import Attack, CIOVerdict, FactBase, Rebuttal, RiskScorecard, Thesis
 
 P = "adversarial"
 

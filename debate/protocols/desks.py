@@ -14,14 +14,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.context import RunContext, gather_turns
-from debate.events import Conviction
-from debate.outcome import Outcome
-from debate.protocols.staged import SLICES, ask_stage, known_ids_check, memo_slice, record_local, tickers_check
-from debate.rules.analyst import fix_rounding
-from debate.stage_schemas import Argument, DebateMap, DeskReport, Ruling, Synthesis, TickerSignal, TickerView
-from debate.task import StageTask
-from debate.validation import cap_weights
+from madbench.debate.context import RunContext, gather_turns
+from madbench.debate.events import Conviction
+from madbench.debate.outcome import Outcome
+from madbench.debate.protocols.staged import SLICES, ask_stage, known_ids_check, memo_slice, record_local, tickers_check
+from madbench.debate.rules.analyst import fix_rounding
+from madbench.debate.stage_schemas import Argument, DebateMap, DeskReport, Ruling, Synthesis, TickerSignal, TickerView
+from madbench.debate.task import StageTask
+from madbench.debate.validation import cap_weights
 
 # -- the deterministic ceiling (pure functions) -------------------------------------------------
 

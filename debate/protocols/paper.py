@@ -2,7 +2,7 @@
 with interventions at their hook points, then a judge or the mean.
 
 ``PaperDebate`` holds one run's state and has one method per phase. Interventions are hooks
-(``debate.interventions.hooks``): at each hook point the debate calls every configured intervention
+(``madbench.debate.interventions.hooks``): at each hook point the debate calls every configured intervention
 that implements that hook, in config order, through the registry.
 
 Agents within a phase run concurrently; their events are written in agent
@@ -15,17 +15,17 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from debate.config import AgentConfig
-from debate.context import RunContext, gather_turns
-from debate.control import PIDState, PIDStep, cash_spread, jsd, pairwise_js, pid_step
-from debate.events import ControllerStep, Divergence, EarlyStop
-from debate.grading import CritScore
-from debate.interventions import configured, hooks_at
-from debate.interventions.hooks import HOOKS, RevisionRequest
-from debate.outcome import Outcome
-from debate.schemas import CritiqueItem
-from debate.task import ReceivedCritique
-from debate.validation import Validated, cap_weights
+from madbench.debate.config import AgentConfig
+from madbench.debate.context import RunContext, gather_turns
+from madbench.debate.control import PIDState, PIDStep, cash_spread, jsd, pairwise_js, pid_step
+from madbench.debate.events import ControllerStep, Divergence, EarlyStop
+from madbench.debate.grading import CritScore
+from madbench.debate.interventions import configured, hooks_at
+from madbench.debate.interventions.hooks import HOOKS, RevisionRequest
+from madbench.debate.outcome import Outcome
+from madbench.debate.schemas import CritiqueItem
+from madbench.debate.task import ReceivedCritique
+from madbench.debate.validation import Validated, cap_weights
 
 
 class Options(BaseModel):

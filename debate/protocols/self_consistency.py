@@ -24,7 +24,7 @@ Combining, with w_{i,t} the weight sample i gives ticker t:
 A rule-based analyst (``rules/…``) is deterministic: N samples of it would collapse to one. Each sampled task
 therefore carries its sample (``SampledTask.sample``: index and temperature), which an LLM never sees (the
 context is not sent, nor part of the cache key) and the rule-based answerer uses to draw that sample
-(``scoring.rule_answers``); at temperature 0 the samples are identical, and ``x_distinct_samples`` says so.
+(``madbench.scoring.rule_answers``); at temperature 0 the samples are identical, and ``x_distinct_samples`` says so.
 """
 
 from __future__ import annotations
@@ -35,16 +35,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from debate.config import DebateConfig
-from debate.context import RunContext, gather_turns
-from debate.control import cash_spread, jsd, pairwise_js
-from debate.events import Divergence
-from debate.outcome import Outcome
-from debate.protocols.paper import mean_allocation
-from debate.task import AgentTask
-from debate.validation import Validated, cap_weights
-from madbench_data.errors import InputError
-from madbench_data.scenario import Constraints
+from madbench.data.errors import InputError
+from madbench.data.scenario import Constraints
+from madbench.debate.config import DebateConfig
+from madbench.debate.context import RunContext, gather_turns
+from madbench.debate.control import cash_spread, jsd, pairwise_js
+from madbench.debate.events import Divergence
+from madbench.debate.outcome import Outcome
+from madbench.debate.protocols.paper import mean_allocation
+from madbench.debate.task import AgentTask
+from madbench.debate.validation import Validated, cap_weights
 
 #: Sample i of replicate k asks with sample index k + i·SAMPLE_STRIDE (replicate indices stay below it).
 SAMPLE_STRIDE = 1_000_000

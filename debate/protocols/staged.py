@@ -19,16 +19,16 @@ from typing import Any, Callable, Literal
 import jinja2
 from pydantic import BaseModel, ConfigDict
 
-from debate.context import RunContext, constraints_text, raise_if
-from debate.events import Turn
-from debate.request_schemas import constrained_schema
-from debate.schemas import Holding
-from debate.task import StageTask
-from debate.validation import check_allocation, parse_json, schema_outline
-from madbench_data.errors import InputError
-from madbench_data.memo import PRICE_FEATURE_KEYS, EvidenceItem
-from madbench_data.paths import CONFIGS_DIR
-from madbench_data.templates import PromptSpec, compile_template, load_yaml_model
+from madbench.data.errors import InputError
+from madbench.data.memo import PRICE_FEATURE_KEYS, EvidenceItem
+from madbench.data.paths import CONFIGS_DIR
+from madbench.data.templates import PromptSpec, compile_template, load_yaml_model
+from madbench.debate.context import RunContext, constraints_text, raise_if
+from madbench.debate.events import Turn
+from madbench.debate.request_schemas import constrained_schema
+from madbench.debate.schemas import Holding
+from madbench.debate.task import StageTask
+from madbench.debate.validation import check_allocation, parse_json, schema_outline
 
 PROTOCOL_PROMPTS = CONFIGS_DIR / "protocols"
 

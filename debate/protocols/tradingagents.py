@@ -15,12 +15,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from debate.context import RunContext, gather_turns
-from debate.events import Reflection
-from debate.outcome import Outcome
-from debate.protocols.desks import bull_bear, reports_json, run_desks, stage_task
-from debate.protocols.staged import ask_stage, known_ids_check, tickers_check
-from debate.stage_schemas import PMDecision, RiskView, TradePlan
+from madbench.debate.context import RunContext, gather_turns
+from madbench.debate.events import Reflection
+from madbench.debate.outcome import Outcome
+from madbench.debate.protocols.desks import bull_bear, reports_json, run_desks, stage_task
+from madbench.debate.protocols.staged import ask_stage, known_ids_check, tickers_check
+from madbench.debate.stage_schemas import PMDecision, RiskView, TradePlan
 
 P = "tradingagents"
 LOG_NAME = "decision_log.jsonl"

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from debate.rules.analyst import RuleAnalyst
-from debate.rules.devils_advocate import DevilsAdvocate
-from debate.rules.judge import judge
-from debate.rules.macro import MacroAnalyst
-from debate.rules.risk import RiskAnalyst
-from debate.rules.sentiment import SentimentAnalyst
-from debate.rules.technical import TechnicalAnalyst
-from debate.rules.value import ValueAnalyst
-from debate.task import AgentTask
+from madbench.debate.rules.analyst import RuleAnalyst
+from madbench.debate.rules.devils_advocate import DevilsAdvocate
+from madbench.debate.rules.judge import judge
+from madbench.debate.rules.macro import MacroAnalyst
+from madbench.debate.rules.risk import RiskAnalyst
+from madbench.debate.rules.sentiment import SentimentAnalyst
+from madbench.debate.rules.technical import TechnicalAnalyst
+from madbench.debate.rules.value import ValueAnalyst
+from madbench.debate.task import AgentTask
 
 ANALYSTS: dict[str, type[RuleAnalyst]] = {
     "macro": MacroAnalyst,

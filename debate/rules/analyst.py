@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from debate.schemas import (
+from madbench.debate.schemas import (
     ALLOCATION_TARGET,
     BasicCritique,
     BasicCritiqueItem,
@@ -31,8 +31,8 @@ from debate.schemas import (
     Proposal,
     Revision,
 )
-from debate.task import AgentTask
-from debate.validation import cap_weights
+from madbench.debate.task import AgentTask
+from madbench.debate.validation import cap_weights
 
 
 @dataclass

@@ -1,4 +1,4 @@
-from debate.rules.analyst import EvidenceView, Factor, RuleAnalyst
+from madbench.debate.rules.analyst import EvidenceView, Factor, RuleAnalyst
 
 
 class DevilsAdvocate(RuleAnalyst):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from debate.rules.analyst import fix_rounding
-from debate.schemas import Holding, JudgeDecision
-from debate.task import AgentTask
-from debate.validation import cap_weights
+from madbench.debate.rules.analyst import fix_rounding
+from madbench.debate.schemas import Holding, JudgeDecision
+from madbench.debate.task import AgentTask
+from madbench.debate.validation import cap_weights
 
 
 def judge(task: AgentTask) -> JudgeDecision:

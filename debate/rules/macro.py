@@ -1,4 +1,4 @@
-from debate.rules.analyst import EvidenceView, Factor, RuleAnalyst
+from madbench.debate.rules.analyst import EvidenceView, Factor, RuleAnalyst
 
 # Regime thresholds: stress when volatility or credit spreads are high or the curve is inverted;
 # inflationary when CPI runs at 4% or more. (Levels, not forecasts: a deliberately plain map.)

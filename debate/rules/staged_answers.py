@@ -11,13 +11,13 @@ import math
 
 from pydantic import BaseModel
 
-from debate.rules.analyst import EvidenceView, allocate, fix_rounding, score_tickers
-from debate.rules.macro import regime
-from debate.rules.sentiment import SentimentAnalyst
-from debate.rules.technical import TechnicalAnalyst
-from debate.rules.value import ValueAnalyst
-from debate.schemas import Holding
-from debate.stage_schemas import (
+from madbench.debate.rules.analyst import EvidenceView, allocate, fix_rounding, score_tickers
+from madbench.debate.rules.macro import regime
+from madbench.debate.rules.sentiment import SentimentAnalyst
+from madbench.debate.rules.technical import TechnicalAnalyst
+from madbench.debate.rules.value import ValueAnalyst
+from madbench.debate.schemas import Holding
+from madbench.debate.stage_schemas import (
     Argument,
     Attack,
     CIOVerdict,
@@ -41,8 +41,8 @@ from debate.stage_schemas import (
     TradePlan,
     WeightCap,
 )
-from debate.task import StageTask
-from debate.validation import cap_weights
+from madbench.debate.task import StageTask
+from madbench.debate.validation import cap_weights
 
 SIGN = {"strong_buy": 1, "buy": 1, "neutral": 0, "sell": -1, "strong_sell": -1}
 

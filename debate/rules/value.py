@@ -1,4 +1,4 @@
-from debate.rules.analyst import EvidenceView, Factor, RuleAnalyst
+from madbench.debate.rules.analyst import EvidenceView, Factor, RuleAnalyst
 
 FUNDAMENTALS = [Factor("ROE", +1), Factor("GM", +0.5), Factor("DE", -0.5), Factor("ESURP", +0.5)]
 

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from debate.events import (
+from madbench.data.errors import InputError
+from madbench.data.parquet import read_parquet
+from madbench.debate.events import (
     RCA,
     AnyEvent,
     Backtest,
@@ -31,9 +33,7 @@ from debate.events import (
     Turn,
     last_attempt,
 )
-from debate.trace import read_trace
-from madbench_data.errors import InputError
-from madbench_data.parquet import read_parquet
+from madbench.debate.trace import read_trace
 
 
 @dataclass

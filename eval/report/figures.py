@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from debate.grading import PILLARS
-from eval.stats.degenerate import Degenerate, check_predictor
-from eval.stats.paired import PairedComparison
+from madbench.debate.grading import PILLARS
+from madbench.eval.stats.degenerate import Degenerate, check_predictor
+from madbench.eval.stats.paired import PairedComparison
 
 if TYPE_CHECKING:  # plotly loads in ~0.4 s: imported where a figure is built, not at `madbench --help`
     import plotly.graph_objects as go
@@ -62,7 +62,7 @@ def paired_differences(pairs: list[PairedComparison], metric: str) -> go.Figure:
 def quality_scatter(ok: pd.DataFrame, configs: list[str], x: str = "rho_bar", y: str = "sharpe") -> go.Figure:
     """ρ̄ against performance per configuration, with the pooled OLS line y = a + b·x.
 
-    No line where the data cannot give a slope (``eval.stats.degenerate``: fewer than 3 points, x with fewer
+    No line where the data cannot give a slope (``madbench.eval.stats.degenerate``: fewer than 3 points, x with fewer
     than 3 distinct values, a constant y); the title says why instead.
     """
     import plotly.graph_objects as go
@@ -195,7 +195,7 @@ def _mean_sem(frame: pd.DataFrame, by: str, column: str) -> pd.DataFrame:
 def dynamics_shift(rounds: pd.DataFrame, configs: list[str]) -> go.Figure:
     """Each agent's shift toward the others' mean after a critique (L1 and JS, before − after), per round and config.
 
-    ``rounds``: rounds.parquet rows with their run's ``config`` (``eval.dynamics`` explains every column)."""
+    ``rounds``: rounds.parquet rows with their run's ``config`` (``madbench.eval.dynamics`` explains every column)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
     fig = make_subplots(rows=1, cols=2, subplot_titles=("L1 shift toward the others", "JS shift toward the others"))
@@ -218,7 +218,7 @@ def flip_matrix(pairs: pd.DataFrame, config: str) -> go.Figure:
     """Critic × target heatmaps of one config, without and with new evidence cited in the revision: the colour is the
     mean pull toward the critic (1: moved onto its allocation), the text the flips (pull ≥ ½) of all critiques.
 
-    ``pairs``: ``eval.dynamics.critique_pairs`` rows of this config's runs."""
+    ``pairs``: ``madbench.eval.dynamics.critique_pairs`` rows of this config's runs."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
     agents = sorted(set(pairs["critic"]) | set(pairs["target"]))

@@ -9,12 +9,12 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from eval.dynamics import critique_pairs
-from eval.report import figures
-from eval.report.collect import load_report_data
-from eval.stats.analysis import analyse
-from eval.stats.frame import batch_order, batch_pairs, json_safe, ok_runs
-from madbench_data.atomic import atomic_write_text
+from madbench.data.atomic import atomic_write_text
+from madbench.eval.dynamics import critique_pairs
+from madbench.eval.report import figures
+from madbench.eval.report.collect import load_report_data
+from madbench.eval.stats.analysis import analyse
+from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, ok_runs
 
 HERE = Path(__file__).parent
 FIGURE_METRICS = ["sharpe", "total_return_pct", "excess_return_pct"]

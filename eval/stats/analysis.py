@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pandas as pd
 
-from eval.stats.beats import beats_baseline
-from eval.stats.correlate import agent_rho_correlations, computed, delta_correlations, not_computed, quality_correlations
-from eval.stats.degenerate import Degenerate
-from eval.stats.describe import summarise
-from eval.stats.dynamics_table import DYNAMICS_LEGEND, dynamics_table
-from eval.stats.frame import check_runs, ok_runs, ordered_configs
-from eval.stats.paired import PairedComparison, choose_pairs, chosen_pairs
-from eval.stats.regress import RankDeficient, build_formula, ols
-from eval.stats.tables import ComparisonTable, comparison_table
-from madbench_data.atomic import atomic_write
-from madbench_data.markdown import markdown_table
+from madbench.data.atomic import atomic_write
+from madbench.data.markdown import markdown_table
+from madbench.eval.stats.beats import beats_baseline
+from madbench.eval.stats.correlate import agent_rho_correlations, computed, delta_correlations, not_computed, quality_correlations
+from madbench.eval.stats.degenerate import Degenerate
+from madbench.eval.stats.describe import summarise
+from madbench.eval.stats.dynamics_table import DYNAMICS_LEGEND, dynamics_table
+from madbench.eval.stats.frame import check_runs, ok_runs, ordered_configs
+from madbench.eval.stats.paired import PairedComparison, choose_pairs, chosen_pairs
+from madbench.eval.stats.regress import RankDeficient, build_formula, ols
+from madbench.eval.stats.tables import ComparisonTable, comparison_table
 
 DEFAULT_METRICS = ["sharpe", "total_return_pct", "excess_return_pct", "sortino", "volatility", "max_drawdown_pct", "rho_bar"]
 PILLAR_COLUMNS = ["crit_logical_validity", "crit_evidential_support", "crit_alternative_consideration", "crit_causal_alignment"]
@@ -36,7 +36,7 @@ class Analysis:
     ols_formula: str | None = None
     ols_table: pd.DataFrame | None = None
     ols_note: str | None = None
-    #: Debate dynamics by config (``eval.stats.dynamics_table``); empty when the runs predate its columns.
+    #: Debate dynamics by config (``madbench.eval.stats.dynamics_table``); empty when the runs predate its columns.
     dynamics: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: Which comparisons ``pairs`` holds (``paired.choose_pairs``): the batch's declared pairs, or every pair.
     pairs_shown: str = ""

@@ -4,7 +4,7 @@ Pooled over all runs, within each ablation (batch) and within each condition
 (config); and on paired deltas, Δρ̄ = ρ̄_A − ρ̄_B against ΔSharpe = Sharpe_A − Sharpe_B
 over shared scenarios, which removes the scenario's own difficulty.
 
-A row is computed only when the data can carry it (``eval.stats.degenerate``: at least 3 pairs, a predictor
+A row is computed only when the data can carry it (``madbench.eval.stats.degenerate``: at least 3 pairs, a predictor
 with at least 3 distinct values, a response that varies); otherwise its statistics are NaN and its ``note``
 says why ("n/a: rho_bar is constant (0.900)"). ``not_computed`` groups those reasons for printing.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from eval.stats.degenerate import Degenerate, check_predictor
-from eval.stats.paired import paired_arrays
+from madbench.eval.stats.degenerate import Degenerate, check_predictor
+from madbench.eval.stats.paired import paired_arrays
 
 NOTE_PREFIX = "n/a: "
 
@@ -24,7 +24,7 @@ def correlate(x: np.ndarray, y: np.ndarray, x_name: str = "x", y_name: str = "y"
     """Pearson r and Spearman ρ with their two-sided p, and a ``note``: empty when computed, else why not.
 
     Not computed (NaN, never 0) with fewer than 3 pairs, a predictor ``x`` with fewer than 3 distinct values
-    or a constant ``y`` (``eval.stats.degenerate``).
+    or a constant ``y`` (``madbench.eval.stats.degenerate``).
     """
     from scipy import stats
     x, y = np.asarray(x, float), np.asarray(y, float)

@@ -10,7 +10,7 @@ they are closer than ``REL_TOL × max(1, largest |value|)``. Then
   two group means, which rule-based analysts produce (ρ̄ ∈ {0.883, 0.900}) and which reads as a finding it is not;
 - the response (Sharpe, a return, a Δ) is constant: not computed (r undefined, a zero slope fitted exactly).
 
-A paired comparison (``eval.stats.paired``) is not tested when its differences d_i = a_i − b_i carry no
+A paired comparison (``madbench.eval.stats.paired``) is not tested when its differences d_i = a_i − b_i carry no
 sampling spread to test against:
 
 - every d_i zero (two configs that allocate alike) or, as below, within rounding of zero: no test at all;

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from eval.stats.frame import ok_runs
+from madbench.eval.stats.frame import ok_runs
 
 
 def summarise(runs: pd.DataFrame, configs: list[str], metrics: list[str]) -> list[dict]:

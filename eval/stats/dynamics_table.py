@@ -1,4 +1,4 @@
-"""Debate dynamics by configuration: the per-run columns of ``eval.dynamics`` averaged over finished runs.
+"""Debate dynamics by configuration: the per-run columns of ``madbench.eval.dynamics`` averaged over finished runs.
 
 Each cell is the mean over the config's runs that have the value (n runs with critiques beside it); a config
 without critique rounds (staged protocols, a single agent) shows n/a, never 0. flips_per_run is the mean
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from eval.stats.frame import ok_runs
+from madbench.eval.stats.frame import ok_runs
 
 #: What an n/a in the table means.
 DYNAMICS_LEGEND = "n/a: no critique round; new_evidence_share n/a: no flips"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from madbench_data.errors import InputError
-from madbench_data.parquet import read_parquet
+from madbench.data.errors import InputError
+from madbench.data.parquet import read_parquet
 
 KEY_COLUMNS = ("config", "scenario_id")
 

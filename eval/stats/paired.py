@@ -14,7 +14,7 @@ those runs has an unknown cost), from runs.parquet's ``prompt_tokens``, ``comple
 difference whose two sides spent about the same tokens.
 
 A comparison whose differences carry no spread to test (fewer than 2 pairs, all equal, or all within rounding of
-zero: ``eval.stats.degenerate``) has no t, p or d_z (NaN, printed n/a), its CI is the range of the differences,
+zero: ``madbench.eval.stats.degenerate``) has no t, p or d_z (NaN, printed n/a), its CI is the range of the differences,
 and ``note`` says why; it never marks a difference in the comparison table.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from eval.stats.degenerate import rounding_problem, spread_problem
-from eval.stats.frame import pair_keys
+from madbench.eval.stats.degenerate import rounding_problem, spread_problem
+from madbench.eval.stats.frame import pair_keys
 
 COMPUTE_FIELDS = ("tokens_a", "tokens_b", "cost_usd_a", "cost_usd_b")
 
@@ -98,7 +98,7 @@ def compute_per_run(runs: pd.DataFrame, config: str, index: pd.Index) -> dict[st
 
 def paired_test(x_a: np.ndarray, x_b: np.ndarray, confidence: float = 0.95, metric: str = "the metric") -> dict:
     """t, p, CI, d_z and Wilcoxon p for paired samples; NaN, with the reason in ``note``, where a statistic is
-    undefined or the differences are no difference (``eval.stats.degenerate``: n < 2, no spread, within rounding of 0)."""
+    undefined or the differences are no difference (``madbench.eval.stats.degenerate``: n < 2, no spread, within rounding of 0)."""
     from scipy import stats
     d = np.asarray(x_a, float) - np.asarray(x_b, float)
     n = len(d)

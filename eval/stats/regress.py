@@ -3,7 +3,7 @@
 Fitted with the statsmodels formula API; categorical terms enter only when the
 column has more than one level (a single level is absorbed by the intercept).
 Not fitted (``Degenerate``) when ``x`` takes fewer than 3 distinct values on the complete rows,
-when ``y`` is constant, or with too few rows (``eval.stats.degenerate``); nor (``RankDeficient``)
+when ``y`` is constant, or with too few rows (``madbench.eval.stats.degenerate``); nor (``RankDeficient``)
 when the design is collinear.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from eval.stats.degenerate import Degenerate, check_predictor
+from madbench.eval.stats.degenerate import Degenerate, check_predictor
 
 
 class RankDeficient(ValueError):

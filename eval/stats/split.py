@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from madbench_data.errors import InputError
+from madbench.data.errors import InputError
 
 NULL_LABEL = "null"
 

@@ -3,7 +3,7 @@
 Configurations are columns (lettered A, B, …) and metrics are rows. Each cell is
 the mean (SEM) with a superscript listing the columns it differs from in a
 paired test: p < 0.15 plain, p < 0.01 bold; a comparison not tested (no spread, or equal up to rounding:
-``eval.stats.degenerate``) marks nothing. With a correction, the p-values of each metric's family of tests
+``madbench.eval.stats.degenerate``) marks nothing. With a correction, the p-values of each metric's family of tests
 (every pair, or the batch's declared pairs) are adjusted first (Holm, or
 Benjamini–Hochberg, through statsmodels' ``multipletests``).
 """
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from eval.stats.paired import PairedComparison
+from madbench.eval.stats.paired import PairedComparison
 
 CORRECTIONS = {"none": None, "holm": "holm", "bh": "fdr_bh"}
 WEAK, STRONG = 0.15, 0.01

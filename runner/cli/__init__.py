@@ -6,7 +6,7 @@ traceback: they are bugs, not user errors.
 
 Each command group is one module of this package exposing ``register(sub)``,
 which adds its subcommands to the top-level subparsers and sets each one's
-``func`` (``args -> exit code``). ``runner.cli.commands`` lists the groups as
+``func`` (``args -> exit code``). ``madbench.runner.cli.commands`` lists the groups as
 data (module path, commands, one-line descriptions), so start-up imports only
 the group that owns the command being run: `madbench --help` and
 `madbench --version` import none. Adding a group is one module plus one entry
@@ -22,8 +22,8 @@ import sys
 from collections.abc import Iterable
 from importlib import metadata
 
-from madbench_data.errors import InputError
-from runner.cli.commands import (
+from madbench.data.errors import InputError
+from madbench.runner.cli.commands import (
     EXIT_DISK_FULL,
     EXIT_INPUT,
     EXIT_INTERRUPTED,

@@ -1,7 +1,7 @@
-"""`python -m runner.cli …`: the same as the `madbench` script."""
+"""`python -m madbench.runner.cli …`: the same as the `madbench` script."""
 
 import sys
 
-from runner.cli import main
+from madbench.runner.cli import main
 
 sys.exit(main())

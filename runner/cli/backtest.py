@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eval.backtest import backtest, backtest_positions, holding_window
-from eval.baselines import BASELINES, baseline_metrics, baseline_weights
-from madbench_data.errors import InputError
-from madbench_data.market.calendar import Quarter
-from runner.cli.commands import command_parser
-from runner.cli.common import add_pack_args, csv_list, load_pack
+from madbench.data.errors import InputError
+from madbench.data.market.calendar import Quarter
+from madbench.eval.backtest import backtest, backtest_positions, holding_window
+from madbench.eval.baselines import BASELINES, baseline_metrics, baseline_weights
+from madbench.runner.cli.commands import command_parser
+from madbench.runner.cli.common import add_pack_args, csv_list, load_pack
 
 
 def register(sub) -> None:

@@ -28,7 +28,7 @@ EXIT_INTERRUPTED = 130
 @dataclass(frozen=True)
 class Group:
     """One command group: the module whose ``register(sub)`` adds its commands, and those commands."""
-    #: The module to import, e.g. "runner.cli.run".
+    #: The module to import, e.g. "madbench.runner.cli.run".
     module: str
     #: Command name -> its one-line description, in the order `madbench --help` lists them.
     commands: dict[str, str] = field(compare=False)
@@ -36,47 +36,47 @@ class Group:
 
 #: The command groups, in the order `madbench --help` lists them.
 GROUPS: tuple[Group, ...] = (
-    Group("runner.cli.demo", {
+    Group("madbench.runner.cli.demo", {
         "demo": "the main job on the embedded defaults: the rules-35 and quickstart batches",
     }),
-    Group("runner.cli.run", {
+    Group("madbench.runner.cli.run", {
         "run": "run a batch of scenario x config x replicate debates on Ray (resumable)",
         "status": "progress and outcome of a batch (running or finished)",
     }),
-    Group("runner.cli.data", {
+    Group("madbench.runner.cli.data", {
         "data": "market data packs: check one, fetch one online",
         "scenarios": "scenario files: draw seeded random scenarios from a pack",
         "memo": "print the point-in-time memo of one scenario",
     }),
-    Group("runner.cli.debate", {
+    Group("madbench.runner.cli.debate", {
         "debate": "run one debate on one scenario, with its backtest",
         "trace": "inspect a run's trace",
     }),
-    Group("runner.cli.backtest", {
+    Group("madbench.runner.cli.backtest", {
         "backtest": "hold an allocation through a quarter and print its metrics",
     }),
-    Group("runner.cli.score", {
+    Group("madbench.runner.cli.score", {
         "rescore": "re-score the stored traces of finished runs (no debate is re-run)",
     }),
-    Group("runner.cli.stats", {
+    Group("madbench.runner.cli.stats", {
         "stats": "summaries, paired tests, paper-style tables, correlations and OLS over runs.parquet",
         "power": "scenarios needed for a paired test to detect an effect",
     }),
-    Group("runner.cli.probe", {
+    Group("madbench.runner.cli.probe", {
         "probe": "leakage probes: how far a model's memory of each quarter's returns beats chance (recall)",
     }),
-    Group("runner.cli.report", {
+    Group("madbench.runner.cli.report", {
         "report": "write a self-contained report.html (tables, plots, trace explorer) for a results dir",
     }),
-    Group("runner.cli.llm", {
+    Group("madbench.runner.cli.llm", {
         "llm": "send requests through the gateway",
         "cache": "inspect, verify (against the runs that used it) or prune the LLM response cache",
         "model": "the embedded offline model (Gemma 3 270M behind llama.cpp)",
     }),
-    Group("runner.cli.sim", {
+    Group("madbench.sim.cli", {
         "sim": "a simulated OpenAI-compatible provider (rate limits, latency) for trying setups offline",
     }),
-    Group("runner.cli.bench", {
+    Group("madbench.bench.cli", {
         "bench": "benchmarks: memo, backtest, gateway, runner, throughput against a simulated provider, cached replay, cost per run",
     }),
 )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from madbench_data.market.pack import Pack, resolve_evidence_dirs, resolve_pack_dir
-from madbench_data.market.pack import load_pack as _load_pack
-from madbench_data.paths import PROJECT_ROOT
+from madbench.data.market.pack import Pack, resolve_evidence_dirs, resolve_pack_dir
+from madbench.data.market.pack import load_pack as _load_pack
+from madbench.data.paths import PROJECT_ROOT
 
 #: The project checkout (configs/ lives here).
 ROOT = PROJECT_ROOT

@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 import sys
 
-from madbench_data.errors import InputError
-from madbench_data.market.calendar import quarter_range
-from madbench_data.market.check import check_pack, format_report
-from madbench_data.market.fetch import fetch_pack
-from madbench_data.market.pack import resolve_pack_dir
-from madbench_data.memo import build_memo
-from madbench_data.scenario import dump_scenarios, find_scenario, load_scenarios
-from madbench_data.scenario_gen import draw_scenarios, draw_stats
-from runner.cli.commands import command_parser
-from runner.cli.common import add_pack_args, csv_list, load_pack
+from madbench.data.errors import InputError
+from madbench.data.market.calendar import quarter_range
+from madbench.data.market.check import check_pack, format_report
+from madbench.data.market.fetch import fetch_pack
+from madbench.data.market.pack import resolve_pack_dir
+from madbench.data.memo import build_memo
+from madbench.data.scenario import dump_scenarios, find_scenario, load_scenarios
+from madbench.data.scenario_gen import draw_scenarios, draw_stats
+from madbench.runner.cli.commands import command_parser
+from madbench.runner.cli.common import add_pack_args, csv_list, load_pack
 
 
 def register(sub) -> None:

@@ -10,8 +10,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from debate.config_file import load_debate_config
-from debate.events import (
+from madbench.data.errors import InputError, format_validation_error
+from madbench.data.scenario import find_scenario, load_scenarios
+from madbench.debate.config_file import load_debate_config
+from madbench.debate.events import (
     Backtest,
     BlindMap,
     ControllerStep,
@@ -29,13 +31,11 @@ from debate.events import (
     Turn,
     parse_event,
 )
-from debate.trace import read_trace
-from madbench_data.errors import InputError, format_validation_error
-from madbench_data.scenario import find_scenario, load_scenarios
-from madbench_gateway import Gateway, ModelRouting, ResponseCache, resolve_cache_dir
-from runner.cli.commands import EXIT_INPUT, command_parser
-from runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack
-from runner.pipeline import run_debate
+from madbench.debate.trace import read_trace
+from madbench.gateway import Gateway, ModelRouting, ResponseCache, resolve_cache_dir
+from madbench.runner.cli.commands import EXIT_INPUT, command_parser
+from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack
+from madbench.runner.pipeline import run_debate
 
 
 def register(sub) -> None:

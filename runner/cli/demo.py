@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from runner.cli.commands import command_parser
-from runner.cli.common import CACHE_DIR_HELP, add_pack_args
-from runner.cli.run import cmd_run
-from runner.demo import run_demo
+from madbench.runner.cli.commands import command_parser
+from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args
+from madbench.runner.cli.run import cmd_run
+from madbench.runner.demo import run_demo
 
 
 def register(sub) -> None:

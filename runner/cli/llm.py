@@ -5,7 +5,7 @@ an answer can recompute it; the traces that used the cache cannot be edited that
 hash-chained). Every ``llm_call`` event records ``answer_sha256``, so each is looked up under its cache key and
 the hash of what the cache holds now compared: a difference is an entry edited or replaced after the run.
 
-Per run and cache key, the answer checked is the last one the run vouched for (``debate.events.vouches``): a fresh
+Per run and cache key, the answer checked is the last one the run vouched for (``madbench.debate.events.vouches``): a fresh
 answer from the provider, or the cache's answer the first time the run used that key. Its other ``llm_call`` events
 for the key are superseded, not checked: an answer a resumed run was served from an edited cache (it differs from the
 one the run recorded before; the run refused it and failed), and an earlier answer replaced by a later fresh one (the
@@ -25,10 +25,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from debate.events import LLMCall, vouches
-from debate.trace import read_trace
-from madbench_data.errors import InputError, format_validation_error
-from madbench_gateway import (
+from madbench.data.errors import InputError, format_validation_error
+from madbench.debate.events import LLMCall, vouches
+from madbench.debate.trace import read_trace
+from madbench.gateway import (
     Gateway,
     GatewayFailure,
     LLMRequest,
@@ -39,12 +39,12 @@ from madbench_gateway import (
     RetryPolicy,
     resolve_cache_dir,
 )
-from madbench_gateway.cache import answer_sha256
-from madbench_gateway.errors import OutputInvalid
-from madbench_gateway.local_model import LocalServer
-from runner.cli.commands import command_parser
-from runner.cli.common import CACHE_DIR_HELP
-from runner.store import read_manifest
+from madbench.gateway.cache import answer_sha256
+from madbench.gateway.errors import OutputInvalid
+from madbench.gateway.local_model import LocalServer
+from madbench.runner.cli.commands import command_parser
+from madbench.runner.cli.common import CACHE_DIR_HELP
+from madbench.runner.store import read_manifest
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from eval.stats.frame import json_safe
-from madbench_data.markdown import markdown_table
-from madbench_data.market.pack import load_pack, resolve_pack_dir
-from madbench_data.scenario import load_scenarios
-from madbench_gateway import Gateway, ModelSpec, RateLimits, ResponseCache, RetryPolicy, resolve_cache_dir
-from runner.cli.commands import EXIT_RUNS_FAILED, command_parser
-from runner.cli.common import CACHE_DIR_HELP
-from runner.cutoffs import CUTOFFS_FILE, load_cutoffs
-from runner.recall_probe import PROBE_FILE, ProbeFailed, check_model, load_recall_prompt, probe_recall, write_recall
+from madbench.data.markdown import markdown_table
+from madbench.data.market.pack import load_pack, resolve_pack_dir
+from madbench.data.scenario import load_scenarios
+from madbench.eval.stats.frame import json_safe
+from madbench.gateway import Gateway, ModelSpec, RateLimits, ResponseCache, RetryPolicy, resolve_cache_dir
+from madbench.runner.cli.commands import EXIT_RUNS_FAILED, command_parser
+from madbench.runner.cli.common import CACHE_DIR_HELP
+from madbench.runner.cutoffs import CUTOFFS_FILE, load_cutoffs
+from madbench.runner.recall_probe import PROBE_FILE, ProbeFailed, check_model, load_recall_prompt, probe_recall, write_recall
 
 SHOWN = ["model", "quarter", "cutoff", "post_cutoff", "n", "hits", "hit_rate", "chance_rate", "excess", "kappa", "p_value"]
 

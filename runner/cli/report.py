@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval.report.page import build_report
-from runner.cli.commands import command_parser
-from runner.cli.common import csv_list
-from runner.store import BatchLayout
+from madbench.eval.report.page import build_report
+from madbench.runner.cli.commands import command_parser
+from madbench.runner.cli.common import csv_list
+from madbench.runner.store import BatchLayout
 
 
 def register(sub) -> None:

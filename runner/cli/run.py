@@ -8,12 +8,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from madbench_data.errors import InputError
-from madbench_data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
-from madbench_data.memo import build_memo
-from madbench_data.parquet import read_parquet
-from madbench_gateway import resolve_cache_dir
-from runner.batch import (
+from madbench.data.errors import InputError
+from madbench.data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
+from madbench.data.memo import build_memo
+from madbench.data.parquet import read_parquet
+from madbench.gateway import resolve_cache_dir
+from madbench.runner.batch import (
     MAX_RUNS,
     MAX_RUNS_CEILING,
     _rel,
@@ -24,15 +24,15 @@ from runner.batch import (
     resolve_configs,
     resolve_scenarios,
 )
-from runner.budget import read_budget, spend_text
-from runner.cli.commands import EXIT_INTERRUPTED, EXIT_RUNS_FAILED, command_parser
-from runner.cli.common import add_pack_args
-from runner.estimate import EXPECTED_RATES, MemoInfo, calibrate, estimate_batch, estimate_run, format_table
-from runner.execute import HEAD_DIRS, ray_client, run_batch
-from runner.lock import lock_holder
-from runner.preflight import preflight, preflight_error, reachable_models
-from runner.provider_batches import batch_problems
-from runner.store import BatchLayout, current_step, group_failures, read_manifest
+from madbench.runner.budget import read_budget, spend_text
+from madbench.runner.cli.commands import EXIT_INTERRUPTED, EXIT_RUNS_FAILED, command_parser
+from madbench.runner.cli.common import add_pack_args
+from madbench.runner.estimate import EXPECTED_RATES, MemoInfo, calibrate, estimate_batch, estimate_run, format_table
+from madbench.runner.execute import HEAD_DIRS, ray_client, run_batch
+from madbench.runner.lock import lock_holder
+from madbench.runner.preflight import preflight, preflight_error, reachable_models
+from madbench.runner.provider_batches import batch_problems
+from madbench.runner.store import BatchLayout, current_step, group_failures, read_manifest
 
 
 def register(sub) -> None:

@@ -6,14 +6,14 @@ import json
 import re
 from pathlib import Path
 
-from madbench_data.errors import InputError
-from madbench_data.markdown import markdown_table
-from madbench_gateway import ModelSpec, RateLimits, resolve_cache_dir
-from runner.cli.commands import command_parser
-from runner.rescore_job import Job, Outcome, Plan, dry_run, failure_reasons, plan, run_rescore
-from runner.store import read_manifest
-from scoring.rescore import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL, agreement_tables, read_scores
-from scoring.rubric import load_rubric
+from madbench.data.errors import InputError
+from madbench.data.markdown import markdown_table
+from madbench.gateway import ModelSpec, RateLimits, resolve_cache_dir
+from madbench.runner.cli.commands import command_parser
+from madbench.runner.rescore_job import Job, Outcome, Plan, dry_run, failure_reasons, plan, run_rescore
+from madbench.runner.store import read_manifest
+from madbench.scoring.rescore import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL, agreement_tables, read_scores
+from madbench.scoring.rubric import load_rubric
 
 EXIT_FAILED_RUNS = 1
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eval.stats.analysis import analyse
-from eval.stats.frame import batch_order, batch_pairs, json_safe, load_runs, ordered_configs
-from eval.stats.power import power_table
-from eval.stats.split import split_by
-from madbench_data.errors import InputError
-from madbench_data.parquet import read_parquet
-from runner.cli.commands import command_parser
-from runner.cli.common import csv_list
-from runner.store import BatchLayout
+from madbench.data.errors import InputError
+from madbench.data.parquet import read_parquet
+from madbench.eval.stats.analysis import analyse
+from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, load_runs, ordered_configs
+from madbench.eval.stats.power import power_table
+from madbench.eval.stats.split import split_by
+from madbench.runner.cli.commands import command_parser
+from madbench.runner.cli.common import csv_list
+from madbench.runner.store import BatchLayout
 
 
 def register(sub) -> None:

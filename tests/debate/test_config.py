@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from debate.config_file import load_debate_config
-from madbench_data.errors import InputError
+from madbench.data.errors import InputError
+from madbench.debate.config_file import load_debate_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "debate"
 BASE = {"name": "t", "agents": [{"role": "macro", "tier": "causal"}, {"role": "value", "tier": "causal"}], "rounds": 1}
@@ -56,7 +56,7 @@ def test_bad_config_stops_the_cli_before_any_model_call(tmp_path):
     bad.write_text(yaml.safe_dump({**BASE, "agents": [{"role": "macro", "tier": "causal"}, {"role": "valu"}]}))
     scen = tmp_path / "s.yaml"
     scen.write_text(yaml.safe_dump({"scenarios": [{"id": "s", "invest_quarter": "2022Q2", "tickers": ["AAA", "BBB"]}]}))
-    out = subprocess.run([sys.executable, "-m", "runner.cli", "debate", "s", "--scenarios", str(scen), "--config", str(bad),
+    out = subprocess.run([sys.executable, "-m", "madbench.runner.cli", "debate", "s", "--scenarios", str(scen), "--config", str(bad),
                           "--model", "openai/never-called", "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "bad.yaml: agents[1]: unknown role 'valu'" in out.stderr
@@ -66,10 +66,10 @@ def test_bad_config_stops_the_cli_before_any_model_call(tmp_path):
 def test_infeasible_constraint_override_is_rejected(make_pack, tmp_path):
     import asyncio
 
-    from madbench_data.market.pack import load_pack
-    from madbench_data.scenario import Scenario
-    from madbench_gateway import Gateway
-    from runner.pipeline import run_debate
+    from madbench.data.market.pack import load_pack
+    from madbench.data.scenario import Scenario
+    from madbench.gateway import Gateway
+    from madbench.runner.pipeline import run_debate
     cfg = load_debate_config(CONFIGS / "single-basic.yaml").model_copy(update={"constraints": {"max_weight": 0.2}})
     scenario = Scenario(id="s", invest_quarter="2021Q3", tickers=["AAA", "BBB", "CCC"])
     with pytest.raises(InputError, match=r"config.constraints: fully invested needs max_weight x holdings >= 1"):

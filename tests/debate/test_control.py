@@ -8,10 +8,20 @@ import pytest
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import entropy
 
-from debate.control import PIDConfig, PIDState, cash_spread, converged_stop, jsd, pairwise_js, pid_step, quadrant, sycophancy_flag
-from debate.protocols.paper import PaperDebate
-from madbench_gateway import Gateway
-from runner.pipeline import run_debate
+from madbench.debate.control import (
+    PIDConfig,
+    PIDState,
+    cash_spread,
+    converged_stop,
+    jsd,
+    pairwise_js,
+    pid_step,
+    quadrant,
+    sycophancy_flag,
+)
+from madbench.debate.protocols.paper import PaperDebate
+from madbench.gateway import Gateway
+from madbench.runner.pipeline import run_debate
 from tests.debate.test_engine import config, events, world  # noqa: F401  (fixture)
 
 

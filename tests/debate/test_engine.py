@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from debate.config import InterventionConfig
-from debate.config_file import load_debate_config
-from debate.control import PIDConfig
-from debate.trace import read_trace
-from madbench_data.market.pack import load_pack
-from madbench_data.scenario import Scenario
-from madbench_gateway import Gateway, ModelRouting, ModelSpec, RateLimits, ResponseCache
-from runner.pipeline import run_debate
-from runner.sim.provider import SimProvider
+from madbench.data.market.pack import load_pack
+from madbench.data.scenario import Scenario
+from madbench.debate.config import InterventionConfig
+from madbench.debate.config_file import load_debate_config
+from madbench.debate.control import PIDConfig
+from madbench.debate.trace import read_trace
+from madbench.gateway import Gateway, ModelRouting, ModelSpec, RateLimits, ResponseCache
+from madbench.runner.pipeline import run_debate
+from madbench.sim.provider import SimProvider
 from tests.fault_server import Faults, FaultServer
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "debate"

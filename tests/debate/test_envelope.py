@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from debate.envelope import ANSWER_IN, ENVELOPE_KEY, as_asked, envelope_schema, unwrap
-from madbench_gateway.errors import OutputInvalid
+from madbench.debate.envelope import ANSWER_IN, ENVELOPE_KEY, as_asked, envelope_schema, unwrap
+from madbench.gateway.errors import OutputInvalid
 
 
 def test_an_envelope_answer_is_unwrapped_and_anything_else_is_feedback():

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from debate.context import DebateFailure, gather_turns
+from madbench.debate.context import DebateFailure, gather_turns
 
 
 def test_results_come_back_in_order():

@@ -6,13 +6,13 @@ from types import SimpleNamespace
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from debate.config import InterventionConfig
-from debate.control import PIDConfig
-from debate.interventions import INTERVENTIONS, configured, crit_causal, hooks_at, js_collapse, rca
-from debate.interventions.hooks import HOOKS
-from madbench_data.errors import InputError
-from madbench_gateway import Gateway
-from runner.pipeline import run_debate
+from madbench.data.errors import InputError
+from madbench.debate.config import InterventionConfig
+from madbench.debate.control import PIDConfig
+from madbench.debate.interventions import INTERVENTIONS, configured, crit_causal, hooks_at, js_collapse, rca
+from madbench.debate.interventions.hooks import HOOKS
+from madbench.gateway import Gateway
+from madbench.runner.pipeline import run_debate
 from tests.debate.test_engine import config, events, world  # noqa: F401  (fixture)
 
 

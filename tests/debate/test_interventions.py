@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from debate.interventions import crit_causal, js_collapse, rca
+from madbench.debate.interventions import crit_causal, js_collapse, rca
 
 
 def test_js_collapse_triggers_below_threshold_only_with_enough_divergence():

@@ -5,8 +5,8 @@ import shutil
 import jinja2
 import pytest
 
-from debate.profiles import ROLES_DIR, TIERS, available_roles, load_profile
-from madbench_data.errors import InputError
+from madbench.data.errors import InputError
+from madbench.debate.profiles import ROLES_DIR, TIERS, available_roles, load_profile
 
 ROLES = ["macro", "value", "risk", "technical", "sentiment", "devils_advocate"]
 

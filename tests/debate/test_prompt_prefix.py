@@ -9,15 +9,15 @@ import asyncio
 import json
 import os
 
-from debate.config_file import load_debate_config
-from debate.envelope import ENVELOPE_KEY
-from madbench_data.market.pack import load_pack
-from madbench_data.memo import build_memo
-from madbench_data.paths import CONFIGS_DIR
-from madbench_data.scenario import Scenario, load_scenarios
-from madbench_gateway import Gateway, ModelRouting, ModelSpec, RateLimits
-from runner.pipeline import run_debate
-from runner.sim.provider import SimProvider
+from madbench.data.market.pack import load_pack
+from madbench.data.memo import build_memo
+from madbench.data.paths import CONFIGS_DIR
+from madbench.data.scenario import Scenario, load_scenarios
+from madbench.debate.config_file import load_debate_config
+from madbench.debate.envelope import ENVELOPE_KEY
+from madbench.gateway import Gateway, ModelRouting, ModelSpec, RateLimits
+from madbench.runner.pipeline import run_debate
+from madbench.sim.provider import SimProvider
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
 
 TURNS = ("propose", "critique", "revise", "judge")

@@ -2,12 +2,12 @@
 
 import pytest
 
-from debate.rules import ANALYSTS, respond
-from debate.task import AgentTask, ReceivedCritique
-from debate.validation import TurnRules, validate_turn
-from madbench_data.market.pack import load_pack
-from madbench_data.memo import EvidenceItem, build_memo
-from madbench_data.scenario import Constraints, Scenario
+from madbench.data.market.pack import load_pack
+from madbench.data.memo import EvidenceItem, build_memo
+from madbench.data.scenario import Constraints, Scenario
+from madbench.debate.rules import ANALYSTS, respond
+from madbench.debate.task import AgentTask, ReceivedCritique
+from madbench.debate.validation import TurnRules, validate_turn
 
 
 def ev(values: dict[str, float], macro: dict[str, float] | None = None) -> list[EvidenceItem]:

@@ -10,10 +10,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from debate.config import AgentConfig
-from debate.request_schemas import request_schema
-from debate.rules import ANALYSTS, respond
-from debate.schemas import (
+from madbench.data.market.pack import load_pack
+from madbench.data.memo import build_memo
+from madbench.data.scenario import Constraints, Scenario
+from madbench.debate.config import AgentConfig
+from madbench.debate.request_schemas import request_schema
+from madbench.debate.rules import ANALYSTS, respond
+from madbench.debate.schemas import (
     ALLOCATION_TARGET,
     BasicCritique,
     BasicProposal,
@@ -24,16 +27,13 @@ from debate.schemas import (
     Revision,
     schema_for,
 )
-from debate.task import AgentTask, ReceivedCritique
-from debate.trace import read_trace
-from debate.validation import TurnRules, validate_turn
-from madbench_data.market.pack import load_pack
-from madbench_data.memo import build_memo
-from madbench_data.scenario import Constraints, Scenario
-from madbench_gateway import Gateway
-from madbench_gateway.errors import OutputInvalid
-from madbench_gateway.providers.llama_schema import llama_cpp_schema
-from runner.pipeline import run_debate
+from madbench.debate.task import AgentTask, ReceivedCritique
+from madbench.debate.trace import read_trace
+from madbench.debate.validation import TurnRules, validate_turn
+from madbench.gateway import Gateway
+from madbench.gateway.errors import OutputInvalid
+from madbench.gateway.providers.llama_schema import llama_cpp_schema
+from madbench.runner.pipeline import run_debate
 from tests.debate.test_engine import config
 
 UNIVERSE = ["AAA", "BBB", "CCC"]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from debate.events import Crit, EarlyStop, LLMCall, RunStart, last_attempt, parse_event
-from debate.trace import TraceWriter, read_trace
+from madbench.debate.events import Crit, EarlyStop, LLMCall, RunStart, last_attempt, parse_event
+from madbench.debate.trace import TraceWriter, read_trace
 
 OLD_TRACES = sorted((Path(__file__).parent / "data").glob("trace-v0.1-*.jsonl.gz"))
 

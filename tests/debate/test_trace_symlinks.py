@@ -5,10 +5,10 @@ import json
 import pytest
 import yaml
 
-from debate.events import EarlyStop
-from debate.trace import TraceSymlinkError, TraceWriter, read_trace
-from madbench_data.atomic import atomic_write_text
-from runner.cli import main
+from madbench.data.atomic import atomic_write_text
+from madbench.debate.events import EarlyStop
+from madbench.debate.trace import TraceSymlinkError, TraceWriter, read_trace
+from madbench.runner.cli import main
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 OUTSIDE = b'{"not": "a trace"}\n{"torn'

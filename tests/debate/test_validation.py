@@ -2,11 +2,11 @@
 
 import pytest
 
-from debate.request_schemas import request_schema
-from debate.schemas import Holding, Proposal
-from debate.validation import TurnRules, cap_weights, check_allocation, parse_json, validate_turn
-from madbench_data.scenario import Constraints
-from madbench_gateway.errors import OutputInvalid
+from madbench.data.scenario import Constraints
+from madbench.debate.request_schemas import request_schema
+from madbench.debate.schemas import Holding, Proposal
+from madbench.debate.validation import TurnRules, cap_weights, check_allocation, parse_json, validate_turn
+from madbench.gateway.errors import OutputInvalid
 
 RULES = TurnRules(["AAA", "BBB", "CCC"], Constraints(max_weight=0.5, min_holdings=2), {"AAA-RET60", "L1-VIX"})
 
@@ -66,9 +66,9 @@ def test_request_schema_enumerates_the_universe():
 
 
 def test_normalize_spreads_the_excess_over_idle_names_when_the_held_ones_cannot_carry_the_cap():
-    from debate.schemas import Holding
-    from debate.validation import OutputInvalid, TurnRules, check_allocation
-    from madbench_data.scenario import Constraints
+    from madbench.data.scenario import Constraints
+    from madbench.debate.schemas import Holding
+    from madbench.debate.validation import OutputInvalid, TurnRules, check_allocation
     rules = TurnRules(["MS", "T", "XOM"], Constraints(max_weight=0.4), set())
     book = [Holding(ticker="MS", weight=1.0), Holding(ticker="T", weight=0.0), Holding(ticker="XOM", weight=0.0)]
     weights, cash, notes = check_allocation(book, 0.0, rules, "normalize")
@@ -92,7 +92,7 @@ def test_request_schema_names_the_valid_critique_targets_and_the_owed_responses(
     none_owed = request_schema("revise", dataclasses.replace(RULES, owed_responses=[]))["properties"]["critique_responses"]
     assert none_owed["maxItems"] == 0
     # an ignored critique is not a schema error: CRIT's P3 and the RCA judge measure it
-    from debate.schemas import Revision
+    from madbench.debate.schemas import Revision
     validate_turn("revise", Revision(thesis="t", allocation=holdings(AAA=0.5, BBB=0.5, CCC=0.0), claims=[{
         "claim_id": "C1", "claim_text": "x", "claim_type": "thesis", "reasoning_type": "causal", "evidence_ids": [],
         "impacts_positions": ["AAA"], "confidence": 0.5}], position_rationale=[], critique_responses=[],

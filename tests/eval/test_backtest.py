@@ -6,12 +6,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from eval.backtest import Window, backtest, backtest_positions, holding_window, simulate
-from eval.baselines import baseline_metrics, ivol_weights, minvar_weights
-from eval.multiquarter import QuarterAllocation, backtest_sequence
-from madbench_data.errors import InputError
-from madbench_data.market.calendar import Quarter
-from madbench_data.market.pack import load_pack
+from madbench.data.errors import InputError
+from madbench.data.market.calendar import Quarter
+from madbench.data.market.pack import load_pack
+from madbench.eval.backtest import Window, backtest, backtest_positions, holding_window, simulate
+from madbench.eval.baselines import baseline_metrics, ivol_weights, minvar_weights
+from madbench.eval.multiquarter import QuarterAllocation, backtest_sequence
 from tests.conftest import SHARED_MARKET, requires_shared
 
 

@@ -9,13 +9,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from debate.events import Turn
-from eval import dynamics as D
-from eval.backtest import backtest
-from eval.report.figures import flip_matrix
-from eval.stats.dynamics_table import DYNAMICS_LEGEND, dynamics_table
-from madbench_data.markdown import markdown_table
-from runner.cli import main
+from madbench.data.markdown import markdown_table
+from madbench.debate.events import Turn
+from madbench.eval import dynamics as D
+from madbench.eval.backtest import backtest
+from madbench.eval.report.figures import flip_matrix
+from madbench.eval.stats.dynamics_table import DYNAMICS_LEGEND, dynamics_table
+from madbench.runner.cli import main
 from tests.eval.test_backtest import toy_window
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
@@ -248,7 +248,7 @@ def test_paper_batch_rounds_carry_dynamics_and_staged_runs_null(make_pack, tmp_p
 def test_a_stored_v0_1_trace_whose_proposals_carry_round_1_reads_the_same():
     import gzip
 
-    from debate.events import parse_event
+    from madbench.debate.events import parse_event
     stored = ROOT / "tests" / "debate" / "data" / "trace-v0.1-a7.jsonl.gz"
     events = [parse_event(json.loads(line)) for line in gzip.decompress(stored.read_bytes()).splitlines()]
     rows = D.round_dynamics(events)

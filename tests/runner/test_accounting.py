@@ -14,17 +14,17 @@ import pandas as pd
 import pytest
 import yaml
 
-from debate.config_file import load_debate_config
-from debate.events import LLMCall, LLMFailure, RunEnd, RunStart, last_attempt
-from debate.trace import read_trace
-from madbench_data.market.pack import load_pack
-from madbench_data.scenario import Scenario
-from madbench_gateway import Gateway, ModelRouting, ModelSpec, RateLimits, ResponseCache
-from runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
-from runner.execute import run_batch
-from runner.pipeline import run_debate
-from runner.sim.provider import SimProvider
-from runner.store import BatchLayout
+from madbench.data.market.pack import load_pack
+from madbench.data.scenario import Scenario
+from madbench.debate.config_file import load_debate_config
+from madbench.debate.events import LLMCall, LLMFailure, RunEnd, RunStart, last_attempt
+from madbench.debate.trace import read_trace
+from madbench.gateway import Gateway, ModelRouting, ModelSpec, RateLimits, ResponseCache
+from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
+from madbench.runner.execute import run_batch
+from madbench.runner.pipeline import run_debate
+from madbench.runner.store import BatchLayout
+from madbench.sim.provider import SimProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "debate"

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from runner.cli import main
+from madbench.runner.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 TICKERS = ["AAA", "BBB", "CCC", "DDD"]
@@ -112,7 +112,7 @@ def test_kill_minus_9_at_five_points_then_resume_equals_uninterrupted(make_pack,
     rng = random.Random(3)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for _ in range(5):
-        proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet"], env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet"], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         time.sleep(rng.uniform(4.0, 9.0))
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its whole local Ray, at once
@@ -126,7 +126,7 @@ def test_kill_minus_9_at_five_points_then_resume_equals_uninterrupted(make_pack,
 
 
 def test_every_ready_batch_parses_and_its_configs_resolve():
-    from runner.batch import load_batch, resolve_configs
+    from madbench.runner.batch import load_batch, resolve_configs
     names = {p.stem for p in (ROOT / "configs" / "batches").glob("*.yaml")}
     assert {"rules-35", "quickstart", "rq2-e1", "rq2-e2", "a1-tiers", "a7", "a8", "a10"} <= names
     for p in (ROOT / "configs" / "batches").glob("*.yaml"):

@@ -15,12 +15,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from debate.config_file import load_debate_config
-from debate.events import LLMCall, LLMFailure
-from debate.trace import read_trace
-from madbench_data.market.pack import load_pack
-from madbench_data.scenario import Scenario
-from madbench_gateway import (
+from madbench.data.market.pack import load_pack
+from madbench.data.scenario import Scenario
+from madbench.debate.config_file import load_debate_config
+from madbench.debate.events import LLMCall, LLMFailure
+from madbench.debate.trace import read_trace
+from madbench.gateway import (
     Budget,
     BudgetExhausted,
     Gateway,
@@ -31,15 +31,15 @@ from madbench_gateway import (
     ResponseCache,
     accounting,
 )
-from madbench_gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
-from runner.budget import BUDGET_FILE, BudgetRecord, read_budget, start_budget, stop_budget, write_budget
-from runner.cli import main
-from runner.cli.commands import EXIT_RUNS_FAILED
-from runner.cli.run import budget_lines, submissions
-from runner.pipeline import run_debate
-from runner.progress import Progress
-from runner.sim.provider import SimProvider
-from runner.store import BatchLayout, paid_cost, write_manifest, write_parts
+from madbench.gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
+from madbench.runner.budget import BUDGET_FILE, BudgetRecord, read_budget, start_budget, stop_budget, write_budget
+from madbench.runner.cli import main
+from madbench.runner.cli.commands import EXIT_RUNS_FAILED
+from madbench.runner.cli.run import budget_lines, submissions
+from madbench.runner.pipeline import run_debate
+from madbench.runner.progress import Progress
+from madbench.runner.store import BatchLayout, paid_cost, write_manifest, write_parts
+from madbench.sim.provider import SimProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "debate"

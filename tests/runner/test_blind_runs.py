@@ -15,20 +15,20 @@ import pandas as pd
 import pytest
 import yaml
 
-from debate.config import DebateConfig
-from debate.config_file import load_debate_config
-from debate.events import BlindMap, Final, Turn, last_attempt, parse_event
-from debate.trace import read_trace
-from madbench_data.blind import pack_companies
-from madbench_data.market.pack import load_pack
-from madbench_data.scenario import Scenario, load_scenarios
-from madbench_gateway import Gateway, LLMRequest, Message, ModelRouting
-from runner.batch import load_batch, resolve_configs
-from runner.cli import main
-from runner.pipeline import BlindGateway, RunResult, _memos, run_debate, run_id_for
-from runner.store import run_row
+from madbench.data.blind import pack_companies
+from madbench.data.market.pack import load_pack
+from madbench.data.scenario import Scenario, load_scenarios
+from madbench.debate.config import DebateConfig
+from madbench.debate.config_file import load_debate_config
+from madbench.debate.events import BlindMap, Final, Turn, last_attempt, parse_event
+from madbench.debate.trace import read_trace
+from madbench.gateway import Gateway, LLMRequest, Message, ModelRouting
+from madbench.runner.batch import load_batch, resolve_configs
+from madbench.runner.cli import main
+from madbench.runner.pipeline import BlindGateway, RunResult, _memos, run_debate, run_id_for
+from madbench.runner.store import run_row
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
-from tests.madbench_data.test_blind import UNIVERSE, blind_world, leaks, pack_names
+from tests.data.test_blind import UNIVERSE, blind_world, leaks, pack_names
 
 ROOT = Path(__file__).resolve().parents[2]
 #: One config of each protocol (debate/protocols/__init__.py), the paper's first.

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from madbench_data.errors import InputError
-from madbench_gateway import Gateway, LLMRequest, Message, ModelSpec
-from runner import cache_actor
-from runner.cache_actor import NODE_DIR_ENV, CacheActor, start_cache, stop_cache, wants_cluster_cache
-from runner.sim.provider import SimConfig, SimProvider
+from madbench.data.errors import InputError
+from madbench.gateway import Gateway, LLMRequest, Message, ModelSpec
+from madbench.runner import cache_actor
+from madbench.runner.cache_actor import NODE_DIR_ENV, CacheActor, start_cache, stop_cache, wants_cluster_cache
+from madbench.sim.provider import SimConfig, SimProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from debate.config_file import load_debate_config
-from debate.events import LLMCall, RunEnd, last_attempt
-from debate.trace import TraceWriter, read_trace
-from madbench_data.market.pack import load_pack
-from madbench_data.scenario import Scenario
-from madbench_gateway import Gateway, ModelRouting, ModelSpec, ResponseCache
-from madbench_gateway.cache import answer_sha256, decode_entry, encode_entry
-from runner.cli import main
-from runner.pipeline import run_debate
-from runner.sim.provider import SimProvider
+from madbench.data.market.pack import load_pack
+from madbench.data.scenario import Scenario
+from madbench.debate.config_file import load_debate_config
+from madbench.debate.events import LLMCall, RunEnd, last_attempt
+from madbench.debate.trace import TraceWriter, read_trace
+from madbench.gateway import Gateway, ModelRouting, ModelSpec, ResponseCache
+from madbench.gateway.cache import answer_sha256, decode_entry, encode_entry
+from madbench.runner.cli import main
+from madbench.runner.pipeline import run_debate
+from madbench.sim.provider import SimProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 TICKERS = ["AAA", "BBB", "CCC", "DDD"]

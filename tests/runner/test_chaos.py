@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from runner.sim.provider import SimConfig, SimProvider
+from madbench.sim.provider import SimConfig, SimProvider
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 pytestmark = pytest.mark.slow
@@ -34,7 +34,7 @@ def sim_batch(tmp_path, pack, sim, **over) -> Path:
 
 def run_cli(batch: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet", *extra],
+    return subprocess.run([sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet", *extra],
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 

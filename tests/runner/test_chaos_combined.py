@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from debate.trace import read_trace
+from madbench.debate.trace import read_trace
 from tests.fault_server import Faults, FaultServer
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 from tests.runner.test_chaos import run_cli
@@ -36,7 +36,7 @@ def chaos_batch(tmp_path: Path, pack: Path, server: FaultServer) -> Path:
 
 def driver(batch: Path) -> subprocess.Popen:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet"], env=env,
+    return subprocess.Popen([sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 

@@ -8,12 +8,12 @@ import time
 
 import pandas as pd
 
-from runner.cli import main
+from madbench.runner.cli import main
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
 
 
 def run(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "runner.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "madbench.runner.cli", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=120)
 
 
@@ -59,7 +59,7 @@ def test_pack_table_with_missing_columns(make_pack, capsys):
 
 
 def test_fetch_without_network_fails_fast(tmp_path, monkeypatch, capsys):
-    import madbench_data.market.fetch as fetch
+    import madbench.data.market.fetch as fetch
     with socket.socket() as s:  # a port nothing listens on: connection refused, like a dead network
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -80,9 +80,9 @@ def test_scenarios_make_writes_nothing_on_bad_input(make_pack, tmp_path):
 
 @requires_shared
 def test_all_35_paper_scenarios_build_memos_on_the_market_pack_with_the_papers_evidence():
-    from madbench_data.market.pack import load_pack
-    from madbench_data.memo import build_memo
-    from madbench_data.scenario import load_scenarios
+    from madbench.data.market.pack import load_pack
+    from madbench.data.memo import build_memo
+    from madbench.data.scenario import load_scenarios
     pack = load_pack(SHARED_MARKET, [SHARED_PAPER])
     scenarios = load_scenarios(SHARED_PAPER / "scenarios_35.yaml")
     tickers = {t for s in scenarios for t in s.tickers}

@@ -11,9 +11,9 @@ from importlib import metadata
 
 import pytest
 
-import runner.cli
-from runner.cli import GROUPS, build_parser, main
-from runner.cli.commands import COMMANDS, command_word, group_of
+import madbench.runner.cli
+from madbench.runner.cli import GROUPS, build_parser, main
+from madbench.runner.cli.commands import COMMANDS, command_word, group_of
 
 TOP_LEVEL = {"demo", "run", "status", "data", "scenarios", "memo", "debate", "trace", "backtest", "rescore", "stats", "power",
              "probe", "report", "llm", "cache", "model", "sim", "bench"}
@@ -62,12 +62,13 @@ def test_one_registry_of_groups_each_with_one_register_function():
     assert len(GROUPS) == len({g.module for g in GROUPS})
     for group in GROUPS:
         module = importlib.import_module(group.module)
-        assert group.module.startswith("runner.cli.")
+        assert group.module.startswith(("madbench.runner.cli.", "madbench.sim.cli", "madbench.bench.cli"))
         assert callable(module.register)
         assert [n for n in vars(module) if n.startswith("register")] == ["register"]
     # every command-group module of the package is in the registry
-    modules = {m.name for m in pkgutil.iter_modules(runner.cli.__path__)} - {"common", "commands", "__main__"}
-    assert {g.module.rsplit(".", 1)[1] for g in GROUPS} == modules
+    modules = {f"madbench.runner.cli.{m.name}" for m in pkgutil.iter_modules(madbench.runner.cli.__path__)}
+    modules -= {"madbench.runner.cli.common", "madbench.runner.cli.commands", "madbench.runner.cli.__main__"}
+    assert {g.module for g in GROUPS} == modules | {"madbench.sim.cli", "madbench.bench.cli"}
     assert set(COMMANDS) == TOP_LEVEL and sum(len(g.commands) for g in GROUPS) == len(COMMANDS)  # no command in two groups
 
 
@@ -88,13 +89,13 @@ def test_the_top_level_help_is_the_same_without_importing_any_group():
 def test_the_command_word_picks_its_group():
     assert command_word(["--version"]) is None and command_word([]) is None
     assert command_word(["--help", "status", "x"]) == "status"
-    assert group_of("status").module == "runner.cli.run" and group_of("trace").module == "runner.cli.debate"
+    assert group_of("status").module == "madbench.runner.cli.run" and group_of("trace").module == "madbench.runner.cli.debate"
     assert group_of("nope") is None and group_of(None) is None
 
 
 STARTUP = """
 import json, sys
-from runner.cli import main
+from madbench.runner.cli import main
 try:
     main(sys.argv[1:])
 except SystemExit:
@@ -104,8 +105,8 @@ print(json.dumps({"groups": sorted(groups & set(sys.modules)), "pandas": "pandas
 """
 
 
-@pytest.mark.parametrize("argv, groups", [(["--help"], []), (["--version"], []), (["run", "--help"], ["runner.cli.run"]),
-                                          (["trace", "show", "--help"], ["runner.cli.debate"])], ids=" ".join)
+@pytest.mark.parametrize("argv, groups", [(["--help"], []), (["--version"], []), (["run", "--help"], ["madbench.runner.cli.run"]),
+                                          (["trace", "show", "--help"], ["madbench.runner.cli.debate"])], ids=" ".join)
 def test_start_up_imports_only_the_group_of_the_command(argv, groups):
     """A behaviour test, not a timing one: a fresh interpreter, then which modules parsing left loaded."""
     code = STARTUP % ", ".join(repr(g.module) for g in GROUPS)
@@ -140,10 +141,10 @@ def test_version(capsys):
 
 
 def test_python_dash_m_runs_the_cli():
-    out = subprocess.run([sys.executable, "-m", "runner.cli", "--version"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "madbench.runner.cli", "--version"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"madbench {metadata.version('madbench')}\n"
-    out = subprocess.run([sys.executable, "-m", "runner.cli", "--help"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-m", "madbench.runner.cli", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "sim " in out.stdout and "usage: madbench" in out.stdout
 
 

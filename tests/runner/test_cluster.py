@@ -16,7 +16,7 @@ import pytest
 import ray
 import yaml
 
-from runner.execute import ACTOR_NUM_CPUS, HEAD_DIRS
+from madbench.runner.execute import ACTOR_NUM_CPUS, HEAD_DIRS
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 
@@ -97,7 +97,7 @@ def two_node_cluster():
 
 
 def _run(batch, address, env, **kw):
-    return subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet", "--address", address],
+    return subprocess.Popen([sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet", "--address", address],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -118,7 +118,7 @@ def test_batch_runs_land_on_both_nodes_of_a_two_node_cluster(make_pack, tmp_path
 def test_killing_a_worker_nodes_raylet_mid_batch_still_completes_every_run(make_pack, tmp_path, two_node_cluster):
     import psutil
 
-    from runner.sim.provider import SimConfig, SimProvider
+    from madbench.sim.provider import SimConfig, SimProvider
     address, env, short = two_node_cluster
     with SimProvider(SimConfig(latency_median_s=0.3, seed=5)) as sim:  # slow enough for the kill to land mid-batch
         model = {"model": "openai/madbench-sim", "api_base": sim.url, "send_context": True,

@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from runner.bench.local_cluster import LocalCluster, can_hide
-from runner.staging import staging_root
+from madbench.bench.local_cluster import LocalCluster, can_hide
+from madbench.runner.staging import staging_root
 from tests.fault_server import Faults, FaultServer
 from tests.runner.test_batch import ROOT, TICKERS
 
@@ -91,7 +91,7 @@ def test_a_job_commits_on_the_head_and_the_worker_is_served_what_the_head_paid_f
 
         # The same runs through the Ray client, each on the other node this time: all from the cluster's cache.
         env = {**cluster.env, VAR: KEY, "MADBENCH_FORWARD_ENV": VAR}
-        client = subprocess.run([sys.executable, "-m", "runner.cli", "run", str(work / "batch-reversed.yaml"), "--quiet",
+        client = subprocess.run([sys.executable, "-m", "madbench.runner.cli", "run", str(work / "batch-reversed.yaml"), "--quiet",
                                  "--address", cluster.client_address, "--results-dir", str(tmp_path / "results-client"),
                                  "--cache-dir", str(tmp_path / "cache")], cwd=work, env=env, capture_output=True, text=True,
                                 timeout=600)

@@ -1,4 +1,4 @@
-"""The demo and the one-debate CLI on a synthetic pack (the local-model step is covered in tests/madbench_gateway)."""
+"""The demo and the one-debate CLI on a synthetic pack (the local-model step is covered in tests/gateway)."""
 
 import gzip
 import json
@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from debate.events import Divergence, MemoShown
-from debate.trace import TraceWriter
-from runner.cli import main
+from madbench.debate.events import Divergence, MemoShown
+from madbench.debate.trace import TraceWriter
+from madbench.runner.cli import main
 from tests.conftest import requires_shared
 
 SCENARIOS = {"scenarios": [

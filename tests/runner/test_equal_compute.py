@@ -8,12 +8,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from madbench_data.errors import InputError
-from madbench_data.scenario import load_scenarios
-from runner.batch import load_batch, resolve_configs
-from runner.cli import main
-from runner.pipeline import run_id_for
-from runner.sim.provider import SimProvider
+from madbench.data.errors import InputError
+from madbench.data.scenario import load_scenarios
+from madbench.runner.batch import load_batch, resolve_configs
+from madbench.runner.cli import main
+from madbench.runner.pipeline import run_id_for
+from madbench.sim.provider import SimProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCH = ROOT / "configs" / "batches" / "equal-compute.yaml"

@@ -12,24 +12,24 @@ import pandas as pd
 import pytest
 import yaml
 
-from debate.config import InterventionConfig
-from debate.config_file import load_debate_config
-from debate.grading import RCAVerdict
-from debate.trace import read_trace
-from madbench_data.market.pack import load_pack
-from madbench_data.market.write import write_pack
-from madbench_data.memo import build_memo
-from madbench_data.scenario import Scenario
-from madbench_gateway import Gateway, ModelRouting
-from madbench_gateway.models import ModelSpec, RateLimits
-from madbench_gateway.providers import register_provider
-from madbench_gateway.providers.litellm_provider import LiteLLMProvider
-from madbench_gateway.providers.rules import RulesProvider
-from runner import estimate as E
-from runner.cli import main
-from runner.pipeline import run_debate
-from runner.sim.provider import SimProvider
-from scoring.rule_answers import answer
+from madbench.data.market.pack import load_pack
+from madbench.data.market.write import write_pack
+from madbench.data.memo import build_memo
+from madbench.data.scenario import Scenario
+from madbench.debate.config import InterventionConfig
+from madbench.debate.config_file import load_debate_config
+from madbench.debate.grading import RCAVerdict
+from madbench.debate.trace import read_trace
+from madbench.gateway import Gateway, ModelRouting
+from madbench.gateway.models import ModelSpec, RateLimits
+from madbench.gateway.providers import register_provider
+from madbench.gateway.providers.litellm_provider import LiteLLMProvider
+from madbench.gateway.providers.rules import RulesProvider
+from madbench.runner import estimate as E
+from madbench.runner.cli import main
+from madbench.runner.pipeline import run_debate
+from madbench.scoring.rule_answers import answer
+from madbench.sim.provider import SimProvider
 from tests.conftest import synthetic_tables
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-import runner.batch as batch_mod
-from runner.cli import main
-from runner.lock import ResultsLock
-from runner.sim.provider import SimConfig, SimProvider
+import madbench.runner.batch as batch_mod
+from madbench.runner.cli import main
+from madbench.runner.lock import ResultsLock
+from madbench.sim.provider import SimConfig, SimProvider
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 KEY = "MADBENCH_HARDENING_TEST_KEY"
@@ -70,7 +70,7 @@ def test_the_os_releases_the_lock_of_a_killed_holder(tmp_path):
 
 
 def test_status_tells_a_running_batch_from_one_whose_driver_is_gone(tmp_path, capsys):
-    from runner.store import BatchLayout, write_manifest
+    from madbench.runner.store import BatchLayout, write_manifest
 
     root = tmp_path / "r"
     runs = [{"run_id": f"r{i}", "scenario_id": "s", "config": "c", "replicate": i, "status": "pending", "attempts": 1,
@@ -118,7 +118,7 @@ def _sim_batch(tmp_path: Path, pack: Path, server: SimProvider) -> Path:
 
 
 def _madbench(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner.cli", *args], capture_output=True, text=True, timeout=600,
+    return subprocess.run([sys.executable, "-m", "madbench.runner.cli", *args], capture_output=True, text=True, timeout=600,
                           cwd=ROOT, env=env)
 
 
@@ -129,7 +129,7 @@ def test_two_concurrent_drivers_one_writes_the_other_fails_at_once(make_pack, tm
     results = tmp_path / "results" / "lock"
     with SimProvider(SimConfig(latency_median_s=2.0, latency_sigma=0.1)) as server:
         batch = _sim_batch(tmp_path, pack, server)
-        first = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet"], cwd=ROOT, env=env,
+        first = subprocess.Popen([sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet"], cwd=ROOT, env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             t0 = time.monotonic()
@@ -197,9 +197,9 @@ def test_scenarios_of_the_same_content_under_two_ids_are_two_runs(make_pack, tmp
 
 
 def test_run_ids_tell_scenario_ids_apart():
-    from debate.config_file import load_debate_config
-    from madbench_data.scenario import Scenario
-    from runner.pipeline import run_id_for
+    from madbench.data.scenario import Scenario
+    from madbench.debate.config_file import load_debate_config
+    from madbench.runner.pipeline import run_id_for
 
     cfg = load_debate_config(ROOT / "configs/debate/single-causal.yaml")
     a = Scenario.model_validate({"id": "a", "invest_quarter": "2021Q2", "tickers": TICKERS})

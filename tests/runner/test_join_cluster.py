@@ -9,8 +9,8 @@ import types
 
 import pytest
 
-from madbench_data.errors import InputError
-from runner import execute
+from madbench.data.errors import InputError
+from madbench.runner import execute
 
 
 def fake_ray(failures: list[BaseException]):

@@ -8,12 +8,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from debate.events import LLMCall, RunStart, parse_event
-from madbench_data.errors import InputError
-from runner.cli import main
-from runner.cutoffs import CutoffRegistry, load_cutoffs
-from runner.pipeline import RunResult
-from runner.store import run_row
+from madbench.data.errors import InputError
+from madbench.debate.events import LLMCall, RunStart, parse_event
+from madbench.runner.cli import main
+from madbench.runner.cutoffs import CutoffRegistry, load_cutoffs
+from madbench.runner.pipeline import RunResult
+from madbench.runner.store import run_row
 
 STORED = Path(__file__).parents[1] / "debate" / "data" / "trace-v0.1-a7.jsonl.gz"
 

@@ -13,19 +13,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from debate.config_file import load_debate_config
-from debate.events import LLMCall
-from debate.trace import TraceWriter
-from madbench_data.errors import InputError
-from madbench_data.market.pack import load_pack
-from madbench_data.scenario import Scenario
-from madbench_gateway import Gateway, ModelRouting, ResponseCache
-from madbench_gateway.cache import answer_sha256
-from runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
-from runner.cli import main
-from runner.execute import run_batch
-from runner.pipeline import run_debate
-from runner.store import BatchLayout, read_manifest
+from madbench.data.errors import InputError
+from madbench.data.market.pack import load_pack
+from madbench.data.scenario import Scenario
+from madbench.debate.config_file import load_debate_config
+from madbench.debate.events import LLMCall
+from madbench.debate.trace import TraceWriter
+from madbench.gateway import Gateway, ModelRouting, ResponseCache
+from madbench.gateway.cache import answer_sha256
+from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
+from madbench.runner.cli import main
+from madbench.runner.execute import run_batch
+from madbench.runner.pipeline import run_debate
+from madbench.runner.store import BatchLayout, read_manifest
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 NOT_UTF8 = "# r\xe9sum\xe9 of the batch\n".encode("latin-1")
@@ -159,7 +159,7 @@ def test_a_read_only_cache_is_named_before_anything_starts(make_pack, tmp_path, 
             db.chmod(0o444)
     try:
         env = os.environ | {"PYTHONPATH": str(ROOT)}
-        proc = subprocess.run([*_as_unprivileged(), sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet",
+        proc = subprocess.run([*_as_unprivileged(), sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet",
                                "--cache-dir", str(cache)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     finally:
         cache.chmod(0o755)
@@ -227,7 +227,7 @@ def test_a_planted_trace_link_is_one_plain_line(tmp_path, capsys):
 
 READ_ONLY_CLI = """
 import contextlib, io, json, sys
-from runner.cli import main
+from madbench.runner.cli import main
 out = []
 for argv in json.loads(sys.argv[1]):
     stdout, stderr = io.StringIO(), io.StringIO()

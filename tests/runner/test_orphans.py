@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from runner.sim.provider import SimConfig, SimProvider
+from madbench.sim.provider import SimConfig, SimProvider
 from tests.runner.test_batch import ROOT
 from tests.runner.test_chaos import run_cli, sim_batch
 
@@ -29,7 +29,7 @@ def pack(make_pack):
 
 def start_driver(batch: Path) -> subprocess.Popen:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    return subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet"], env=env,
+    return subprocess.Popen([sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 

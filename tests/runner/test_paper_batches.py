@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from runner.batch import load_batch, resolve_configs
+from madbench.runner.batch import load_batch, resolve_configs
 from tests.conftest import SHARED_PAPER, requires_shared
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,8 +137,8 @@ def test_the_designs_are_the_papers():
 @pytest.mark.parametrize("batch, runs", [("table2", 140), ("table4", 105), ("rq2-e1", 210), ("a1-tiers", 105),
                                          ("a7", 70), ("a8", 70), ("a10", 70)])
 def test_each_paper_batch_is_its_configs_on_the_35_scenarios(batch, runs):
-    from madbench_data.scenario import load_scenarios
-    from runner.batch import expand
+    from madbench.data.scenario import load_scenarios
+    from madbench.runner.batch import expand
     spec, configs = load(batch)
     scenarios = load_scenarios(SHARED_PAPER / "scenarios_35.yaml")
     assert len(scenarios) == 35
@@ -149,7 +149,7 @@ def test_each_paper_batch_is_its_configs_on_the_35_scenarios(batch, runs):
 @pytest.mark.slow
 def test_a_paper_batch_runs_offline_end_to_end_with_model_rules_auto(tmp_path, capsys):
     """table4 (a mean, a judged debate, RCA) through `madbench run --model rules/auto` on three paper scenarios."""
-    from runner.cli import main
+    from madbench.runner.cli import main
     spec = yaml.safe_load((BATCHES / "table4.yaml").read_text())
     spec["scenarios"] = {"file": str(SHARED_PAPER / "scenarios_35.yaml"),
                          "ids": ["2022Q3_rand3_1", "2023Q2_rand8_1c8e1d3e", "2022Q4_tech"]}

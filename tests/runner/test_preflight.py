@@ -2,8 +2,8 @@
 
 import yaml
 
-from runner.cli import main
-from runner.progress import Progress, eta_s
+from madbench.runner.cli import main
+from madbench.runner.progress import Progress, eta_s
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 
@@ -35,7 +35,7 @@ def test_a_clean_batch_passes_preflight_and_dry_run_prints_the_estimate(make_pac
 
 
 def test_a_template_that_fails_to_render_is_a_preflight_problem(make_pack, tmp_path, capsys, monkeypatch):
-    from debate.profiles import Profile
+    from madbench.debate.profiles import Profile
 
     def broken(self, phase, **variables):
         raise TypeError("unsupported operand")

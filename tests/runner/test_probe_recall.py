@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from madbench_data.market.pack import load_pack
-from runner.cli import main
-from runner.sim.provider import SimProvider
-from runner.sim.recall_answers import RecallAnswerer
+from madbench.data.market.pack import load_pack
+from madbench.runner.cli import main
+from madbench.sim.provider import SimProvider
+from madbench.sim.recall_answers import RecallAnswerer
 
 TICKERS = ["AAA", "BBB", "CCC", "DDD", "EEE"]
 QUARTERS = ["2020Q2", "2020Q3", "2020Q4", "2021Q1", "2021Q2", "2021Q3", "2021Q4", "2022Q1", "2022Q2"]

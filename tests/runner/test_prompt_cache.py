@@ -11,9 +11,9 @@ import httpx
 import pandas as pd
 import pytest
 
-from runner.bench.cost import JSON_KEYS
-from runner.cli import main
-from runner.sim.provider import CACHE_MIN_TOKENS, CACHE_STEP_TOKENS, SimConfig, SimProvider
+from madbench.bench.cost import JSON_KEYS
+from madbench.runner.cli import main
+from madbench.sim.provider import CACHE_MIN_TOKENS, CACHE_STEP_TOKENS, SimConfig, SimProvider
 from tests.conftest import requires_shared
 
 MEMO = "[L1-10Y] 10-year Treasury yield: 4.2 % (as of 2023-03-31)\n" * 200  # about 3,000 of the server's tokens

@@ -21,14 +21,14 @@ import pandas as pd
 import pytest
 import yaml
 
-import madbench_gateway.providers as providers
-from eval.report.figures import realised_saving
-from madbench_gateway import Gateway, LLMRequest, Message, ModelSpec, OutputInvalid, ResponseCache
-from madbench_gateway.providers.batching import BatchAPI, BatchingProvider
-from madbench_gateway.providers.litellm_provider import LiteLLMProvider
-from runner.cli import main
-from runner.provider_batches import Collector, JournalEntry, journal_summary, read_journal
-from runner.sim.provider import SimProvider
+import madbench.gateway.providers as providers
+from madbench.eval.report.figures import realised_saving
+from madbench.gateway import Gateway, LLMRequest, Message, ModelSpec, OutputInvalid, ResponseCache
+from madbench.gateway.providers.batching import BatchAPI, BatchingProvider
+from madbench.gateway.providers.litellm_provider import LiteLLMProvider
+from madbench.runner.cli import main
+from madbench.runner.provider_batches import Collector, JournalEntry, journal_summary, read_journal
+from madbench.sim.provider import SimProvider
 from tests.runner.test_batch import ROOT, TICKERS
 
 FAST = {"poll_s": 0.1, "settle_s": 0.1, "idle_s": 1.0}
@@ -211,7 +211,7 @@ def a7_batch(tmp_path: Path, pack: Path, sim, name: str, execution=None, model_n
 
 def run_cli(batch: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet", *extra],
+    return subprocess.run([sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet", *extra],
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -288,7 +288,7 @@ def test_a_driver_killed_while_a_batch_is_in_flight_reattaches_on_rerun_and_subm
         batch = a7_batch(tmp_path, pack, sim, "kill", BATCH_MODE)
         journal = tmp_path / "results" / "kill" / "provider_batches"
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-        driver = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(batch), "--quiet"], env=env,
+        driver = subprocess.Popen([sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet"], env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 240
         while not any(e.batch_id and e.state in ("validating", "in_progress") for e in

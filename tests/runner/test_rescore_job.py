@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from debate.grading import PILLARS
-from madbench_data.market.write import write_pack
-from runner.cli import main
-from runner.sim.provider import SimProvider
-from scoring.rescore import find_runs
+from madbench.data.market.write import write_pack
+from madbench.debate.grading import PILLARS
+from madbench.runner.cli import main
+from madbench.scoring.rescore import find_runs
+from madbench.sim.provider import SimProvider
 from tests.conftest import synthetic_tables
 from tests.runner.test_batch import ROOT, TICKERS
 

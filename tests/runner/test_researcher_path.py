@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from runner.sim.provider import SimConfig, SimProvider
+from madbench.sim.provider import SimConfig, SimProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 TICKERS = ["AAA", "BBB", "CCC", "DDD"]
@@ -28,7 +28,7 @@ QUARTERS = ("2021Q2", "2021Q3", "2021Q4", "2022Q1", "2022Q2")
 
 
 def madbench(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "runner.cli", *args], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "madbench.runner.cli", *args], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT, env=env or os.environ.copy())
 
 
@@ -77,7 +77,7 @@ def _walk(tmp_path: Path, pack: Path, server: SimProvider) -> None:
     # 2. Run with the key; status shows runs in flight; Ctrl-C exits 130 with runs pending.
     batch = write_batch(tmp_path, pack, server)
     env[KEY] = "sk-placeholder-for-the-local-server"
-    proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "run", str(batch)], cwd=ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "madbench.runner.cli", "run", str(batch)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def in_flight():

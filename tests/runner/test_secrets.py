@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from runner.sim.provider import SimProvider
+from madbench.sim.provider import SimProvider
 from tests.fault_server import Faults, FaultServer
 from tests.runner.test_batch import ROOT, TICKERS
 
@@ -41,7 +41,7 @@ def test_no_secret_in_any_artifact(make_pack, tmp_path):
         batch = leaky_batch(tmp_path, pack, sim.url, leaky.url, "OPENAI_API_KEY", "secrets")
         env = {**os.environ, "OPENAI_API_KEY": SECRET, "MADBENCH_CACHE_DIR": str(tmp_path / "cache"),
                "PYTHONPATH": str(ROOT)}
-        out = subprocess.run([sys.executable, "-m", "runner.cli", "run", str(batch)], env=env, capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "madbench.runner.cli", "run", str(batch)], env=env, capture_output=True,
                              text=True, timeout=600)
     assert out.returncode == 1, out.stderr[-2000:]  # the leaky provider's run failed, loudly
     assert SECRET not in out.stdout + out.stderr

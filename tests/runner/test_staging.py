@@ -7,12 +7,12 @@ import os
 import pytest
 import yaml
 
-import madbench_data.market.pack as pack_module
-from madbench_data.paths import PROJECT_ROOT
-from runner.cli import main
-from runner.execute import HEAD_DIRS, worker_env
-from runner.staging import collect, commit, portable, prepare
-from runner.store import TABLES, BatchLayout
+import madbench.data.market.pack as pack_module
+from madbench.data.paths import PROJECT_ROOT
+from madbench.runner.cli import main
+from madbench.runner.execute import HEAD_DIRS, worker_env
+from madbench.runner.staging import collect, commit, portable, prepare
+from madbench.runner.store import TABLES, BatchLayout
 from tests.runner.test_batch import TICKERS, write_batch
 
 #: What Ray hands a `ray job submit --working-dir` job's entrypoint.

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from scoring.agreement import audit_agreement, icc2_1, pillar_agreement
+from madbench.scoring.agreement import audit_agreement, icc2_1, pillar_agreement
 
 # Shrout & Fleiss (1979), Table 2: 6 targets rated by 4 judges; they report ICC(2,1) = 0.29.
 SHROUT_FLEISS = np.array([[9, 2, 5, 8], [6, 1, 3, 2], [8, 4, 6, 8], [7, 1, 2, 6], [10, 5, 6, 9], [6, 2, 4, 7]], dtype=float)

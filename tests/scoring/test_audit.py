@@ -1,7 +1,7 @@
 """The deterministic audit finds exactly the failures planted in a handcrafted turn."""
 
-from debate.schemas import CritiqueItem, Revision
-from scoring.audit import audit_turn
+from madbench.debate.schemas import CritiqueItem, Revision
+from madbench.scoring.audit import audit_turn
 
 MEMO = {"AAA-RET60", "AAA-VOL60", "BBB-BETA", "L1-VIX"}
 

@@ -3,11 +3,11 @@ and lower on evidential support than the same allocation argued in claims."""
 
 import pytest
 
-from debate.schemas import BasicCritiqueItem, BasicProposal, BasicRevision, Proposal
-from scoring.audit import audit_turn
-from scoring.crit_judge import crit_request, finish, render_crit
-from scoring.rubric import load_rubric
-from scoring.rules_scorer import CritTask, cited_evidence, score
+from madbench.debate.schemas import BasicCritiqueItem, BasicProposal, BasicRevision, Proposal
+from madbench.scoring.audit import audit_turn
+from madbench.scoring.crit_judge import crit_request, finish, render_crit
+from madbench.scoring.rubric import load_rubric
+from madbench.scoring.rules_scorer import CritTask, cited_evidence, score
 from tests.scoring.test_audit import MEMO, claim, critique
 from tests.scoring.test_crit import ITEMS, PROPOSAL
 

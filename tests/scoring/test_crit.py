@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from debate.grading import CritDiagnostics, PillarScores
-from debate.schemas import Proposal, Revision
-from madbench_data.memo import EvidenceItem
-from madbench_gateway.providers.litellm_provider import merged_messages
-from scoring.crit import apply_caps, cap_for, rho
-from scoring.crit_judge import crit_request, finish
-from scoring.rubric import load_rubric
-from scoring.rules_scorer import CritTask, cited_evidence, score
+from madbench.data.memo import EvidenceItem
+from madbench.debate.grading import CritDiagnostics, PillarScores
+from madbench.debate.schemas import Proposal, Revision
+from madbench.gateway.providers.litellm_provider import merged_messages
+from madbench.scoring.crit import apply_caps, cap_for, rho
+from madbench.scoring.crit_judge import crit_request, finish
+from madbench.scoring.rubric import load_rubric
+from madbench.scoring.rules_scorer import CritTask, cited_evidence, score
 from tests.scoring.test_audit import MEMO, PLANTED, claim, critique
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "crit_prompt.txt"

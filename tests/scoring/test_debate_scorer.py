@@ -2,15 +2,15 @@
 
 import asyncio
 
-from debate.config import InterventionConfig
-from debate.control import PIDConfig
-from debate.schemas import Proposal, Revision
-from madbench_data.memo import build_memo
-from madbench_gateway import Gateway
-from runner.pipeline import run_debate
-from scoring.crit_judge import crit_request
-from scoring.rubric import load_rubric
-from scoring.rules_scorer import CritTask, cited_evidence
+from madbench.data.memo import build_memo
+from madbench.debate.config import InterventionConfig
+from madbench.debate.control import PIDConfig
+from madbench.debate.schemas import Proposal, Revision
+from madbench.gateway import Gateway
+from madbench.runner.pipeline import run_debate
+from madbench.scoring.crit_judge import crit_request
+from madbench.scoring.rubric import load_rubric
+from madbench.scoring.rules_scorer import CritTask, cited_evidence
 from tests.debate.test_engine import config, events, world  # noqa: F401  (fixture)
 
 

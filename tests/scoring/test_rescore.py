@@ -9,17 +9,17 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from debate.config_file import load_debate_config
-from madbench_data.market.pack import load_pack
-from madbench_data.scenario import Scenario
-from madbench_gateway import Gateway, ModelRouting, ModelSpec, ResponseCache
-from runner.cli import main
-from runner.pipeline import run_debate
-from runner.sim.provider import SimProvider
-from scoring import rescore as rs
-from scoring.agreement import pillar_agreement
-from scoring.rescore import find_runs, read_scores, score_run, write_part
-from scoring.rubric import load_rubric
+from madbench.data.market.pack import load_pack
+from madbench.data.scenario import Scenario
+from madbench.debate.config_file import load_debate_config
+from madbench.gateway import Gateway, ModelRouting, ModelSpec, ResponseCache
+from madbench.runner.cli import main
+from madbench.runner.pipeline import run_debate
+from madbench.scoring import rescore as rs
+from madbench.scoring.agreement import pillar_agreement
+from madbench.scoring.rescore import find_runs, read_scores, score_run, write_part
+from madbench.scoring.rubric import load_rubric
+from madbench.sim.provider import SimProvider
 from tests.debate.test_engine import CONFIGS
 
 

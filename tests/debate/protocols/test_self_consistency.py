@@ -7,19 +7,19 @@ import statistics
 
 import pytest
 
-from debate.config_file import parse_debate_config
-from debate.protocols.self_consistency import (
+from madbench.data.errors import InputError
+from madbench.data.scenario import Constraints
+from madbench.debate.config_file import parse_debate_config
+from madbench.debate.protocols.self_consistency import (
     SAMPLE_STRIDE,
     majority_allocation,
     sample_index,
     samples_for,
     vote_shares,
 )
-from debate.trace import read_trace
-from madbench_data.errors import InputError
-from madbench_data.scenario import Constraints
-from madbench_gateway import Gateway
-from runner.pipeline import run_debate
+from madbench.debate.trace import read_trace
+from madbench.gateway import Gateway
+from madbench.runner.pipeline import run_debate
 from tests.debate.test_engine import TICKERS, config, world  # noqa: F401  (fixture)
 
 U = ["A", "B", "C", "D"]

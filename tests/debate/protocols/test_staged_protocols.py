@@ -6,14 +6,14 @@ import re
 
 import pytest
 
-from debate.protocols.desks import calibrate_conviction, conviction_allocation, directional_consensus, signal_convergence
-from debate.protocols.staged import memo_slice, slice_of
-from debate.stage_schemas import TickerSignal
-from debate.trace import read_trace
-from madbench_data.scenario import Constraints, Scenario
-from madbench_gateway import Gateway, ModelSpec
-from runner.pipeline import run_debate
-from runner.sim.provider import SimProvider
+from madbench.data.scenario import Constraints, Scenario
+from madbench.debate.protocols.desks import calibrate_conviction, conviction_allocation, directional_consensus, signal_convergence
+from madbench.debate.protocols.staged import memo_slice, slice_of
+from madbench.debate.stage_schemas import TickerSignal
+from madbench.debate.trace import read_trace
+from madbench.gateway import Gateway, ModelSpec
+from madbench.runner.pipeline import run_debate
+from madbench.sim.provider import SimProvider
 from tests.debate.test_engine import TICKERS, config, world  # noqa: F401  (fixture)
 
 PROTOCOLS = ["adversarial", "desks", "tradingagents"]
@@ -125,7 +125,7 @@ def test_bear_must_attack_the_strongest_claim_and_the_rebuttal_may_not_add_evide
 
 
 def test_tradingagents_reflects_on_the_previous_quarter_from_its_decision_log(make_pack, tmp_path):
-    from madbench_data.market.pack import load_pack
+    from madbench.data.market.pack import load_pack
     pack = load_pack(make_pack(tickers=tuple(TICKERS)))
     cfg = config("tradingagents.yaml")
     q3 = Scenario(id="q3", invest_quarter="2021Q3", tickers=TICKERS, constraints={"max_weight": 0.6})
@@ -143,8 +143,8 @@ def test_tradingagents_reflects_on_the_previous_quarter_from_its_decision_log(ma
 
 
 def test_unknown_protocol_options_are_rejected(tmp_path):
-    from debate.config_file import load_debate_config
-    from madbench_data.errors import InputError
+    from madbench.data.errors import InputError
+    from madbench.debate.config_file import load_debate_config
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nprotocol: desks\noptions: {debate_roundz: 2}\n")
     with pytest.raises(InputError, match="debate_roundz"):
@@ -162,7 +162,7 @@ def test_protocols_batch_gives_a_paired_comparison_table(tmp_path, capsys):
     """configs/batches/protocols.yaml on the rule-based answers, then the statistics module's paired table."""
     import yaml
 
-    from runner.cli import main
+    from madbench.runner.cli import main
     from tests.conftest import SHARED_MARKET
     from tests.runner.test_batch import ROOT
     if not (SHARED_MARKET / "prices.parquet").exists():
@@ -191,8 +191,8 @@ def test_protocols_batch_gives_a_paired_comparison_table(tmp_path, capsys):
 
 
 def test_stage_schemas_sent_to_constrained_decoders_carry_the_universe_and_visible_ids():
-    from debate.request_schemas import constrained_schema
-    from debate.stage_schemas import Attack, DeskReport
+    from madbench.debate.request_schemas import constrained_schema
+    from madbench.debate.stage_schemas import Attack, DeskReport
     desk = constrained_schema(DeskReport, ["AAA", "BBB"], {"AAA-RET60", "L1-VIX"})
     assert desk["$defs"]["TickerSignal"]["properties"]["ticker"]["enum"] == ["AAA", "BBB"]
     assert desk["properties"]["signals"]["minItems"] == desk["properties"]["signals"]["maxItems"] == 2

@@ -6,8 +6,8 @@ import re
 import pandas as pd
 import pytest
 
-from eval.report.page import _script_json, build_report
-from runner.cli import main
+from madbench.eval.report.page import _script_json, build_report
+from madbench.runner.cli import main
 from tests.browser import ARTIFACTS, open_page, requires_chromium
 from tests.conftest import requires_shared
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
@@ -23,7 +23,7 @@ def batch_results(tmp_path_factory, make_pack_module):
 
 @pytest.fixture(scope="module")
 def make_pack_module(tmp_path_factory):
-    from madbench_data.market.write import write_pack
+    from madbench.data.market.write import write_pack
     from tests.conftest import synthetic_tables
     return lambda **kw: write_pack(tmp_path_factory.mktemp("pack"), synthetic_tables(**kw))
 
@@ -50,7 +50,7 @@ def test_report_is_self_contained_and_holds_every_section(batch_results, capsys)
     assert debate["crit"] and all(c["explanations"] for c in debate["crit"])  # CRIT reasons are kept in the trace
     assert data["memos"][debate["memo"]["sha256"]].count("[") > 10  # the memo text with its evidence IDs
     assert debate["backtest"]["baselines"]["equal"]["sharpe"] is not None
-    from eval.stats.degenerate import distinct_values
+    from madbench.eval.stats.degenerate import distinct_values
     if len(distinct_values(runs[runs.status == "ok"].rho_bar)) < 3:  # rule-based analysts: no slope is a finding
         assert "no OLS line: rho_bar" in html and "<p class=\"note\">not fitted: rho_bar" in html
 
@@ -108,7 +108,7 @@ def test_rules_35_report_screenshot(tmp_path):
 
 
 def test_quality_scatter_draws_no_slope_through_a_two_valued_rho_bar():
-    from eval.report.figures import quality_scatter
+    from madbench.eval.report.figures import quality_scatter
     from tests.eval.stats.test_degenerate import rules_like
     from tests.eval.stats.test_tables_and_models import runs_frame
     fig = quality_scatter(rules_like(), ["debate", "single", "mean"])

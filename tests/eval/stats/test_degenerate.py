@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from eval.stats.analysis import analyse
-from eval.stats.correlate import correlate, not_computed, quality_correlations
-from eval.stats.degenerate import Degenerate, check_predictor, distinct_values, fmt_values
-from eval.stats.regress import ols
+from madbench.eval.stats.analysis import analyse
+from madbench.eval.stats.correlate import correlate, not_computed, quality_correlations
+from madbench.eval.stats.degenerate import Degenerate, check_predictor, distinct_values, fmt_values
+from madbench.eval.stats.regress import ols
 from tests.eval.stats.test_tables_and_models import runs_frame
 
 

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from eval.stats.analysis import analyse
-from eval.stats.paired import compare, from_t, paired_test
+from madbench.eval.stats.analysis import analyse
+from madbench.eval.stats.paired import compare, from_t, paired_test
 
 
 def frame_from(values: dict[str, np.ndarray], metric: str = "sharpe") -> pd.DataFrame:

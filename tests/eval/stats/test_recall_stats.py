@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from eval.stats.recall import SUMMARY_COLUMNS, bucket_index, chance_rate, recall_table, recall_test
-from eval.stats.split import split_by
+from madbench.eval.stats.recall import SUMMARY_COLUMNS, bucket_index, chance_rate, recall_table, recall_test
+from madbench.eval.stats.split import split_by
 
 EDGES = [-10, -3, 3, 10]
 

@@ -5,7 +5,7 @@ import json
 import pandas as pd
 import pytest
 
-from runner.cli import main
+from madbench.runner.cli import main
 from tests.eval.stats.test_tables_and_models import runs_frame
 
 

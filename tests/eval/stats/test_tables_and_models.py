@@ -7,12 +7,12 @@ import statsmodels.formula.api as smf
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from eval.stats.analysis import analyse
-from eval.stats.beats import beats_baseline
-from eval.stats.correlate import correlate, delta_correlations
-from eval.stats.power import achieved_power, scenarios_needed
-from eval.stats.regress import ols
-from eval.stats.tables import adjust
+from madbench.eval.stats.analysis import analyse
+from madbench.eval.stats.beats import beats_baseline
+from madbench.eval.stats.correlate import correlate, delta_correlations
+from madbench.eval.stats.power import achieved_power, scenarios_needed
+from madbench.eval.stats.regress import ols
+from madbench.eval.stats.tables import adjust
 
 
 def runs_frame(n: int = 30, seed: int = 0) -> pd.DataFrame:
@@ -105,7 +105,7 @@ def test_power_matches_the_noncentral_t():
 
 
 def test_ols_on_a_constant_regressor_says_so_instead_of_fitting():
-    from eval.stats.degenerate import Degenerate
+    from madbench.eval.stats.degenerate import Degenerate
     df = runs_frame().assign(rho_bar=0.9)
     with pytest.raises(Degenerate, match=r"rho_bar is constant \(0\.900\) on the 90 complete row"):
         ols(df)
@@ -114,7 +114,7 @@ def test_ols_on_a_constant_regressor_says_so_instead_of_fitting():
 
 
 def test_ols_on_a_regressor_collinear_with_the_conditions_is_rank_deficient():
-    from eval.stats.regress import RankDeficient
+    from madbench.eval.stats.regress import RankDeficient
     df = runs_frame()
     df["rho_bar"] = df.config.map({"debate": 0.8, "single": 0.85, "mean": 0.9})  # 3 values, one per config
     with pytest.raises(RankDeficient, match="rank"):

@@ -1,0 +1,69 @@
+"""`madbench bench`: the benchmarks (memo, backtest, gateway, runner, throughput, cached replay, cost per run, and on a
+local multi-node cluster: a cache hit through the cluster, a batch at scale with a node lost and one joined)."""
+
+from __future__ import annotations
+
+import json
+import typing
+
+from madbench.bench.cluster_cache import bench_cluster_cache
+from madbench.bench.cost import JSON_KEYS, PRICE_MODEL, bench_cost, format_cost
+from madbench.bench.scale import bench_scale
+from madbench.bench.stages import run_bench
+from madbench.data.errors import InputError
+from madbench.gateway.models import SchemaScope, StructuredMode
+from madbench.runner.cli.commands import command_parser
+from madbench.runner.cli.common import ROOT, add_pack_args
+
+WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost", "cluster-cache", "scale"]
+#: --runs when it is not given: `throughput` and `cache` measure a sustained rate, `cost` prices a few a7 runs,
+#: `scale` runs a thousand (about 10 min on 2 cores), `cluster-cache` asks for 500 cached answers.
+DEFAULT_RUNS = {"cost": 3, "scale": 1000, "cluster-cache": 500}
+
+
+def register(sub) -> None:
+    p = command_parser(sub, "bench")
+    p.add_argument("what", choices=WHAT, help="which benchmark: " + ", ".join(WHAT))
+    p.add_argument("--scenarios", default=str(ROOT / "configs" / "scenarios" / "market-35.yaml"),
+                   help="scenario file for `bench memo`, `throughput` and `cache` (default configs/scenarios/market-35.yaml)")
+    p.add_argument("--n", type=int, default=10_000, help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (at most 2000)")
+    p.add_argument("--runs", type=int, help="runs for `throughput` and `cache` (3-agent, 1-round debates with CRIT; default 100); "
+                   "for `cost`, scenarios of the paper's A7 treatment (default 3); for `scale`, single-agent runs on 3 "
+                   "raylets (default 1000); for `cluster-cache`, cached answers asked for (default 500)")
+    p.add_argument("--rpm", type=float, default=600, help="`throughput`: requests/min the simulated provider allows (default 600)")
+    p.add_argument("--tpm", type=float, help="`throughput`: tokens/min the simulated provider allows (default: none)")
+    p.add_argument("--latency-median", type=float, default=2.0, help="`throughput`: median provider latency in s, lognormal (default 2)")
+    p.add_argument("--concurrency", type=int, default=32, help="`throughput`: runs in flight (default 32)")
+    p.add_argument("--serial-runs", type=int, default=3, help="`throughput`: runs measured one at a time for the speed-up (default 3)")
+    p.add_argument("--json", action="store_true", help="`throughput` and `cost`: print only the headline JSON record")
+    p.add_argument("--price-model", default=PRICE_MODEL,
+                   help=f"`cost`: the model whose list prices (litellm's cost map) every call is priced at (default {PRICE_MODEL})")
+    p.add_argument("--structured-output", choices=typing.get_args(StructuredMode),
+                   help="`cost`: how the answer schema is sent (default: the provider's, json_schema; prompt_only sends "
+                        "none)")
+    p.add_argument("--schema-scope", choices=typing.get_args(SchemaScope),
+                   help="`cost`: one schema per run (run, the default for hosted models: the schema leads the provider's "
+                        "cached prefix) or per turn (turn: each turn's own, and far fewer cache hits)")
+    p.add_argument("--results-dir", help="`cost`: keep the simulated batch's results there (calls.parquet has every call's "
+                   "prompt, completion and cached tokens); default: a temporary directory")
+    add_pack_args(p)
+    p.set_defaults(func=_run)
+
+
+def _run(args) -> int:
+    if args.runs is None:
+        args.runs = DEFAULT_RUNS.get(args.what, 100)
+    if args.what in ("scale", "cluster-cache"):  # a local multi-node cluster: madbench/bench/local_cluster.py
+        if args.runs < 1:
+            raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
+        out = bench_scale(args.runs, args.pack) if args.what == "scale" else bench_cluster_cache(args.runs)
+        print(json.dumps(out, indent=1))
+        return 0
+    if args.what != "cost":
+        return run_bench(args)
+    if args.runs < 1:
+        raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
+    out = bench_cost(args.runs, args.price_model, args.structured_output, args.pack, args.evidence, args.results_dir,
+                     args.schema_scope)
+    print(json.dumps({k: out[k] for k in JSON_KEYS}) if args.json else format_cost(out))
+    return 0

@@ -1,0 +1,431 @@
+"""Blind memos: the same evidence without the names, tickers and calendar that let a model recall what came next.
+
+A model trained on 2021-2025 news may remember how NVDA did in 2023Q2; a blind memo asks the same question about
+ASSET_C in the quarter after ``t``. The transformation is pure and deterministic (the same memo, universe and
+options give the same blind memo):
+
+- tickers become pseudonyms (``ASSET_A``, ``ASSET_B``, …) assigned by a shuffle seeded with the sorted universe, so
+  the letters do not follow the alphabetical order of the tickers and one universe always gets the same ones (a
+  protocol's decision log can then follow it from quarter to quarter); evidence IDs follow (``[AAPL-RET60]`` →
+  ``[ASSET_A-RET60]``) and ticker sections are listed in pseudonym order;
+- in every text (filing and earnings-call facts, labels, notes, headers) a universe company's names, aliases and
+  ticker become its pseudonym; another stock of the pack (by its names and aliases) and a well-known company outside
+  the pack (``OTHER_COMPANIES``) become "another company". Names match in any case ("Nvidia" is NVIDIA) as whole
+  words; tickers and forms of three characters or fewer (FB, GE, Lam) only as written;
+- calendar dates become relative to the as-of date ``t`` (``t−20d``, calendar days), months to its month
+  (``M−1``), years to its year (``Y−1``, fiscal years ``FY−1``), calendar quarters to the invest quarter (``Q0``;
+  ``Q−1`` ends at ``t``); fiscal quarters keep their number (``Q4 FY−1``);
+- price levels (the close and its moving averages) are rebased so that the close at ``t`` is 100, and dollar
+  volume becomes a share of the universe's (its absolute size names the company as surely as a ticker);
+- options: sector labels shown or dropped, macro values kept (a regime is information) or rounded to a coarse
+  grid with their quarterly changes reduced to a direction, company texts redacted or dropped.
+
+Not redacted: product, segment and deal names (iPhone, Azure, a named acquisition) and the figures inside the
+texts; the pack has no list of them. ``text: drop`` removes the texts altogether.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+
+from madbench.data.market.calendar import Quarter
+from madbench.data.memo import EvidenceItem, Memo, Section
+from madbench.data.scenario import Scenario
+
+MINUS = "\u2212"
+PSEUDONYM_PREFIX = "ASSET_"
+#: What a stock of the pack outside the scenario's universe is called in a blind text.
+OTHER_COMPANY = "another company"
+#: Price-level features (the close and its averages): rebased to 100 at the as-of close.
+PRICE_LEVELS = ("PX", "SMA20", "SMA50", "SMA200")
+REBASED_UNIT = "index (close at t = 100)"
+#: Macro grid of ``macro: bucket``: each value rounded to the nearest step (units of the series).
+MACRO_STEPS = {"FF": 1.0, "2Y": 1.0, "10Y": 1.0, "30Y": 1.0, "CURVE": 0.5, "REAL": 1.0, "CPI": 1.0, "CORE": 1.0,
+               "INDPRO": 5.0, "UNEMP": 1.0, "HY": 1.0, "DXY": 10.0, "WTI": 20.0, "VIX": 5.0}
+
+#: Short and former names the market pack's companies go by in filings and calls, beyond the pack's own ``name``
+#: (made by hand from the evidence texts). They are redacted for every stock of the pack, in or out of the universe,
+#: but for ``UNIVERSE_ONLY_ALIASES``.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "NVDA": ("Nvidia",), "CSCO": ("Cisco",), "LRCX": ("Lam",), "MU": ("Micron",), "ANET": ("Arista",),
+    "GOOGL": ("Google",), "GOOG": ("Google",), "META": ("Meta", "Facebook"), "DIS": ("Disney",),
+    "BKNG": ("Booking.com", "Priceline"), "PG": ("P&G",), "PM": ("Philip Morris",), "LLY": ("Lilly",),
+    "UNH": ("UnitedHealth Group", "UnitedHealthcare"), "JNJ": ("J&J",), "MRK": ("Merck",), "TMO": ("Thermo Fisher",),
+    "ABT": ("Abbott",), "BMY": ("Bristol Myers Squibb", "Bristol-Myers"), "GILD": ("Gilead",), "VRTX": ("Vertex",),
+    "CI": ("Cigna",), "ELV": ("Elevance", "Anthem"), "BRK-B": ("Berkshire",), "JPM": ("JPMorgan", "J.P. Morgan", "Chase"),
+    "GS": ("Goldman",), "AXP": ("Amex",), "SCHW": ("Schwab",), "C": ("Citi",),
+    "XOM": ("ExxonMobil", "Exxon"), "RTX": ("Raytheon",), "DE": ("Deere", "John Deere"), "LMT": ("Lockheed",),
+    "UBER": ("Uber",), "NEE": ("NextEra",), "DAL": ("Delta",), "OXY": ("Occidental", "Oxy", "OxyChem"),
+    "WMT": ("Wal-Mart",), "MCD": ("McDonald",),
+}
+#: Aliases that also name something else in the texts, redacted only where their company is in the universe (there
+#: the cost of a redacted ordinary word is small beside a leak): "Delta" is the COVID-19 variant in the 2021 texts of
+#: Apple, J&J, Goldman Sachs and Disney, "Vertex" Google's Vertex AI.
+UNIVERSE_ONLY_ALIASES = frozenset({"Delta", "Vertex"})
+#: Well-known companies outside the pack that its evidence texts name as competitors, suppliers, customers or peers
+#: (found by a search of the paper's filings and calls: "competition from Intel's discrete GPU expansion" in AMD's
+#: names a rival, and with it the industry). Each becomes "another company", like a pack stock outside the universe;
+#: a longer form first, so that "First Republic Bank" leaves no "Bank" behind. No name that is also an ordinary
+#: word in any case: "Ford" is Eagle Ford shale in Chevron's texts and "paramount" an adjective, so "Ford Motor" only
+#: and no Paramount. Not exhaustive: a name missing here survives; product, segment and deal names are not companies.
+OTHER_COMPANIES: tuple[str, ...] = (
+    "Intel", "Samsung", "TSMC", "Taiwan Semiconductor", "SK Hynix", "Huawei", "Dell", "Hewlett Packard", "Marvell",
+    "Marvell Technology", "ASML", "Sony", "Alibaba", "Tencent", "OpenAI", "Anthropic", "TikTok", "ByteDance",
+    "T-Mobile", "Warner Bros", "Rivian", "Rivian Automotive", "Ford Motor", "General Motors", "Toyota", "Airbus",
+    "GSK", "Novartis", "Novo Nordisk", "AstraZeneca", "Moderna", "CVS", "CVS Health", "CVS Caremark", "Humana",
+    "Walgreens", "Kroger", "HSBC", "First Republic", "First Republic Bank", "Silicon Valley Bank", "Signature Bank",
+)
+
+
+class BlindOptions(BaseModel):
+    """``blind:`` of a debate config (``blind: true`` is ``{enabled: true}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = True
+    #: Sector labels beside each pseudonym (the real ticker implies its sector; ``drop`` hides that too).
+    sectors: Literal["keep", "drop"] = "keep"
+    #: Macro values as published (a regime) or rounded to ``MACRO_STEPS`` with their changes as directions.
+    macro: Literal["keep", "bucket"] = "keep"
+    #: Filing and earnings-call facts with names and dates redacted, or left out.
+    text: Literal["redact", "drop"] = "redact"
+
+
+def pseudonym(i: int) -> str:
+    """ASSET_A … ASSET_Z, then ASSET_AA, ASSET_AB, … (bijective base 26)."""
+    letters = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        letters = chr(ord("A") + r) + letters
+    return PSEUDONYM_PREFIX + letters
+
+
+def pseudonyms(tickers: list[str]) -> dict[str, str]:
+    """Real ticker → pseudonym, by a shuffle seeded with the sorted universe (stable for a universe)."""
+    universe = sorted(tickers)
+    seed = int(hashlib.sha256(",".join(universe).encode()).hexdigest()[:16], 16)
+    order = list(universe)
+    random.Random(seed).shuffle(order)
+    return {t: pseudonym(i) for i, t in enumerate(order)}
+
+
+# ---------------------------------------------------------------- relative dates
+
+def _signed(n: int) -> str:
+    return "" if n == 0 else (f"+{n}" if n > 0 else f"{MINUS}{-n}")
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """What relative dates count from: the as-of date ``t`` and the invest quarter ``Q0``."""
+
+    as_of: pd.Timestamp
+    invest: Quarter
+
+    def day(self, date: pd.Timestamp) -> str:
+        days = (date.normalize() - self.as_of.normalize()).days
+        return f"t{_signed(days)}d" if days else "t"
+
+    def month(self, year: int, month: int) -> str:
+        return "M" + (_signed((year - self.as_of.year) * 12 + month - self.as_of.month) or "0")
+
+    def quarter(self, q: Quarter) -> str:
+        return "Q" + (_signed((q.year - self.invest.year) * 4 + q.q - self.invest.q) or "0")
+
+    def year(self, year: int) -> str:
+        return "Y" + (_signed(year - self.as_of.year) or "0")
+
+    def fiscal_year(self, year: int) -> str:
+        return "FY" + (_signed(year - self.as_of.year) or "0")
+
+
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november",
+           "december")
+_MONTH = r"(?P<mon>(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Sept|Oct|Nov|Dec)[a-z]*\.?)"
+_Y4 = r"(?P<y>(?:19|20)\d\d)"
+_YY = r"(?P<y>(?:19|20)\d\d|'?\d\d)"  # a two-digit year only where FY or an apostrophe says it is one
+
+
+def _month_no(text: str) -> int | None:
+    key = text.lower().rstrip(".")
+    return next((i + 1 for i, m in enumerate(_MONTHS) if m.startswith(key) and len(key) >= 3), None)
+
+
+def _year(text: str) -> int:
+    digits = text.lstrip("'")
+    return int(digits) if len(digits) == 4 else 2000 + int(digits)
+
+
+def _day(a: Anchor, y: str, m: int | None, d: str) -> str | None:
+    try:
+        return a.day(pd.Timestamp(int(y), m, int(d))) if m else None
+    except ValueError:  # not a calendar date (31 February): left as it is
+        return None
+
+
+def _date_rules(a: Anchor) -> list[tuple[re.Pattern, Callable[[re.Match], str | None]]]:
+    """(pattern, replacement) in the order they apply: the longest forms first."""
+    def rule(pattern: str, fn: Callable[[re.Match], str | None]):
+        return re.compile(pattern), fn
+    return [
+        rule(rf"(?<!\d){_Y4}-(?P<m>\d\d)-(?P<d>\d\d)(?!\d)", lambda m: _day(a, m["y"], int(m["m"]), m["d"])),
+        rule(rf"\b{_MONTH} (?P<d>\d{{1,2}}),? {_Y4}\b", lambda m: _day(a, m["y"], _month_no(m["mon"]), m["d"])),
+        rule(rf"\b(?P<d>\d{{1,2}}) {_MONTH} {_Y4}\b", lambda m: _day(a, m["y"], _month_no(m["mon"]), m["d"])),
+        rule(rf"(?<![\d/])(?P<m>\d{{1,2}})/(?P<d>\d{{1,2}})/{_Y4}(?!\d)", lambda m: _day(a, m["y"], int(m["m"]), m["d"])),
+        # fiscal quarters keep their number: their year is the issuer's fiscal year
+        rule(rf"\b(?P<pre>fiscal (?:period )?){_Y4}-?Q(?P<q>[1-4])\b", lambda m: f"{m['pre']}Q{m['q']} {a.fiscal_year(int(m['y']))}"),
+        rule(rf"(?<![\d-]){_Y4}-Q(?P<q>[1-4])\b", lambda m: f"Q{m['q']} {a.fiscal_year(int(m['y']))}"),
+        rule(rf"\bQ(?P<q>[1-4])[ -]?(?P<of>(?:of )?(?:FY|fiscal(?: year)?) ?){_YY}\b",
+             lambda m: f"Q{m['q']} {a.fiscal_year(_year(m['y']))}"),
+        rule(rf"\bFY ?{_YY}\b", lambda m: a.fiscal_year(_year(m["y"]))),
+        rule(rf"\bfiscal (?:year )?{_Y4}\b", lambda m: a.fiscal_year(int(m["y"]))),
+        # calendar quarters, months and years
+        rule(rf"(?<![\d-]){_Y4} ?Q(?P<q>[1-4])\b", lambda m: a.quarter(Quarter(int(m["y"]), int(m["q"])))),
+        rule(rf"\bQ(?P<q>[1-4]),? {_Y4}\b", lambda m: a.quarter(Quarter(int(m["y"]), int(m["q"])))),
+        rule(r"\bQ(?P<q>[1-4]) ?'(?P<y>\d\d)\b", lambda m: a.quarter(Quarter(2000 + int(m["y"]), int(m["q"])))),
+        rule(rf"\b{_MONTH},? {_Y4}\b", lambda m: a.month(int(m["y"]), _month_no(m["mon"])) if _month_no(m["mon"]) else None),
+        rule(rf"(?<![\d-]){_Y4}-(?P<m>0[1-9]|1[0-2])(?![\d-])", lambda m: a.month(int(m["y"]), int(m["m"]))),
+        rule(rf"(?<![\d.,$]){_Y4}(?!\d|[.,]\d)", lambda m: a.year(int(m["y"]))),
+    ]
+
+
+# ---------------------------------------------------------------- names
+
+def name_forms(name: str) -> list[str]:
+    """The forms of a pack ``name`` a text may use: the name before any parenthesis, the other names inside it
+    ("GE Aerospace (General Electric)", "Meta Platforms (FB before 2022-06)"), "&" spelt "and", and a hyphen as a
+    space; a one-word name also in capitals (NIKE)."""
+    base, *inside = re.split(r"\s*\(", name.strip())
+    forms = [base]
+    for part in inside:
+        part = re.sub(r"\).*", "", part)
+        part = re.sub(r"\s*\b(?:before|after|since)\b.*|\bIPO\b.*|\bClass [A-Z]\b|\bprice\b.*", "", part).strip(" ,;")
+        if len(part) >= 2:
+            forms.append(part)
+    out = []
+    for f in forms:
+        out += [f, f.replace(" & ", " and "), f.replace("-", " ")]
+        if " " not in f and len(f) >= 4:
+            out.append(f.upper())
+    return sorted({f for f in out if len(f) >= 2}, key=lambda f: (-len(f), f))
+
+
+@dataclass(frozen=True)
+class Company:
+    ticker: str
+    name: str
+    sector: str | None = None
+
+
+def pack_companies(universe: pd.DataFrame) -> list[Company]:
+    """Every stock of a pack's ``universe`` table (indexed by ticker; ``name``, ``sector``, ``asset_class``)."""
+    stocks = universe[universe["asset_class"].astype(str) == "stock"] if "asset_class" in universe.columns else universe
+    return [Company(str(t), str(r["name"]), str(r["sector"]) if pd.notna(r.get("sector")) else None)
+            for t, r in stocks.iterrows()]
+
+
+def _as_written(form: str) -> bool:
+    """Whether a name form matches only as written: a ticker or a form of three characters or fewer (FB, GE, P&G,
+    Lam, Oxy), which in another case is an ordinary word or a piece of a hash; a longer name matches in any case."""
+    return len(form) <= 3
+
+
+def _word(text: str, any_case: bool = False) -> str:
+    """A regex for ``text`` as a whole word (a possessive 's still matches); a name also at the head of a compound
+    such as AppleCare or VisaNet, a ticker or other capitals only alone (T, not the T of TV or ME&T). ``any_case``
+    applies to the word alone: the boundaries stay case-sensitive, so AppleCare's C still marks a compound."""
+    tail = r"(?![A-Za-z0-9_]|&[A-Za-z])" if text.isupper() else r"(?![a-z0-9_]|&[A-Za-z])"
+    word = f"(?i:{re.escape(text)})" if any_case else re.escape(text)
+    return r"(?<![A-Za-z0-9_&])" + word + tail
+
+
+class Redactor:
+    """Replaces names, tickers and calendar dates in a text; idempotent on its own output.
+
+    ``companies``: the stocks of the pack (the universe's become their pseudonyms, the others "another company");
+    ``others``: names of companies outside the pack, which become "another company" too."""
+
+    def __init__(self, mapping: dict[str, str], companies: list[Company], anchor: Anchor, others: tuple[str, ...] = ()):
+        by_ticker = {c.ticker: c for c in companies}
+        self.exact: dict[str, str] = {}  # tickers and short forms, as written
+        self.folded: dict[str, str] = {}  # longer names by their lower case: NVIDIA is also Nvidia in a text
+        forms: set[str] = set()
+
+        def put(found: list[str], to: str) -> None:
+            for f in found:
+                forms.add(f)
+                if _as_written(f):
+                    self.exact[f] = to
+                else:
+                    self.folded[f.casefold()] = to
+
+        put([f for name in others for f in name_forms(name)], OTHER_COMPANY)
+        for c in companies:  # other stocks: names, aliases, and tickers long enough not to be words
+            if c.ticker not in mapping:
+                aliases = [a for a in ALIASES.get(c.ticker, ()) if a not in UNIVERSE_ONLY_ALIASES]
+                put([f for n in (c.name, *aliases) for f in name_forms(n)], OTHER_COMPANY)
+                if len(c.ticker) >= 3:
+                    self.exact[c.ticker] = OTHER_COMPANY
+        for t in sorted(mapping, reverse=True):  # the universe's names win over another company's same name
+            c = by_ticker.get(t)
+            put([f for n in ((c.name,) if c else ()) + ALIASES.get(t, ()) for f in name_forms(n)], mapping[t])
+            self.exact[t] = mapping[t]
+        keys = sorted(forms | set(self.exact), key=lambda k: (-len(k), k))
+        # the lookahead skips a position no name or ticker starts at without trying each of them (10x faster)
+        heads = "".join(sorted({re.escape(h) for k in keys for h in {k[0], k[0].lower(), k[0].upper()}}))
+        words = (_word(k, any_case=not (_as_written(k) or k in self.exact)) for k in keys)
+        self.names = re.compile(f"(?=[{heads}])(?:" + "|".join(words) + ")") if keys else None
+        self.dates = _date_rules(anchor)
+        self.done: dict[str, str] = {}  # labels, units and notes repeat across tickers
+
+    def _replace(self, m: re.Match) -> str:
+        found = m.group(0)
+        return self.exact[found] if found in self.exact else self.folded[found.casefold()]
+
+    def __call__(self, text: str | None) -> str | None:
+        if text is None:
+            return None
+        if text not in self.done:
+            out = text
+            if self.names is not None:
+                out = self.names.sub(self._replace, out)
+            for pattern, fn in self.dates:
+                out = pattern.sub(lambda m, fn=fn: fn(m) or m.group(0), out)
+            self.done[text] = out
+        return self.done[text]
+
+
+# ---------------------------------------------------------------- the memo
+
+@dataclass(frozen=True)
+class Blinded:
+    """A blind memo, the pseudonymised scenario the debate runs on, and the mapping back."""
+
+    memo: Memo
+    scenario: Scenario
+    mapping: dict[str, str]  # real ticker → pseudonym
+    #: The last pass over every prompt: the universe's names and tickers and calendar dates only (an example ID of
+    #: another ticker in a template is left alone: it names no company of the scenario).
+    outgoing: Redactor
+
+    def prompt(self, text: str) -> str:
+        """A rendered prompt as a model of a blind run may read it: whatever a template or a protocol wrote around the
+        blind memo (an example ID such as AAPL-RET60, a quarter label) passes ``outgoing``; the memo, blind already,
+        is kept as it is."""
+        return self.memo_text.join(self.outgoing(part) for part in text.split(self.memo_text))
+
+    @functools.cached_property
+    def memo_text(self) -> str:
+        return self.memo.text
+
+    def data(self, value):
+        """``outgoing`` over every string inside ``value`` (a request's context, which a provider may be sent)."""
+        if isinstance(value, str):
+            return self.outgoing(value)
+        if isinstance(value, dict):
+            return {k: self.data(v) for k, v in value.items()}
+        return [self.data(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+    @property
+    def reverse(self) -> dict[str, str]:
+        return {p: t for t, p in self.mapping.items()}
+
+    def to_real(self, weights: dict[str, float]) -> dict[str, float]:
+        """An allocation in pseudonyms, in real tickers (in the real scenario's order); a name outside the blind
+        universe is an error (validation keeps answers inside it)."""
+        back = self.reverse
+        unknown = sorted(set(weights) - set(back))
+        if unknown:
+            raise ValueError(f"allocation names {', '.join(unknown)}, not pseudonyms of this scenario")
+        real = {back[p]: w for p, w in weights.items()}
+        return {t: real[t] for t in self.mapping if t in real}
+
+
+def _macro_item(item: EvidenceItem, options: BlindOptions) -> EvidenceItem:
+    step = MACRO_STEPS.get(item.id.removeprefix("L1-"))
+    if options.macro != "bucket" or step is None or not isinstance(item.value, float):
+        return item
+    change = re.search(r"[+-]\d+(?:\.\d+)?", item.note or "")
+    direction = None if change is None else ("unchanged" if float(change.group(0)) == 0 else
+                                            "up" if change.group(0).startswith("+") else "down") + " on the quarter"
+    note = "; ".join(x for x in (f"rounded to the nearest {step:g}", direction) if x)
+    return item.model_copy(update={"value": round(item.value / step) * step, "note": note})
+
+
+def _ticker_item(item: EvidenceItem, field: str, px, dollar_volume: float | None) -> EvidenceItem:
+    if field in PRICE_LEVELS and isinstance(item.value, float):
+        if not isinstance(px, float) or not px > 0:
+            return item.model_copy(update={"value": None, "unit": REBASED_UNIT, "note": "n/a (no close at t to rebase to)"})
+        return item.model_copy(update={"value": item.value * 100.0 / px, "unit": REBASED_UNIT})
+    if field == "ADVOL" and isinstance(item.value, float):
+        share = item.value / dollar_volume * 100.0 if dollar_volume else None
+        return item.model_copy(update={"label": "Share of the universe's 20-day average dollar volume", "unit": "percent",
+                                       "value": share})
+    return item
+
+
+def _scrub(item: EvidenceItem, redact: Redactor) -> EvidenceItem:
+    return item.model_copy(update={
+        "label": redact(item.label), "value": redact(item.value) if isinstance(item.value, str) else item.value,
+        "unit": redact(item.unit), "as_of": redact(item.as_of), "source": redact(item.source), "note": redact(item.note),
+        "period": redact(item.period)})
+
+
+def blind_memo(memo: Memo, scenario: Scenario, companies: list[Company], options: BlindOptions) -> Blinded:
+    """The blind counterpart of ``memo`` (built for ``scenario``); ``companies``: every stock of the pack."""
+    shuffled = pseudonyms(list(scenario.tickers))
+    mapping = {t: shuffled[t] for t in scenario.tickers}  # in the scenario's order: ``to_real`` keeps it
+    redact = Redactor(mapping, companies, Anchor(memo.as_of, scenario.quarter), OTHER_COMPANIES)
+    values = {it.id: it.value for it in memo.items}
+    volumes = [v for t in scenario.tickers if isinstance(v := values.get(f"{t}-ADVOL"), float)]
+    total_volume = sum(volumes) or None
+    sections: list[Section] = []
+    for sec in memo.sections:
+        items = []
+        for it in sec.items:
+            if sec.ticker is None:
+                items.append(_scrub(_macro_item(it, options), redact))
+            elif not (options.text == "drop" and it.unit == "text"):
+                field = it.id[len(sec.ticker) + 1:]
+                it = _ticker_item(it, field, values.get(f"{sec.ticker}-PX"), total_volume)
+                items.append(_scrub(it, redact).model_copy(update={"id": f"{mapping[sec.ticker]}-{field}"}))
+        if items:
+            sections.append(replace(sec, items=items, ticker=mapping[sec.ticker] if sec.ticker else None,
+                                    header=redact(sec.header)))
+    blind_tickers = sorted(mapping.values())
+    order = {p: i for i, p in enumerate(blind_tickers)}
+    sections.sort(key=lambda s: -1 if s.ticker is None else order[s.ticker])  # stable: a ticker's sections keep their order
+    sector_of = scenario.sectors or {c.ticker: c.sector for c in companies}
+    sectors = {mapping[t]: sector_of[t] for t in scenario.tickers if options.sectors == "keep" and sector_of.get(t)}
+    blind_id = "blind-" + hashlib.sha256(scenario.id.encode()).hexdigest()[:10]
+    blind = Memo(blind_id, "Q0", memo.as_of, blind_tickers, sections, blind=True, sectors=sectors,
+                 notes=_header_notes(options))
+    blind_scenario = Scenario(id=blind_id, invest_quarter=scenario.invest_quarter, tickers=blind_tickers,
+                              constraints=scenario.constraints)
+    own = [c for c in companies if c.ticker in mapping]
+    return Blinded(blind, blind_scenario, mapping, Redactor(mapping, own, Anchor(memo.as_of, scenario.quarter)))
+
+
+def _header_notes(options: BlindOptions) -> list[str]:
+    """What a blind memo's reader is told about the transformation, below its header."""
+    notes = [
+        f"Dates are relative: t{MINUS}20d is 20 calendar days before the as-of date t; M{MINUS}1 the month before t's; "
+        f"Q0 the invest quarter and Q{MINUS}1 the calendar quarter ending at t; Y{MINUS}1 the year before t's; a fiscal "
+        f"quarter keeps its number, with its fiscal year counted from t's year (Q4 FY{MINUS}1).",
+        "Companies are pseudonyms (ASSET_A, ...), in their texts too; a company outside the universe is 'another company'. "
+        "Prices and moving averages are rebased so that the close at t is 100; dollar volume is a share of the universe's.",
+    ]
+    if options.macro == "bucket":
+        notes.append("Macro values are rounded to a coarse grid; their quarterly changes are given as directions.")
+    if options.text == "drop":
+        notes.append("Filing and earnings-call texts are left out.")
+    return notes

@@ -1,0 +1,12 @@
+"""Where the project's own files live: the checkout (or installed tree) and its ``configs/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: The ``madbench`` package folder.
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+#: The checkout this package runs from (for an installed wheel, the folder it was installed into).
+PROJECT_ROOT = PACKAGE_DIR.parent
+#: The shipped configs: the checkout's ``configs/``, or the copy a wheel installs as ``madbench/configs``.
+CONFIGS_DIR = PROJECT_ROOT / "configs" if (PROJECT_ROOT / "configs").is_dir() else PACKAGE_DIR / "configs"

@@ -1,0 +1,47 @@
+"""The throughput and cached-replay benchmarks run end to end (tiny sizes: the figures live in the README)."""
+
+import json
+import re
+
+import pytest
+
+from madbench.bench.throughput import sustained_rpm
+from madbench.runner.cli import main
+from tests.conftest import requires_shared
+
+
+def last_json(text: str) -> dict:
+    """The last top-level JSON object printed (Ray may print its own warnings on stdout around it)."""
+    start = [m.start() for m in re.finditer(r"^\{$", text, re.M)][-1]
+    return json.JSONDecoder().raw_decode(text[start:])[0]
+
+
+HEADLINE = {"efficiency", "requests_per_min", "limit_rpm", "share_429", "wall_s", "ideal_s", "speedup_vs_serial",
+            "overhead_p50_ms", "overhead_p95_ms", "peak_rss_mb"}
+
+
+def test_sustained_rate_is_the_median_full_window():
+    steady = [i * 0.1 for i in range(1500)]  # 10/s for 150 s
+    assert sustained_rpm(steady) == pytest.approx(600, rel=0.01)
+    assert sustained_rpm(steady + [150 + i for i in range(20)]) == pytest.approx(600, rel=0.01)  # a slow tail
+    assert sustained_rpm([0.0, 1.0]) != sustained_rpm([0.0, 1.0])  # NaN: no full window to measure
+
+
+@requires_shared
+@pytest.mark.slow
+def test_bench_throughput_json_and_cache_replay(capsys):
+    assert main(["bench", "throughput", "--runs", "4", "--latency-median", "0.05", "--serial-runs", "1",
+                 "--concurrency", "4", "--rpm", "600", "--json"]) == 0
+    out = last_json(capsys.readouterr().out)
+    assert set(out) == HEADLINE and out["limit_rpm"] == 600
+    assert 0 <= out["share_429"] < 1 and out["wall_s"] > 0 and out["ideal_s"] > 0 and out["peak_rss_mb"] > 100
+    assert out["speedup_vs_serial"] > 1  # 4 runs side by side beat one at a time
+    assert main(["bench", "cache", "--runs", "4"]) == 0
+    cache = last_json(capsys.readouterr().out)
+    assert cache["replay_http_calls"] == 0 and cache["fill_http_calls"] > 40
+    assert cache["replay_calls_from_cache"] == cache["replay_calls"] and cache["same_allocations"]
+
+
+def test_bench_rejects_nonsense_counts(capsys):
+    assert main(["bench", "throughput", "--runs", "0"]) == 2
+    assert "--runs: must be ≥ 1" in capsys.readouterr().err

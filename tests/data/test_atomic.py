@@ -1,0 +1,99 @@
+"""Atomic writes and the file mode of every artifact: ``0o666 & ~umask``, never mkstemp's private 0600.
+
+The umask is process-wide, so every check that sets one runs in a subprocess with its own.
+"""
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from madbench.data.atomic import atomic_write, atomic_write_text, current_umask
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_current_umask_reads_without_changing_it():
+    before = os.umask(0o022)
+    try:
+        assert current_umask() == 0o022
+        assert current_umask() == 0o022  # reading left it as it was
+    finally:
+        os.umask(before)
+
+
+@pytest.mark.parametrize("umask,expected", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664), (0o027, 0o640)])
+def test_atomic_writes_follow_the_umask(tmp_path, umask, expected):
+    script = textwrap.dedent(f"""
+        import os, sys
+        os.umask({umask:#o})
+        import pandas as pd
+        from madbench.data.atomic import atomic_write, atomic_write_bytes, atomic_write_text
+        out = sys.argv[1]
+        atomic_write_text(out + "/a.txt", "x")
+        atomic_write_bytes(out + "/b.bin", b"x")
+        atomic_write_text(out + "/a.txt", "again")  # replacing a file gives the new one the same mode
+        atomic_write(out + "/c.parquet", lambda p: pd.DataFrame({{"x": [1]}}).to_parquet(p))
+        atomic_write(out + "/d.csv", lambda p: (p.unlink(), p.write_text("y")))  # a writer that recreates the file
+    """)
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=ENV, check=True)
+    files = sorted(tmp_path.iterdir())
+    assert [p.name for p in files] == ["a.txt", "b.bin", "c.parquet", "d.csv"]  # no temporary file left behind
+    assert {p.name: oct(mode(p)) for p in files} == {p.name: oct(expected) for p in files}
+
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+    def boom(p):
+        p.write_text("half")
+        raise RuntimeError("disk full")
+    atomic_write_text(tmp_path / "keep.txt", "old")
+    with pytest.raises(RuntimeError):
+        atomic_write(tmp_path / "keep.txt", boom)
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"] and (tmp_path / "keep.txt").read_text() == "old"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("umask,file_mode,dir_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_every_file_of_a_batch_follows_the_umask(tmp_path, umask, file_mode, dir_mode):
+    """run → stats → report → rescore-free artifacts of a small batch, in a subprocess with its own umask."""
+    from madbench.data.market.write import write_pack
+    from tests.conftest import synthetic_tables
+    from tests.runner.test_batch import TICKERS, write_batch
+    pack = write_pack(tmp_path / "pack", synthetic_tables(tickers=tuple(TICKERS)))
+    batch = write_batch(tmp_path, pack, replicates=1)
+    spec = yaml.safe_load(batch.read_text())
+    spec["cache_dir"] = str(tmp_path / "cache")
+    spec["scenarios"]["ids"] = ["s2021Q2", "s2021Q3"]
+    batch.write_text(yaml.safe_dump(spec))
+    root = tmp_path / "results" / "t"
+    script = textwrap.dedent(f"""
+        import os, sys
+        os.umask({umask:#o})
+        from madbench.runner.cli import main
+        assert main(["run", sys.argv[1], "--quiet"]) == 0
+        assert main(["stats", sys.argv[2]]) == 0
+        assert main(["report", sys.argv[2]]) == 0
+    """)
+    subprocess.run([sys.executable, "-c", script, str(batch), str(root)], env=ENV, check=True,
+                   stdout=subprocess.DEVNULL, start_new_session=True, timeout=600)
+    files = [p for base in (root, tmp_path / "cache") for p in base.rglob("*") if p.is_file()]
+    names = {p.relative_to(tmp_path).as_posix() for p in files}
+    for expected in ("results/t/manifest.json", "results/t/runs.parquet", "results/t/report.html", "results/t/stats/summary.csv"):
+        assert expected in names
+    assert any(n.startswith("results/t/traces/") for n in names) and any(n.startswith("results/t/parts/runs/") for n in names)
+    assert any(n.startswith("results/t/runs/") for n in names) and any(n.startswith("cache/") for n in names)
+    wrong = {p.relative_to(tmp_path).as_posix(): oct(mode(p)) for p in files if mode(p) != file_mode}
+    assert not wrong, f"not {oct(file_mode)}: {wrong}"
+    dirs = [p for base in (root, tmp_path / "cache") for p in base.rglob("*") if p.is_dir()]
+    wrong = {p.relative_to(tmp_path).as_posix(): oct(mode(p)) for p in dirs if mode(p) != dir_mode}
+    assert not wrong, f"directories not {oct(dir_mode)}: {wrong}"
