@@ -37,6 +37,8 @@ class RunStart(Event):
     sample_index: int
     prompt_hashes: dict[str, str] = Field(default_factory=dict)
     python: str | None = None
+    #: The results format this attempt was written in (``madbench.results.FORMAT_VERSION``); None before it was recorded.
+    format_version: int | None = None
 
 
 class MemoShown(Event):

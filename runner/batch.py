@@ -22,7 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 
 from madbench.data.errors import InputError, format_validation_error
 from madbench.data.market.calendar import quarter_range
-from madbench.data.parquet import read_parquet
 from madbench.data.scenario import Scenario, load_scenarios
 from madbench.data.scenario_gen import draw_scenarios
 from madbench.data.templates import read_yaml
@@ -32,6 +31,7 @@ from madbench.debate.protocols import protocol_options
 from madbench.debate.protocols.self_consistency import MAX_SAMPLES, config_problems, samples_for
 from madbench.gateway import ModelRouting
 from madbench.gateway.models import ModelSpec
+from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.pipeline import config_identity, run_id_for
 from madbench.runner.provider_batches import ProviderBatchOptions
 from madbench.scoring.debate_scorer import scorer_for
@@ -289,11 +289,13 @@ def pilot_tokens(pilot: Path, config: str, where: str) -> tuple[float, float, in
     """(mean tokens per run, mean tokens per proposal, runs) of ``config``'s finished runs in a pilot's results
     directory: tokens are prompt + completion of every call in its ``calls.parquet``, a proposal is a ``propose``
     call. An ``InputError`` when the pilot, the config or its tokens are missing."""
-    if not (pilot / "runs.parquet").is_file() or not (pilot / "calls.parquet").is_file():
+    dirs = BatchDirs(pilot)
+    if not dirs.table("runs").is_file() or not dirs.table("calls").is_file():
         raise InputError(where, f"options.pilot: no runs.parquet and calls.parquet in {pilot} (relative paths are read "
                          "from the config file's folder)", "give the results directory of a finished pilot batch")
-    runs, calls = read_parquet(pilot / "runs.parquet"), read_parquet(pilot / "calls.parquet")
-    present = sorted(set(runs["config"])) if "config" in runs.columns else []  # an empty table has no columns
+    results = ResultsDir(pilot)
+    runs, calls = results.runs, results.calls
+    present = sorted(set(runs["config"]))
     ok = runs[(runs["config"] == config) & (runs["status"] == "ok")] if config in present else runs.iloc[:0]
     if ok.empty:
         raise InputError(where, f"options.match_tokens_of: the pilot {pilot} has no finished run of {config!r} "

@@ -24,7 +24,7 @@ from madbench.data.atomic import atomic_write_text
 from madbench.data.markdown import markdown_table
 from madbench.data.paths import PROJECT_ROOT
 from madbench.eval.report.page import build_report
-from madbench.runner.store import read_manifest
+from madbench.results import BatchDirs, ResultsDir
 
 ROOT = PROJECT_ROOT
 BATCHES = ROOT / "configs" / "batches"
@@ -59,10 +59,10 @@ def run_demo(args: argparse.Namespace, run_batch: Callable[[argparse.Namespace],
 
 
 def summarise(roots: list[Path]) -> str:
-    runs = pd.concat([pd.read_parquet(r / "runs.parquet") for r in roots if (r / "runs.parquet").exists()], ignore_index=True)
+    runs = pd.concat([ResultsDir(r).runs for r in roots if BatchDirs(r).table("runs").exists()], ignore_index=True)
     ok = runs[runs.status == "ok"]
     # Count against the manifests: a run that crashed has no row in runs.parquet, but it is not ok.
-    planned = sum(len(read_manifest(r)["runs"]) for r in roots if (r / "manifest.json").exists())
+    planned = sum(len(m.runs) for m in (ResultsDir(r).manifest for r in roots if BatchDirs(r).manifest.exists()))
     lines = [f"# madbench demo: {len(ok)} of {planned} runs ok", "",
              "Mean (SEM) over scenarios. Rule-based runs are non-LLM; the local model is a 270M base model.", ""]
     rows = []

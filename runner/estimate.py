@@ -36,7 +36,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from pydantic import BaseModel
 
 from madbench.data.errors import InputError
@@ -69,7 +68,7 @@ from madbench.debate.validation import TurnRules, schema_outline
 from madbench.gateway.models import ModelSpec, RateLimits
 from madbench.gateway.providers import provider_for
 from madbench.gateway.providers.litellm_provider import import_litellm
-from madbench.runner.store import BatchLayout
+from madbench.results import BatchDirs, ResultsDir
 from madbench.scoring.crit_judge import load_crit_prompt
 from madbench.scoring.prompts import load_scorer_prompt
 from madbench.scoring.rca_judge import RCA_VARIABLES
@@ -1233,13 +1232,13 @@ def observed_rates(runs: list[dict[str, Any]], calls_by_run: dict[str, list[dict
 def read_pilot(results_dir: str | Path) -> tuple[list[dict[str, Any]], list[tuple], list[dict[str, Any]]]:
     """A pilot batch's finished runs: (runs as ``observed_rates`` takes them, (config, scenario, memo) per run from
     its trace's ``run_start`` and ``memo`` events, the rows of ``calls.parquet`` for those runs)."""
-    root = Path(results_dir)
-    if not (root / "calls.parquet").is_file() or not (root / "runs.parquet").is_file():
+    layout = BatchDirs(results_dir)
+    if not layout.table("calls").is_file() or not layout.table("runs").is_file():
         raise InputError(results_dir, "no calls.parquet and runs.parquet here",
                          "give a finished pilot batch's results directory, e.g. results/pilot")
-    runs_df = pd.read_parquet(root / "runs.parquet")
-    ok = runs_df[runs_df["status"] == "ok"] if "status" in runs_df else runs_df
-    layout = BatchLayout(root)
+    results = ResultsDir(results_dir)
+    runs_df = results.runs
+    ok = runs_df[runs_df["status"] == "ok"]
     runs, contexts = [], []
     for row in ok.itertuples():
         path = layout.trace_path(row.run_id)
@@ -1253,7 +1252,7 @@ def read_pilot(results_dir: str | Path) -> tuple[list[dict[str, Any]], list[tupl
         contexts.append((cfg, Scenario.model_validate(start["scenario"]), MemoInfo.from_text(memo_ev["text"], memo_ev["ids"])))
     if not runs:
         raise InputError(results_dir, "no finished run with a trace here", "run a pilot batch first")
-    calls_df = pd.read_parquet(root / "calls.parquet")
+    calls_df = results.calls
     calls_df = calls_df[calls_df["run_id"].isin({r["run_id"] for r in runs})]
     return runs, contexts, calls_df.to_dict("records")
 

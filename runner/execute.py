@@ -34,6 +34,7 @@ from madbench.gateway.errors import BudgetExhausted
 from madbench.gateway.providers import use_provider_batches
 from madbench.gateway.providers.batching import current_party
 from madbench.gateway.secrets import redact, remember
+from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
 from madbench.runner.batch import BatchSpec, RunSpec
 from madbench.runner.budget import read_budget, start_budget, stop_budget, summary
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
@@ -52,7 +53,7 @@ from madbench.runner.staging import (
     sees_results,
     staging_root,
 )
-from madbench.runner.store import TABLES, BatchLayout, compact, read_manifest, write_manifest, write_parts
+from madbench.runner.store import BatchLayout, compact, write_parts
 
 
 class RunnerActor:
@@ -247,7 +248,7 @@ class ActorPool:
 class Dispatch:
     """Feeds runs to the actors with at most ``max_in_flight`` outstanding, and settles each as it returns."""
 
-    def __init__(self, pool: ActorPool, spec: BatchSpec, layout: BatchLayout, manifest_runs: dict[str, dict],
+    def __init__(self, pool: ActorPool, spec: BatchSpec, layout: BatchLayout, manifest_runs: dict[str, ManifestRun],
                  todo: list[RunSpec], progress: Progress, stats: dict[str, Any], retry_failed: bool,
                  spec_json: dict[str, Any], collector=None, every_status: list[Callable[[], Any]] | None = None):
         self.pool, self.spec, self.layout, self.manifest_runs = pool, spec, layout, manifest_runs
@@ -283,7 +284,7 @@ class Dispatch:
         now = time.monotonic()
         if now - self.last_status >= STATUS_INTERVAL_S:
             self.last_status = now
-            write_manifest(self.layout, self.spec_json, list(self.manifest_runs.values()), "running")
+            write_manifest(self.layout.root, self.spec_json, list(self.manifest_runs.values()), "running")
             for hook in self.every_status:
                 hook()
 
@@ -291,8 +292,8 @@ class Dispatch:
         while self.queue and len(self.in_flight) < self.spec.max_in_flight and not self.budget_hit:
             r = self.queue.pop(0)
             m = self.manifest_runs[r.run_id]
-            m["attempts"] += 1
-            m["in_flight_since"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            m.attempts += 1
+            m.in_flight_since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             k = self.sent % len(self.pool.actors)
             handle = self.pool.actors[k]
             if self.collector is not None:
@@ -300,7 +301,7 @@ class Dispatch:
             # An actor that stages its runs continues the results directory's trace of this one, sent along with it.
             trace = head_trace(self.layout, r.run_id) if self.staged.get(k, True) else None
             ref = handle.run.remote(r.scenario.model_dump(mode="json"), r.config.model_dump(mode="json"), r.sample_index,
-                                    self.retry_failed or m["attempts"] > 1, r.run_id, trace)
+                                    self.retry_failed or m.attempts > 1, r.run_id, trace)
             self.in_flight[ref] = (r, k, handle)
             self.stats["submitted"] += 1
             self.sent += 1
@@ -311,7 +312,7 @@ class Dispatch:
         if self.collector is not None:
             self.collector.finished.remote(r.run_id)
         m = self.manifest_runs[r.run_id]
-        m.pop("in_flight_since", None)
+        m.in_flight_since = None
         try:
             summary = ray.get(ref)
         except ray.exceptions.RayActorError as exc:
@@ -319,7 +320,7 @@ class Dispatch:
             # the run resumes from its trace with paid calls served from the cache.
             self.pool.replace(k, handle, exc)
             self.staged.pop(k, None)
-            m["attempts"] -= 1
+            m.attempts -= 1
             self.queue.insert(0, r)
             return
         except ray.exceptions.RayError as exc:  # a bug in a run: that run failed, the batch goes on
@@ -331,14 +332,14 @@ class Dispatch:
         if summary["status"] == "budget":
             self.budget_hit = True
             self.queue.insert(0, r)
-            m["attempts"] -= 1
+            m.attempts -= 1
             return
-        m["status"], m["error"], m["node_id"] = summary["status"], summary.get("error"), summary.get("node_id")
+        m.status, m.error, m.node_id = summary["status"], summary.get("error"), summary.get("node_id")
         if summary["status"] == "ok":
             self.committed[r.run_id] += 1
             if self.committed[r.run_id] == 2:
                 self.stats["committed_twice"].append(r.run_id)
-        if summary["status"] == "failed" and m["attempts"] <= self.spec.retries:
+        if summary["status"] == "failed" and m.attempts <= self.spec.retries:
             self.progress.add_spend(summary)  # the failed attempt's calls were paid
             self.queue.append(r)  # retried with its reason kept in the trace
             return
@@ -354,24 +355,24 @@ class Dispatch:
         return {"status": "failed", "error": reason.splitlines()[0][:500], "node_id": None}
 
 
-def _manifest_entries(runs: list[RunSpec]) -> dict[str, dict[str, Any]]:
-    return {r.run_id: {"run_id": r.run_id, "scenario_id": r.scenario.id, "config": r.config.name,
-                       "replicate": r.sample_index, "status": "pending", "attempts": 0} for r in runs}
+def _manifest_entries(runs: list[RunSpec]) -> dict[str, ManifestRun]:
+    return {r.run_id: ManifestRun(run_id=r.run_id, scenario_id=r.scenario.id, config=r.config.name,
+                                  replicate=r.sample_index, status="pending") for r in runs}
 
 
-def _recover_committed(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, manifest_runs: dict[str, dict]) -> int:
+def _recover_committed(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, manifest_runs: dict[str, ManifestRun]) -> int:
     """Mark committed runs with their stored status; rebuild the table rows of any committed run that lacks them."""
-    previous = {m["run_id"]: m for m in read_manifest(layout.root)["runs"]} if (layout.root / "manifest.json").exists() else {}
+    previous = {m.run_id: m for m in read_manifest(layout.root).runs} if layout.manifest.exists() else {}
     rebuilt = 0
     for r in runs:
         stored = layout.stored_result(r.run_id)
         if stored is None:
             continue
-        manifest_runs[r.run_id]["status"] = stored.status
+        manifest_runs[r.run_id].status = stored.status
         if not all(layout.part(t, r.run_id).exists() for t in TABLES):
             # Committed, but a crash or a full disk struck before its table rows were written: rebuild them
             # from the trace, so that no committed run is missing from the tables.
-            node = previous.get(r.run_id, {}).get("node_id") or ""
+            node = (previous[r.run_id].node_id if r.run_id in previous else None) or ""
             write_parts(layout, spec.name, stored, r.config.model_dump(mode="json"), r.scenario.model_dump(mode="json"), node)
             rebuilt += 1
     return rebuilt
@@ -403,10 +404,10 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
     with ResultsLock(layout.root, "madbench run") as lock:
         manifest_runs = _manifest_entries(runs)
         rebuilt = _recover_committed(spec, runs, layout, manifest_runs)
-        todo = [r for r in runs if manifest_runs[r.run_id]["status"] in (("pending", "failed") if retry_failed else ("pending",))]
+        todo = [r for r in runs if manifest_runs[r.run_id].status in (("pending", "failed") if retry_failed else ("pending",))]
         # The cache this batch really used, resolved: re-scoring and the estimate find it from the manifest.
         spec_json = spec.model_dump(mode="json") | {"cache_dir": str(Path(cache_dir).resolve())}
-        write_manifest(layout, spec_json, list(manifest_runs.values()), "running")
+        write_manifest(layout.root, spec_json, list(manifest_runs.values()), "running")
         # One budget for the batch, across invocations: what earlier ones spent is in budget.json (runner/budget.py).
         record = read_budget(layout.root, spec.max_cost_usd)
         progress = Progress(len(todo), spec.max_cost_usd, enabled=not quiet, spent_before=record.spent_usd)
@@ -443,17 +444,17 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             finally:
                 progress.close(len(dispatch.in_flight))
                 for m in manifest_runs.values():
-                    m.pop("in_flight_since", None)
+                    m.in_flight_since = None
                 pool.kill_all()
-                write_manifest(layout, spec_json, list(manifest_runs.values()), state)
+                write_manifest(layout.root, spec_json, list(manifest_runs.values()), state)
                 stats["budget"] = stop_budget(ray, budget, record.spent_usd, layout.root if off_cluster else None)
                 stats["cache"] = stop_cache(ray, cache)
                 if collector is not None:
                     stats["provider_batches"] = stop_collector(ray, collector) | journal_summary(layout.root)
         else:
-            write_manifest(layout, spec_json, list(manifest_runs.values()), state)
+            write_manifest(layout.root, spec_json, list(manifest_runs.values()), state)
         stats["state"] = state
         stats["tables"] = compact(layout)
         stats["wall_s"] = time.perf_counter() - t0
-        stats["status"] = {s: sum(1 for m in manifest_runs.values() if m["status"] == s) for s in ("ok", "failed", "pending")}
+        stats["status"] = {s: sum(1 for m in manifest_runs.values() if m.status == s) for s in ("ok", "failed", "pending")}
         return stats

@@ -17,8 +17,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from madbench.data.atomic import atomic_write_text
 from madbench.data.blind import Blinded, blind_memo, pack_companies
 from madbench.data.errors import InputError
@@ -28,6 +26,7 @@ from madbench.data.scenario import Scenario, check_against_pack
 from madbench.debate.config import DebateConfig
 from madbench.debate.context import DebateFailure, RunContext
 from madbench.debate.events import (
+    AnyEvent,
     Backtest,
     BlindMap,
     Final,
@@ -49,6 +48,8 @@ from madbench.eval.dynamics import agent_metrics, final_positions
 from madbench.gateway import Completion, Gateway, LLMRequest, ModelSpec, Totals
 from madbench.gateway.gateway import passthrough
 from madbench.gateway.secrets import redact
+from madbench.results import FORMAT_VERSION, DebateDirs, RunResult, read_history, read_result
+from madbench.results.traces import check_attempts
 from madbench.runner.wiring import install_rule_answers
 from madbench.scoring.crit_judge import load_crit_prompt
 from madbench.scoring.debate_scorer import scorer_for
@@ -57,31 +58,6 @@ from madbench.scoring.rca_judge import RCA_VARIABLES
 from madbench.scoring.rubric import load_rubric
 
 install_rule_answers()  # every gateway that runs a debate can answer ``rules/…`` models
-
-
-class RunResult(BaseModel):
-    run_id: str
-    status: str  # ok | failed
-    error: str | None = None
-    scenario_id: str
-    invest_quarter: str
-    config_name: str
-    sample_index: int
-    weights: dict[str, float] = Field(default_factory=dict)
-    cash: float = 0.0
-    method: str | None = None
-    rounds_run: int = 0
-    rho_bar: float | None = None
-    rho_by_round: list[float] = Field(default_factory=list)
-    js: dict[str, float] = Field(default_factory=dict)
-    interventions: list[dict[str, Any]] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
-    extras: dict[str, Any] = Field(default_factory=dict)
-    metrics: dict[str, Any] | None = None
-    baselines: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    #: Each debate agent's final allocation backtested alone (the oracle gap's inputs); {} for staged protocols.
-    agent_metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    totals: dict[str, Any] = Field(default_factory=dict)
 
 
 def prompt_hashes(config: DebateConfig) -> dict[str, str]:
@@ -112,24 +88,25 @@ def run_id_for(scenario: Scenario, config: DebateConfig, sample_index: int, iden
 
 
 class RunLayout:
-    """Where a run's trace and result live: ``<out>/<run_id>/`` by default; a batch passes its own layout."""
+    """How a run commits: its result written last, atomically, once the guard allows. Where its files are comes from a
+    results layout (``madbench.results``): ``DebateLayout`` for ``madbench debate --out``, a batch's ``BatchLayout``."""
 
-    def __init__(self, out_dir: str | Path):
-        self.out_dir = Path(out_dir)
-        #: Raises (``DriverGone``) when this process may no longer commit here (runner.lock.WriterGuard); None: always may.
-        self.guard: Callable[[], None] | None = None
+    root: Path
+    #: Raises (``DriverGone``) when this process may no longer commit here (runner.lock.WriterGuard); None: always may.
+    guard: Callable[[], None] | None = None
+    trace_path: Callable[[str], Path]  # from the results layout it is mixed with
+    result_path: Callable[[str], Path]
 
-    def commit(self, result: RunResult) -> None:
-        """Write the run's result: its commit point (checked against the guard first)."""
+    def commit(self, result: RunResult, history: list[AnyEvent]) -> None:
+        """Write the run's result: its commit point. ``history``: its whole trace, read once for the commit (a batch
+        builds the run's table rows from it)."""
         if self.guard is not None:
             self.guard()
         atomic_write_text(self.result_path(result.run_id), result.model_dump_json(indent=1))
 
-    def trace_path(self, run_id: str) -> Path:
-        return self.out_dir / run_id / "trace.jsonl"
 
-    def result_path(self, run_id: str) -> Path:
-        return self.out_dir / run_id / "result.json"
+class DebateLayout(RunLayout, DebateDirs):
+    """``<out>/<run_id>/``: a run of ``madbench debate --out``."""
 
 
 async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gateway: Gateway, out_dir: str | Path | RunLayout,
@@ -143,15 +120,16 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         raise InputError("config.constraints", "; ".join(problems), "relax the override for this scenario")
     scenario = scenario.model_copy(update={"constraints": constraints})
     run_id = run_id_for(scenario, config, sample_index)
-    layout = out_dir if isinstance(out_dir, RunLayout) else RunLayout(out_dir)
+    layout = out_dir if isinstance(out_dir, RunLayout) else DebateLayout(out_dir)
     result_path = layout.result_path(run_id)
     if result_path.exists():
-        stored = RunResult.model_validate_json(result_path.read_text())
+        stored = read_result(result_path, run_id)
         if stored.status == "ok" or not retry_failed:
             return stored  # finished: nothing to redo
         # A failed run is attempted again (its trace keeps the failed attempt); cached calls are free.
     trace_path = layout.trace_path(run_id)
     readout = read_trace(trace_path, repair=True)  # a torn tail from a crash is cut off (and reported)
+    check_attempts(readout.events, trace_path)
     memo, blinded = _memos(scenario, pack, config, where)
     base = dict(run_id=run_id, scenario_id=scenario.id, invest_quarter=scenario.invest_quarter,
                 config_name=config.name, sample_index=sample_index)
@@ -160,7 +138,7 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         trace.write(RunStart(run_id=run_id, attempt=attempt, resumed=attempt > 1, repaired=readout.problems,
                    scenario=scenario.model_dump(mode="json"), config=config.model_dump(mode="json"),
                    config_hash=config.content_hash(), sample_index=sample_index, prompt_hashes=prompt_hashes(config),
-                   python=platform.python_version()))
+                   python=platform.python_version(), format_version=FORMAT_VERSION))
         if blinded is not None:
             trace.write(BlindMap(mapping=blinded.mapping, options=config.blind.model_dump(mode="json"),
                                  scenario_id=blinded.scenario.id))
@@ -177,17 +155,18 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
             error = redact(str(exc))
             result = RunResult(**base, status="failed", error=error, totals=_totals(ctx))
             trace.write(RunEnd(status="failed", error=error, totals=result.totals))
-            layout.commit(result)
+            layout.commit(result, read_history(trace_path))
             return result
         trace.write(Final(weights=outcome.weights, cash=outcome.cash, method=outcome.method, notes=outcome.notes))
         metrics, baselines = _backtest(pack, scenario, outcome.weights, with_baselines)
         trace.write(Backtest(metrics=metrics, baselines=baselines))
+        history = read_history(trace_path)  # the one read of this attempt's trace: agents' backtests, commit, tables
         result = RunResult(**base, status="ok", weights=outcome.weights, cash=outcome.cash, method=outcome.method,
                            rounds_run=outcome.rounds_run, rho_bar=outcome.rho_bar, rho_by_round=outcome.rho_by_round,
                            js=outcome.js, interventions=outcome.interventions, notes=outcome.notes, extras=outcome.extras, metrics=metrics,
-                           baselines=baselines, agent_metrics=_agent_backtests(pack, scenario, trace_path), totals=_totals(ctx))
-        trace.write(RunEnd(status="ok", totals=result.totals))
-    layout.commit(result)
+                           baselines=baselines, agent_metrics=_agent_backtests(pack, scenario, history), totals=_totals(ctx))
+        history.append(trace.write(RunEnd(status="ok", totals=result.totals)))
+    layout.commit(result, history)
     return result
 
 
@@ -230,8 +209,8 @@ def _workdir(layout: RunLayout, scenario: Scenario, blinded: Blinded | None) -> 
     """Where a protocol keeps state across runs (TradingAgents' decision log, keyed by the universe it saw). Every
     blind universe of a size looks alike (ASSET_A, ASSET_B, ...), so a blind run's state is kept per real universe."""
     if blinded is None:
-        return layout.out_dir
-    return layout.out_dir / "blind" / hashlib.sha256(",".join(sorted(scenario.tickers)).encode()).hexdigest()[:12]
+        return layout.root
+    return layout.root / "blind" / hashlib.sha256(",".join(sorted(scenario.tickers)).encode()).hexdigest()[:12]
 
 
 def _unblind(outcome: Outcome, blinded: Blinded | None) -> Outcome:
@@ -258,9 +237,9 @@ def _past_performance(pack: Pack, scenario: Scenario, blinded: Blinded | None = 
     return measure
 
 
-def _agent_backtests(pack: Pack, scenario: Scenario, trace_path: Path) -> dict[str, dict[str, Any]]:
-    """Each debate agent's final allocation (read back from this attempt's trace) backtested alone."""
-    finals = final_positions(unblinded(last_attempt(read_trace(trace_path).typed())))  # a blind run's turns in real tickers
+def _agent_backtests(pack: Pack, scenario: Scenario, history: list[AnyEvent]) -> dict[str, dict[str, Any]]:
+    """Each debate agent's final allocation (from this attempt's events in the trace) backtested alone."""
+    finals = final_positions(unblinded(last_attempt(history)))  # a blind run's turns in real tickers
     if not finals:
         return {}
     window = holding_window(pack, scenario.quarter, scenario.tickers, where=f"scenario {scenario.id}")

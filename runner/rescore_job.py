@@ -22,11 +22,12 @@ from typing import Any
 
 from madbench.gateway import Gateway, ModelSpec, ResponseCache
 from madbench.gateway.providers import provider_for
+from madbench.results import BatchDirs, ScoreDirs
 from madbench.runner.execute import ActorPool, init_ray
 from madbench.runner.lock import ResultsLock, WriterGuard
-from madbench.runner.store import group_failures, read_result
+from madbench.runner.store import group_failures
 from madbench.scoring import rescore as rs
-from madbench.scoring.rescore import RunScores, StoredRun, part_path
+from madbench.scoring.rescore import RunScores, StoredRun
 from madbench.scoring.rubric import Rubric
 
 #: Tokens a CRIT answer is expected to take (diagnostics, four scores, four short explanations), for the dry run.
@@ -74,7 +75,7 @@ class Job:
 
     @property
     def scores_dir(self) -> Path:
-        return self.root / "scores"
+        return BatchDirs(self.root).scores
 
     @property
     def scorer_is_llm(self) -> bool:
@@ -90,18 +91,11 @@ class Plan:
     no_turns: int = 0
 
 
-def committed_status(committed: Path) -> str:
-    """The status of a committed result, read as every other command reads it (``madbench.runner.store.read_result``): a
-    file that is not a result is the same one-line error from ``rescore`` as from ``run``, ``status`` or ``report``."""
-    run_id = committed.parent.name if committed.name == "result.json" else committed.stem  # debate --out, or a batch
-    return read_result(committed, run_id).status
-
-
 def plan(job: Job) -> Plan:
-    runs, skipped = rs.find_runs(job.root, committed_status)
+    runs, skipped = rs.find_runs(job.root)
     p = Plan(runs, skipped)
     for run in runs:
-        if part_path(job.scores_dir, job.label, run.run_id).exists():
+        if ScoreDirs(job.scores_dir).part(job.label, run.run_id).exists():
             p.already.append(run.run_id)
         elif not run.crit_events:
             p.no_turns += 1
@@ -243,7 +237,7 @@ class Dispatch:
             o.failed[run.run_id] = result.reason
             self.progress.failed += 1
         else:
-            rs.write_part(part_path(sd, label, run.run_id), result.rows)
+            rs.write_part(ScoreDirs(sd).part(label, run.run_id), result.rows)
             rs.clear_failure(sd, label, run.run_id)
             o.scored.append(run.run_id)
             o.turns += len(result.rows)

@@ -28,8 +28,9 @@ from typing import Any
 
 from madbench.data.atomic import atomic_write_bytes
 from madbench.gateway.errors import DriverGone
+from madbench.results import TABLES, RunResult
 from madbench.runner.lock import WriterGuard
-from madbench.runner.store import TABLES, BatchLayout
+from madbench.runner.store import BatchLayout
 
 #: Every this many seconds at most, a staged actor checks that its driver is still there.
 OWNER_CHECK_S = 2.0
@@ -103,9 +104,9 @@ def commit(layout: BatchLayout, run_id: str, artifacts: dict[str, Any]) -> None:
     if path.exists() and not trace.startswith(before := path.read_bytes()):
         raise RuntimeError(f"{path}: the trace run {run_id} brought back does not extend the {len(before)} bytes "
                            "already there; refusing to replace them (was the results directory written meanwhile?)")
-    result = json.loads(artifacts["result"])
-    if result.get("run_id") != run_id:
-        raise RuntimeError(f"run {run_id} brought back the result of run {result.get('run_id')}")
+    result = RunResult.model_validate_json(artifacts["result"])
+    if result.run_id != run_id:
+        raise RuntimeError(f"run {run_id} brought back the result of run {result.run_id}")
     atomic_write_bytes(path, trace)
     atomic_write_bytes(layout.result_path(run_id), artifacts["result"])
     for table in TABLES:

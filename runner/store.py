@@ -1,10 +1,6 @@
-"""A batch's results directory: manifest, traces, per-run Parquet parts, and the compacted tables.
+"""A batch's results as the runner writes them: each run's table rows, their parts, the compacted tables.
 
-    results/<batch>/manifest.json      the spec, versions, and every run with its status
-    results/<batch>/traces/<run>.jsonl append-only trace of each run
-    results/<batch>/runs/<run>.json    a run's result: written last, atomically — the commit point
-    results/<batch>/parts/{runs,rounds,calls}/<run>.parquet
-    results/<batch>/{runs,rounds,calls}.parquet   concatenated parts (rebuilt, never appended to)
+The results directory's layout, models and table schemas are ``madbench.results``'s; this module builds the rows.
 
 runs.parquet has two costs: ``cost_usd``, what the run's committed attempt paid (an answer served from the cache
 costs 0: the sum of its calls.parquet rows not cached), and ``cost_paid_usd``, what all its attempts paid, failed
@@ -19,76 +15,38 @@ never hold a row twice; the top-level tables are rebuilt from the parts.
 from __future__ import annotations
 
 import json
-import platform
-import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-from pydantic import ValidationError
-
-from madbench.data.atomic import atomic_write, atomic_write_text
-from madbench.data.errors import InputError, format_validation_error
 from madbench.debate.events import AnyEvent, Crit, Divergence, LLMCall, LLMFailure, last_attempt, unblinded
 from madbench.debate.grading import PILLARS
-from madbench.debate.trace import read_trace
 from madbench.eval.dynamics import ROUND_COLUMNS, position, round_dynamics, run_dynamics
+from madbench.results import TABLES, BatchDirs, RunResult, read_history, read_result, read_table, write_rows
+from madbench.results.table_schemas import BASELINE_METRICS, BASELINES, METRICS, concat, write_table
 from madbench.runner.cutoffs import run_post_cutoff
-from madbench.runner.pipeline import RunLayout, RunResult
-
-TABLES = ("runs", "rounds", "calls")
+from madbench.runner.pipeline import RunLayout
 
 
-class BatchLayout(RunLayout):
+class BatchLayout(RunLayout, BatchDirs):
+    """A batch's results directory as its runs commit to it: each commit keeps the trace it read for the run's parts."""
+
     def __init__(self, root: str | Path):
         super().__init__(root)
-        self.root = Path(root)
+        self._histories: dict[str, list[AnyEvent]] = {}
 
-    def trace_path(self, run_id: str) -> Path:
-        return self.root / "traces" / f"{run_id}.jsonl"
+    def commit(self, result: RunResult, history: list[AnyEvent]) -> None:
+        super().commit(result, history)
+        self._histories[result.run_id] = history
 
-    def result_path(self, run_id: str) -> Path:
-        return self.root / "runs" / f"{run_id}.json"
-
-    def part(self, table: str, run_id: str) -> Path:
-        return self.root / "parts" / table / f"{run_id}.parquet"
+    def history(self, run_id: str) -> list[AnyEvent]:
+        """The run's whole trace: the one its commit read (handed over once), else read now."""
+        kept = self._histories.pop(run_id, None)
+        return kept if kept is not None else read_history(self.trace_path(run_id))
 
     def stored_result(self, run_id: str) -> RunResult | None:
         """The run's committed result, or None (``read_result``: a file that is not one is an InputError naming it)."""
         p = self.result_path(run_id)
         return read_result(p, run_id) if p.exists() else None
-
-
-def read_result(p: Path, run_id: str | None = None) -> RunResult:
-    """The committed result in ``p`` (of ``run_id`` when given). A file that is not one (madbench writes it atomically,
-    so it was truncated or edited by something else) is an InputError naming it: deleting it re-runs the run. Every
-    reader of results (run, status, report, stats, rescore) goes through here, so each says the same."""
-    fix = ("delete it and run the batch's `madbench run` command again: that run is re-run, resuming from its "
-           "trace (kept in traces/) with its paid calls served from the cache")
-    try:
-        result = RunResult.model_validate_json(p.read_bytes())
-    except ValidationError as exc:
-        raise InputError(p, f"not a valid run result ({format_validation_error(exc)[:300]})", fix) from None
-    if run_id is not None and result.run_id != run_id:
-        raise InputError(p, f"holds the result of run {result.run_id}, not of run {run_id}", fix)
-    return result
-
-
-def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for pkg in ("madbench", "ray", "litellm", "pydantic", "pandas", "pyarrow"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
-
-
-def write_manifest(layout: BatchLayout, spec: dict[str, Any], runs: list[dict[str, Any]], state: str) -> None:
-    body = {"spec": spec, "versions": versions(), "state": state, "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "runs": runs}
-    atomic_write_text(layout.root / "manifest.json", json.dumps(body, indent=1))
 
 
 def current_step(trace_path: Path) -> str:
@@ -108,16 +66,6 @@ def current_step(trace_path: Path) -> str:
         rnd = f" round {e['round']}" if e.get("round") is not None else ""
         return f"{e.get('event')}{': ' + where if where else ''}{rnd}"
     return "starting"
-
-
-def read_manifest(root: str | Path) -> dict[str, Any]:
-    path = Path(root) / "manifest.json"
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:  # truncated by hand or by a copy (madbench itself writes it atomically)
-        raise InputError(path, f"not valid JSON (line {exc.lineno}: {exc.msg})",
-                         "delete it and run the batch's `madbench run` command again: it rebuilds the manifest from the "
-                         "committed runs (their results are kept)") from None
 
 
 def _model_name(m) -> str:
@@ -174,11 +122,12 @@ def run_row(batch: str, result: RunResult, config: dict[str, Any], scenario: dic
         row[f"crit_{p}"] = sum(getattr(s.scores, p) for s in final_scores) / len(final_scores) if final_scores else None
     for k, v in result.extras.items():  # protocol-specific results, one column each (nested values as JSON)
         row[f"x_{k}"] = v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v, sort_keys=True)
-    for k, v in (result.metrics or {}).items():
+    # A failed run has no backtest: its metric and baseline columns are null.
+    for k, v in (result.metrics or dict.fromkeys(METRICS)).items():
         if k != "null_reasons":
             row[k] = v
-    for name, m in result.baselines.items():
-        for k in ("total_return_pct", "excess_return_pct", "sharpe", "sortino", "volatility", "max_drawdown_pct"):
+    for name, m in (result.baselines or dict.fromkeys(BASELINES, {})).items():
+        for k in BASELINE_METRICS:
             row[f"{name}_{k}"] = m.get(k)
     for k in ("calls", "cached", "failed", "prompt_tokens", "completion_tokens", "cached_tokens", "cache_write_tokens",
               "cost_usd", "calls_with_unknown_cost", "latency_s"):
@@ -242,24 +191,22 @@ def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[d
 
 
 def write_parts(layout: BatchLayout, batch: str, result: RunResult, config: dict, scenario: dict, node_id: str) -> None:
-    history = read_trace(layout.trace_path(result.run_id)).typed()
+    """The run's rows of each table, from the trace its commit read, each part written in its declared schema."""
+    history = layout.history(result.run_id)
     events = last_attempt(history)
     tables = {"runs": [run_row(batch, result, config, scenario, events, node_id, history)],
               "rounds": round_rows(result, events), "calls": call_rows(result, events, node_id)}
     for name, rows in tables.items():
-        frame = pd.DataFrame(rows)
-        atomic_write(layout.part(name, result.run_id), lambda p, f=frame: f.to_parquet(p, index=False))
+        write_rows(layout.part(name, result.run_id), rows, name)
 
 
-def compact(layout: BatchLayout) -> dict[str, int]:
+def compact(layout: BatchDirs) -> dict[str, int]:
     """Rebuild runs/rounds/calls.parquet from the per-run parts."""
     counts = {}
     for name in TABLES:
-        parts = sorted((layout.root / "parts" / name).glob("*.parquet"))
-        frames = [f for f in (pd.read_parquet(p) for p in parts) if len(f)]
-        table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        atomic_write(layout.root / f"{name}.parquet", lambda p, t=table: t.to_parquet(p, index=False))
-        counts[name] = len(table)
+        table = concat([read_table(p, name) for p in sorted(layout.parts(name).glob("*.parquet"))], name)
+        write_table(layout.table(name), table)
+        counts[name] = table.num_rows
     return counts
 
 

@@ -1,17 +1,13 @@
 """Re-scoring stored traces: the parts that need no cluster (finding runs, tasks, rows, parts, failure records).
 
 ``madbench rescore`` (``madbench.runner.rescore_job``) fans the runs found here out over Ray runner actors; each actor
-grades a whole run with ``score_run`` through its gateway (cached, rate-limited). Two layouts are read:
-
-    <results>/traces/<run>.jsonl + runs/<run>.json     a batch (``madbench run``)
-    <results>/**/<run>/trace.jsonl + result.json       single debates (``madbench debate --out``)
+grades a whole run with ``score_run`` through its gateway (cached, rate-limited). Both layouts of ``madbench.results`` are read: a batch's and single debates' (``madbench debate --out``).
 
 A run counts when its result file is committed with status ``ok`` and its trace's last attempt ended ``ok``;
-its CRIT tasks come from that attempt's ``crit`` events. Under ``<results>/scores/``:
-
-    <label>/<run>.parquet          one part per run: written atomically, skipped when present, never overwritten
-    <label>/failed/<run>.json      why a run could not be scored (the next pass retries it, and drops this)
-    original/<run>.parquet         the debate's own scores, extracted from the trace (no model call)
+its CRIT tasks come from that attempt's ``crit`` events. Under ``<results>/scores/`` (``madbench.results.ScoreDirs``)
+each run has one part per label, written atomically, skipped when present, never overwritten; a run that could not
+be scored has a failure record instead (the next pass retries it, and drops the record); the label ``original``
+holds the debate's own scores, extracted from the trace (no model call).
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,18 +25,16 @@ from madbench.data.atomic import atomic_write, atomic_write_text
 from madbench.data.errors import InputError
 from madbench.debate.events import Crit, MemoShown, RunEnd, RunStart, last_attempt
 from madbench.debate.grading import PILLARS, CritScore
-from madbench.debate.trace import read_trace
 from madbench.debate.validation import parse_json
 from madbench.gateway import Gateway, GatewayFailure, ModelSpec, Totals
+from madbench.results import ScoreDirs, read_history, read_result, read_scores, run_files, write_rows
+from madbench.results.layout import AGREEMENT, AUDIT_AGREEMENT, ORIGINAL, run_id_of
 from madbench.scoring.agreement import audit_agreement, label_agreement
 from madbench.scoring.audit import audit_turn
 from madbench.scoring.crit import CritAnswer
 from madbench.scoring.crit_judge import crit_request, finish
 from madbench.scoring.rubric import Rubric
 from madbench.scoring.rules_scorer import CritTask
-
-ORIGINAL = "original"
-FAILED = "failed"
 
 
 @dataclass
@@ -54,37 +47,21 @@ class StoredRun:
     crit_events: list[Crit]
 
 
-def _traces(root: Path) -> list[tuple[Path, Path]]:
-    """(trace, its commit file) for both layouts."""
-    batch = [(t, root / "runs" / f"{t.stem}.json") for t in sorted((root / "traces").glob("*.jsonl"))]
-    debate = [(t, t.parent / "result.json") for t in sorted(root.rglob("trace.jsonl"))]
-    return batch + debate
+def result_status(committed: Path) -> str:
+    """The status a committed result file records (``read_result``: a file that is not one is an InputError naming it,
+    never a run quietly skipped)."""
+    return read_result(committed, run_id_of(committed)).status
 
 
-def result_status(committed: Path) -> str | None:
-    """The status a committed result file records; a file that is not a result is an InputError naming it, never a
-    run quietly skipped (``madbench rescore`` passes ``madbench.runner.store.read_result``'s full check instead)."""
-    try:
-        body = json.loads(committed.read_bytes())
-    except ValueError as exc:
-        body, why = None, str(exc)
-    else:
-        why = "not a JSON object"
-    if not isinstance(body, dict):
-        raise InputError(committed, f"not a valid run result ({why})",
-                         "delete it and run the command that wrote it again: that run is re-run from its trace")
-    return body.get("status")
-
-
-def read_run(trace: Path, committed: Path, status_of: Callable[[Path], str | None] = result_status) -> StoredRun | str:
-    """The run stored in ``trace`` (its last attempt), or why it cannot be re-scored; ``status_of`` reads the status
-    of its committed result (an InputError for a file that is not one)."""
+def read_run(trace: Path, committed: Path) -> StoredRun | str:
+    """The run stored in ``trace`` (its last attempt), or why it cannot be re-scored (a committed result that is not
+    one is an InputError)."""
     if not committed.exists():
         return f"{trace}: not committed (no {committed.name}: still running, or interrupted)"
-    status = status_of(committed)
+    status = result_status(committed)
     if status != "ok":
         return f"{trace}: run {status or 'without a status'}"
-    events = last_attempt(read_trace(trace).typed())
+    events = last_attempt(read_history(trace))
     if not events or not isinstance(events[0], RunStart):
         return f"{trace}: no run_start"
     end = next((e for e in events if isinstance(e, RunEnd)), None)
@@ -98,17 +75,16 @@ def read_run(trace: Path, committed: Path, status_of: Callable[[Path], str | Non
     return StoredRun(start.run_id, start.scenario["id"], start.config["name"], trace, memo.ids, crits)
 
 
-def find_runs(results_dir: str | Path, status_of: Callable[[Path], str | None] = result_status
-              ) -> tuple[list[StoredRun], list[str]]:
+def find_runs(results_dir: str | Path) -> tuple[list[StoredRun], list[str]]:
     """Every finished-ok run under ``results_dir`` (either layout), and why each other trace was skipped. A committed
-    result that cannot be read is an error (``status_of``), not a skip: the run it stands for would vanish unseen."""
+    result that cannot be read is an error, not a skip: the run it stands for would vanish unseen."""
     root = Path(results_dir)
     if not root.is_dir():
         raise InputError(results_dir, "not a directory", "give a batch results directory or a `madbench debate --out` directory")
     runs: dict[str, StoredRun] = {}
     skipped = []
-    for trace, committed in _traces(root):
-        run = read_run(trace, committed, status_of)
+    for trace, committed in run_files(root):
+        run = read_run(trace, committed)
         if isinstance(run, str):
             skipped.append(run)
         elif run.run_id in runs:
@@ -143,19 +119,14 @@ def score_row(run: StoredRun, score: CritScore, task: CritTask, label: str) -> d
     return row
 
 
-def part_path(scores_dir: Path, label: str, run_id: str) -> Path:
-    return Path(scores_dir) / label / f"{run_id}.parquet"
-
-
 def write_part(out: Path, rows: list[dict[str, Any]]) -> None:
-    table = pd.DataFrame(rows)
-    atomic_write(out, lambda p: table.to_parquet(p, index=False))
+    write_rows(out, rows, "scores")
 
 
 def extract_original(runs: list[StoredRun], scores_dir: Path) -> int:
     written = 0
     for run in runs:
-        part = part_path(scores_dir, ORIGINAL, run.run_id)
+        part = ScoreDirs(scores_dir).part(ORIGINAL, run.run_id)
         if part.exists() or not run.crit_events:
             continue
         rows = [score_row(run, e.score, task_of(run, e), ORIGINAL) for e in run.crit_events]
@@ -222,46 +193,26 @@ async def score_run(run: StoredRun, label: str, spec: ModelSpec, rubric: Rubric,
     return out
 
 
-def failure_path(scores_dir: Path, label: str, run_id: str) -> Path:
-    return Path(scores_dir) / label / FAILED / f"{run_id}.json"
-
-
 def write_failure(scores_dir: Path, label: str, run: StoredRun, result: RunScores, scorer: str, rubric: str) -> Path:
     body = {"run_id": run.run_id, "scenario_id": run.scenario_id, "config": run.config_name, "label": label,
             "scorer": scorer, "rubric": rubric, "reason": result.reason, "turns": len(run.crit_events),
             "failed_turns": result.errors, "totals": result.totals, "trace": str(run.trace),
             "failed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    return atomic_write_text(failure_path(scores_dir, label, run.run_id), json.dumps(body, indent=1))
+    return atomic_write_text(ScoreDirs(scores_dir).failure(label, run.run_id), json.dumps(body, indent=1))
 
 
 def clear_failure(scores_dir: Path, label: str, run_id: str) -> None:
-    failure_path(scores_dir, label, run_id).unlink(missing_ok=True)
+    ScoreDirs(scores_dir).failure(label, run_id).unlink(missing_ok=True)
 
 
 def read_failures(scores_dir: Path, label: str) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((Path(scores_dir) / label / FAILED).glob("*.json"))]
-
-
-def labels(scores_dir: Path) -> list[str]:
-    """The score tables under ``scores_dir`` that hold at least one part, ``original`` first."""
-    found = sorted(p.name for p in Path(scores_dir).iterdir() if p.is_dir() and any(p.glob("*.parquet"))) \
-        if Path(scores_dir).is_dir() else []
-    return sorted(found, key=lambda name: name != ORIGINAL)
-
-
-def read_scores(scores_dir: Path, label: str) -> pd.DataFrame:
-    parts = sorted((Path(scores_dir) / label).glob("*.parquet"))
-    return pd.concat([pd.read_parquet(p) for p in parts], ignore_index=True) if parts else pd.DataFrame()
-
-
-AGREEMENT = "agreement.parquet"
-AUDIT_AGREEMENT = "audit_agreement.parquet"
+    return [json.loads(p.read_text()) for p in ScoreDirs(scores_dir).failures(label)]
 
 
 def agreement_tables(scores_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per pillar and ρ, the agreement of every pair of labels under ``scores_dir`` (``original`` first), and each
     label's agreement with the deterministic audit; both written beside the labels as Parquet (rebuilt each pass)."""
-    found = labels(scores_dir)
+    found = ScoreDirs(scores_dir).labels()
     frames = {label: read_scores(scores_dir, label) for label in found}
     pairs = [(a, b) for i, a in enumerate(found) for b in found[i + 1:]]
     pillars = label_agreement(frames, pairs, [*PILLARS, "rho"])

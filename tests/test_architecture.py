@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Lowest first: a package may import itself and the packages before it, never one after it. Each is
 #: (import name, folder in the checkout); ``madbench`` itself (the public API) sits on top of them all.
 LAYERS = (("madbench.data", "madbench/data"), ("madbench.gateway", "madbench/gateway"), ("madbench.debate", "debate"),
-          ("madbench.scoring", "scoring"), ("madbench.eval", "eval"), ("madbench.runner", "runner"),
+          ("madbench.results", "madbench/results"), ("madbench.scoring", "scoring"), ("madbench.eval", "eval"), ("madbench.runner", "runner"),
           ("madbench.sim", "madbench/sim"), ("madbench.bench", "madbench/bench"), ("madbench", "madbench"))
 LAYER_NAMES = tuple(name for name, _ in LAYERS)
 #: Names the checkout's folders would have without the namespace: nothing may import them.

@@ -8,14 +8,12 @@ the argument copies inside CRIT tasks).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from madbench.data.errors import InputError
-from madbench.data.parquet import read_parquet
 from madbench.debate.events import (
     RCA,
     AnyEvent,
@@ -33,7 +31,7 @@ from madbench.debate.events import (
     Turn,
     last_attempt,
 )
-from madbench.debate.trace import read_trace
+from madbench.results import BatchDirs, ResultsDir
 
 
 @dataclass
@@ -49,9 +47,9 @@ class ReportData:
     traces_missing: int = 0
 
 
-def _table(root: Path, name: str) -> pd.DataFrame:
-    path = root / f"{name}.parquet"
-    return read_parquet(path) if path.exists() else pd.DataFrame()
+def _table(results: ResultsDir, name: str) -> pd.DataFrame:
+    """A table the batch may not have written (copied results can hold runs.parquet alone): empty then."""
+    return results.table(name) if results.dirs.table(name).exists() else pd.DataFrame()
 
 
 def digest(events: list[AnyEvent], row: dict) -> tuple[dict, str | None, str | None]:
@@ -91,19 +89,20 @@ def digest(events: list[AnyEvent], row: dict) -> tuple[dict, str | None, str | N
 
 def load_report_data(root: str | Path, max_traces: int | None = None) -> ReportData:
     root = Path(root)
-    if not (root / "runs.parquet").exists():
+    dirs = BatchDirs(root)
+    if not dirs.table("runs").exists():
         raise InputError(str(root), "holds no runs.parquet", "give a results directory written by `madbench run`")
-    runs = _table(root, "runs")
-    manifest = root / "manifest.json"
-    batch = json.loads(manifest.read_text())["spec"]["name"] if manifest.exists() else root.name
-    data = ReportData(root, batch, runs, _table(root, "rounds"), _table(root, "calls"), pd.DataFrame())
+    results = ResultsDir(root)
+    runs = results.runs
+    batch = results.manifest.spec["name"] if results.manifest is not None else root.name
+    data = ReportData(root, batch, runs, _table(results, "rounds"), _table(results, "calls"), pd.DataFrame())
     series = []
     for i, row in enumerate(runs.to_dict("records")):
-        path = root / "traces" / f"{row['run_id']}.jsonl"
-        if not path.exists():
+        history = results.trace(row["run_id"])
+        if history is None:
             data.traces_missing += 1
             continue
-        events = last_attempt(read_trace(path).typed())
+        events = last_attempt(history)
         d, sha, text = digest(events, row)
         series += [{"run_id": row["run_id"], "config": row["config"], **x} for x in d["divergence"]]
         if max_traces is None or i < max_traces:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -10,18 +9,19 @@ import pandas as pd
 
 from madbench.data.errors import InputError
 from madbench.data.parquet import read_parquet
+from madbench.results import BatchDirs, ResultsDir
 
 KEY_COLUMNS = ("config", "scenario_id")
 
 
 def load_runs(path: str | Path) -> pd.DataFrame:
-    """Read a results dir (its runs.parquet) or any Parquet file with the runs columns."""
+    """Read a results dir (its runs table) or any Parquet file with the runs columns."""
     path = Path(path)
-    file = path / "runs.parquet" if path.is_dir() else path
-    if not file.exists():
-        hint = "run the batch first (madbench run BATCH.yaml)" if path.is_dir() else "give a results dir or a Parquet file"
-        raise InputError(str(file), "not found", hint)
-    return check_runs(read_parquet(file), str(file))
+    if path.is_dir():
+        return check_runs(ResultsDir(path).runs, str(BatchDirs(path).table("runs")))
+    if not path.exists():
+        raise InputError(str(path), "not found", "give a results dir or a Parquet file")
+    return check_runs(read_parquet(path), str(path))
 
 
 def check_runs(runs: pd.DataFrame, where: str, metrics: list[str] | None = None) -> pd.DataFrame:
@@ -80,19 +80,18 @@ def json_safe(value):
 
 def batch_order(results_dir: str | Path, runs: pd.DataFrame) -> list[str] | None:
     """The batch file's config order (from manifest.json), for table columns; None without a manifest."""
-    manifest = Path(results_dir) / "manifest.json"
-    if not manifest.exists():
+    manifest = ResultsDir(results_dir).manifest
+    if manifest is None:
         return None
     present = set(runs["config"].astype(str))
-    order = list(dict.fromkeys(r["config"] for r in json.loads(manifest.read_text())["runs"]))
+    order = list(dict.fromkeys(r.config for r in manifest.runs))
     return [c for c in order if c in present] + sorted(present - set(order))
 
 
 def batch_pairs(results_dir: str | Path) -> list[tuple[str, str]] | None:
     """The batch's declared ``pairs:`` as (treatment, control), from the spec in manifest.json: [] when it declares
     none, None without a manifest (a results directory of unknown origin)."""
-    manifest = Path(results_dir) / "manifest.json"
-    if not manifest.exists():
+    manifest = ResultsDir(results_dir).manifest
+    if manifest is None:
         return None
-    spec = json.loads(manifest.read_text()).get("spec") or {}
-    return [(p["treatment"], p["control"]) for p in spec.get("pairs") or []]
+    return [(p["treatment"], p["control"]) for p in manifest.spec.get("pairs") or []]

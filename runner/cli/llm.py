@@ -42,9 +42,11 @@ from madbench.gateway import (
 from madbench.gateway.cache import answer_sha256
 from madbench.gateway.errors import OutputInvalid
 from madbench.gateway.local_model import LocalServer
+from madbench.results import BatchDirs, read_manifest, run_files
+from madbench.results.layout import run_id_of
+from madbench.results.traces import check_attempts
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP
-from madbench.runner.store import read_manifest
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -242,8 +244,7 @@ def _run_traces(root: Path) -> list[tuple[str, Path]]:
     """(run id, trace) of every run under ``root``: a batch's ``traces/<run>.jsonl``, a debate's ``<run>/trace.jsonl``."""
     if not root.is_dir():
         raise InputError(root, "not a directory", "give a batch's results directory or the --out directory of `madbench debate`")
-    found = [(t.stem, t) for t in sorted((root / "traces").glob("*.jsonl"))]
-    found += [(t.parent.name, t) for t in sorted(root.rglob("trace.jsonl"))]
+    found = [(run_id_of(commit), trace) for trace, commit in run_files(root)]
     if not found:
         raise InputError(root, "holds no run traces (traces/*.jsonl or <run>/trace.jsonl)",
                          "give a batch's results directory or the --out directory of `madbench debate`")
@@ -254,6 +255,7 @@ def _recorded_calls(run: str, trace: Path, verdict: _Verdict) -> list[_Call]:
     """The run's ``llm_call`` events to check: those that recorded the answer the run last vouched for under their key
     (see the module's docstring); an event of an older trace has its response's hash."""
     readout = read_trace(trace)
+    check_attempts(readout.events, trace)
     verdict.notes += readout.problems  # a torn tail or a broken chain: the whole events before it are still checked
     calls = []
     for record in readout.events:
@@ -311,7 +313,7 @@ def _check_calls(cache: ResponseCache, calls: list[_Call], verdict: _Verdict) ->
 
 def _cache_for(root: Path, cli: str | None) -> Path:
     """--cache-dir, else $MADBENCH_CACHE_DIR, else the cache the batch recorded in its manifest, else the default."""
-    spec = read_manifest(root).get("spec", {}) if (root / "manifest.json").is_file() else {}
+    spec = read_manifest(root).spec if BatchDirs(root).manifest.is_file() else {}
     directory = resolve_cache_dir(cli, spec.get("cache_dir"))
     if not (directory / "responses").is_dir():
         raise InputError(directory, f"no LLM response cache here (the cache for {root})",

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from madbench.eval.report.page import build_report
+from madbench.results import ResultsDir
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import csv_list
-from madbench.runner.store import BatchLayout
 
 
 def register(sub) -> None:
@@ -23,9 +21,7 @@ def register(sub) -> None:
 
 def check_committed(results_dir: str) -> None:
     """Every committed result of a batch directory reads: a corrupt one is named, with what to do, before any work."""
-    layout = BatchLayout(results_dir)
-    for p in sorted(Path(results_dir).glob("runs/*.json")):
-        layout.stored_result(p.stem)
+    ResultsDir(results_dir).results()
 
 
 def cmd_report(args) -> int:

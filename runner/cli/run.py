@@ -11,8 +11,8 @@ from pathlib import Path
 from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.memo import build_memo
-from madbench.data.parquet import read_parquet
 from madbench.gateway import resolve_cache_dir
+from madbench.results import BatchDirs, Manifest, ManifestRun, ResultsDir, read_manifest
 from madbench.runner.batch import (
     MAX_RUNS,
     MAX_RUNS_CEILING,
@@ -32,7 +32,7 @@ from madbench.runner.execute import HEAD_DIRS, ray_client, run_batch
 from madbench.runner.lock import lock_holder
 from madbench.runner.preflight import preflight, preflight_error, reachable_models
 from madbench.runner.provider_batches import batch_problems
-from madbench.runner.store import BatchLayout, current_step, group_failures, read_manifest
+from madbench.runner.store import BatchLayout, current_step, group_failures
 
 
 def register(sub) -> None:
@@ -161,10 +161,10 @@ def retry_command(args) -> str:
     return shlex.join(words + ["--retry-failed"])
 
 
-def failure_summary(runs: list[dict], limit_lines: int = 3) -> list[str]:
+def failure_summary(runs: list[ManifestRun], limit_lines: int = 3) -> list[str]:
     """Failed runs grouped by reason (the first lines of each distinct one), most frequent first."""
     out = []
-    for reason, ids in group_failures({r["run_id"]: r.get("error") for r in runs if r["status"] == "failed"}, limit_lines):
+    for reason, ids in group_failures({r.run_id: r.error for r in runs if r.status == "failed"}, limit_lines):
         out.append(f"  {len(ids)} run(s), e.g. {ids[0]}:")
         out += [f"    {line}" for line in reason.splitlines()]
     return out
@@ -185,17 +185,16 @@ def budget_lines(b: dict, batch: str, unpriced: int = 0) -> tuple[str | None, st
 
 def unpriced_calls(root: Path) -> int:
     """Calls of models without a price in the batch's committed runs (runs.parquet): its spend is unknown, not $0."""
-    path = root / "runs.parquet"
-    runs = read_parquet(path) if path.is_file() else None
-    if runs is None or "calls_with_unknown_cost" not in runs.columns:
-        return 0  # no run committed yet, or none with a call
+    if not BatchDirs(root).table("runs").is_file():
+        return 0  # no run committed yet
+    runs = ResultsDir(root).runs
     return int(runs["calls_with_unknown_cost"].fillna(0).sum())
 
 
 def submissions(root: Path) -> str:
     """This invocation's submissions, from the attempts the manifest counts (a run retried after a failure is one run
     submitted and one retry; one requeued after its actor was lost is neither)."""
-    attempts = [r.get("attempts", 0) for r in read_manifest(root)["runs"]]
+    attempts = [r.attempts for r in read_manifest(root).runs]
     retries = sum(max(0, a - 1) for a in attempts)
     return f"{sum(1 for a in attempts if a)} submitted" + (f", {retries} retr{'y' if retries == 1 else 'ies'}" if retries else "")
 
@@ -272,7 +271,7 @@ def cmd_run(args) -> int:
         print(reached, file=sys.stderr)
     if status["failed"]:
         print(f"{status['failed']} run(s) failed:", file=sys.stderr)
-        print("\n".join(failure_summary(read_manifest(root)["runs"])), file=sys.stderr)
+        print("\n".join(failure_summary(read_manifest(root).runs)), file=sys.stderr)
         print(f"retry them with:\n  {retry_command(args)}", file=sys.stderr)
     if stats["state"] == "interrupted" and status["pending"]:
         return EXIT_INTERRUPTED
@@ -281,38 +280,38 @@ def cmd_run(args) -> int:
     return 0 if status["pending"] == 0 else EXIT_RUNS_FAILED
 
 
-def batch_state(root: Path, m: dict) -> tuple[str, str | None]:
+def batch_state(root: Path, m: Manifest) -> tuple[str, str | None]:
     """(the batch's state, the driver holding its lock or None). A manifest that says ``running`` is believed only
     while a driver holds ``<results>/.lock``: a driver killed with ``kill -9`` leaves it saying so forever."""
     holder = lock_holder(root)
-    if m["state"] == "running" and holder is None:
-        return f"stopped (driver gone: last update {m['updated']}; run the same command to resume)", None
-    return m["state"], holder
+    if m.state == "running" and holder is None:
+        return f"stopped (driver gone: last update {m.updated}; run the same command to resume)", None
+    return m.state, holder
 
 
 def cmd_status(args) -> int:
     root = Path(args.results_dir)
-    if not (root / "manifest.json").is_file():
+    if not BatchDirs(root).manifest.is_file():
         raise InputError(args.results_dir, "no manifest.json here", "give a batch results directory such as results/rules-35")
     m = read_manifest(root)
     state, driver = batch_state(root, m)
-    runs = m["runs"]
-    counts = {s: sum(1 for r in runs if r["status"] == s) for s in ("ok", "failed", "pending")}
+    runs = m.runs
+    counts = {s: sum(1 for r in runs if r.status == s) for s in ("ok", "failed", "pending")}
     layout = BatchLayout(root)
-    committed = sum(1 for r in runs if layout.stored_result(r["run_id"]) is not None)  # each read: a corrupt one is named
+    committed = sum(1 for r in runs if layout.stored_result(r.run_id) is not None)  # each read: a corrupt one is named
     # Runs the manifest calls in flight are in flight only while its driver lives; else they wait for the resume.
-    flying = [r for r in runs if r.get("in_flight_since")] if driver is not None else []
-    in_flight = [{"run_id": r["run_id"], "config": r["config"], "scenario_id": r["scenario_id"],
-                  "since": r["in_flight_since"], "step": current_step(layout.trace_path(r["run_id"]))} for r in flying]
+    flying = [r for r in runs if r.in_flight_since] if driver is not None else []
+    in_flight = [{"run_id": r.run_id, "config": r.config, "scenario_id": r.scenario_id,
+                  "since": r.in_flight_since, "step": current_step(layout.trace_path(r.run_id))} for r in flying]
     by_config: dict[str, dict[str, int]] = {}
     for r in runs:
-        by_config.setdefault(r["config"], {"ok": 0, "failed": 0, "pending": 0})[r["status"]] += 1
+        by_config.setdefault(r.config, {"ok": 0, "failed": 0, "pending": 0})[r.status] += 1
     if args.json:
-        print(json.dumps({"batch": m["spec"]["name"], "state": state, "driver": driver, "updated": m["updated"], **counts,
+        print(json.dumps({"batch": m.spec["name"], "state": state, "driver": driver, "updated": m.updated, **counts,
                           "committed": committed, "in_flight": in_flight, "by_config": by_config}, indent=1))
         return 0
-    updated = "" if state.startswith("stopped (driver gone") else f" (updated {m['updated']})"
-    print(f"batch {m['spec']['name']}: {state}{updated}; {len(runs)} runs: "
+    updated = "" if state.startswith("stopped (driver gone") else f" (updated {m.updated})"
+    print(f"batch {m.spec['name']}: {state}{updated}; {len(runs)} runs: "
           f"{counts['ok']} ok, {counts['failed']} failed, {counts['pending']} pending ({len(in_flight)} in flight); "
           f"{committed} results committed")
     for cfg, c in by_config.items():

@@ -9,10 +9,11 @@ from pathlib import Path
 from madbench.data.errors import InputError
 from madbench.data.markdown import markdown_table
 from madbench.gateway import ModelSpec, RateLimits, resolve_cache_dir
+from madbench.results import BatchDirs, read_manifest, read_scores
+from madbench.results.layout import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.rescore_job import Job, Outcome, Plan, dry_run, failure_reasons, plan, run_rescore
-from madbench.runner.store import read_manifest
-from madbench.scoring.rescore import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL, agreement_tables, read_scores
+from madbench.scoring.rescore import agreement_tables
 from madbench.scoring.rubric import load_rubric
 
 EXIT_FAILED_RUNS = 1
@@ -55,9 +56,9 @@ def _scorer_spec(args) -> ModelSpec:
 
 def _batch_cache_dir(root: Path) -> str | None:
     """The batch's own cache_dir when its manifest names an absolute one (a relative one was relative to the batch file)."""
-    if not (root / "manifest.json").is_file():
+    if not BatchDirs(root).manifest.is_file():
         return None  # a `madbench debate --out` directory: no batch, no batch cache
-    value = read_manifest(root)["spec"].get("cache_dir")  # a damaged manifest is an error, not a silent default
+    value = read_manifest(root).spec.get("cache_dir")  # a damaged manifest is an error, not a silent default
     return value if value and Path(value).expanduser().is_absolute() else None
 
 

@@ -6,14 +6,13 @@ import json
 from pathlib import Path
 
 from madbench.data.errors import InputError
-from madbench.data.parquet import read_parquet
 from madbench.eval.stats.analysis import analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, load_runs, ordered_configs
 from madbench.eval.stats.power import power_table
 from madbench.eval.stats.split import split_by
+from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import csv_list
-from madbench.runner.store import BatchLayout
 
 
 def register(sub) -> None:
@@ -52,17 +51,16 @@ def _source(args) -> tuple[Path, Path | None, Path]:
     root = Path(args.results_dir)
     if not root.is_dir():
         raise InputError(str(root), "is not a results directory", "give the folder `madbench run` wrote (it holds runs.parquet)")
-    layout = BatchLayout(root)
-    for p in sorted(root.glob("runs/*.json")):  # a corrupt committed result is named, with what to do
-        layout.stored_result(p.stem)
-    rounds = root / "rounds.parquet"
-    return root / "runs.parquet", rounds if rounds.exists() else None, root / "stats"
+    ResultsDir(root).results()  # a corrupt committed result is named, with what to do
+    dirs = BatchDirs(root)
+    rounds = dirs.table("rounds")
+    return dirs.table("runs"), rounds if rounds.exists() else None, root / "stats"
 
 
 def cmd_stats(args) -> int:
     runs_file, rounds_file, default_out = _source(args)
-    runs = load_runs(runs_file)
-    rounds = read_parquet(rounds_file) if rounds_file else None
+    runs = load_runs(args.results_dir or runs_file)
+    rounds = ResultsDir(args.results_dir).rounds if rounds_file else None  # only a results directory has one
     compare = csv_list(args.compare)
     if compare is None and args.results_dir:
         compare = batch_order(args.results_dir, runs)

@@ -32,13 +32,14 @@ from madbench.gateway import (
     accounting,
 )
 from madbench.gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
+from madbench.results import ManifestRun, write_manifest
 from madbench.runner.budget import BUDGET_FILE, BudgetRecord, read_budget, start_budget, stop_budget, write_budget
 from madbench.runner.cli import main
 from madbench.runner.cli.commands import EXIT_RUNS_FAILED
 from madbench.runner.cli.run import budget_lines, submissions
 from madbench.runner.pipeline import run_debate
 from madbench.runner.progress import Progress
-from madbench.runner.store import BatchLayout, paid_cost, write_manifest, write_parts
+from madbench.runner.store import BatchLayout, paid_cost, write_parts
 from madbench.sim.provider import SimProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -263,9 +264,9 @@ def test_an_unknown_cost_is_printed_as_unknown_never_as_zero():
 def test_the_final_line_counts_a_retry_apart_from_the_runs_submitted(tmp_path):
     runs = [{"run_id": f"r{i}", "scenario_id": "s", "config": "c", "replicate": 0, "status": "ok", "attempts": a}
             for i, a in enumerate([0, 0, 0, 2])]  # 3 already done; one run failed once and was retried
-    write_manifest(BatchLayout(tmp_path), {"name": "t"}, runs, "finished")
+    write_manifest(tmp_path, {"name": "t"}, [ManifestRun(**r) for r in runs], "finished")
     assert submissions(tmp_path) == "1 submitted, 1 retry"
-    write_manifest(BatchLayout(tmp_path), {"name": "t"}, [r | {"attempts": 1} for r in runs], "finished")
+    write_manifest(tmp_path, {"name": "t"}, [ManifestRun(**r | {"attempts": 1}) for r in runs], "finished")
     assert submissions(tmp_path) == "4 submitted"
 
 

@@ -70,12 +70,12 @@ def test_the_os_releases_the_lock_of_a_killed_holder(tmp_path):
 
 
 def test_status_tells_a_running_batch_from_one_whose_driver_is_gone(tmp_path, capsys):
-    from madbench.runner.store import BatchLayout, write_manifest
+    from madbench.results import ManifestRun, write_manifest
 
     root = tmp_path / "r"
-    runs = [{"run_id": f"r{i}", "scenario_id": "s", "config": "c", "replicate": i, "status": "pending", "attempts": 1,
-             "in_flight_since": "2025-01-01T00:00:00Z"} for i in range(2)]
-    write_manifest(BatchLayout(root), {"name": "t"}, runs, "running")  # what a driver leaves behind at `kill -9`
+    runs = [ManifestRun(run_id=f"r{i}", scenario_id="s", config="c", replicate=i, status="pending", attempts=1,
+                        in_flight_since="2025-01-01T00:00:00Z") for i in range(2)]
+    write_manifest(root, {"name": "t"}, runs, "running")  # what a driver leaves behind at `kill -9`
     updated = json.loads((root / "manifest.json").read_text())["updated"]
 
     def status(*flags):

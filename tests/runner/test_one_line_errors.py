@@ -21,11 +21,12 @@ from madbench.debate.events import LLMCall
 from madbench.debate.trace import TraceWriter
 from madbench.gateway import Gateway, ModelRouting, ResponseCache
 from madbench.gateway.cache import answer_sha256
+from madbench.results import read_manifest
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.cli import main
 from madbench.runner.execute import run_batch
 from madbench.runner.pipeline import run_debate
-from madbench.runner.store import BatchLayout, read_manifest
+from madbench.runner.store import BatchLayout
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 NOT_UTF8 = "# r\xe9sum\xe9 of the batch\n".encode("latin-1")
@@ -128,7 +129,7 @@ def test_a_corrupt_committed_result_is_named_by_run_status_report_and_stats_and_
     assert "2 submitted" in capsys.readouterr().out
     again, before = json.loads(truncated.read_text()), json.loads(good)
     assert (again["status"], again["weights"]) == (before["status"], before["weights"])  # the same run, re-run
-    assert {r["status"] for r in read_manifest(root)["runs"]} == {"ok"}
+    assert {r.status for r in read_manifest(root).runs} == {"ok"}
 
 
 # -- a read-only cache directory
@@ -183,8 +184,8 @@ def test_a_batch_stopped_by_dying_actors_is_not_recorded_as_finished(make_pack, 
     with pytest.raises(RuntimeError, match="runner actors keep dying"):
         run_batch(spec, runs, layout, str(pack), [], str(not_a_folder), quiet=True)
     m = read_manifest(layout.root)
-    assert m["state"].startswith("stopped: RuntimeError: runner actors keep dying"), m["state"]
-    assert {r["status"] for r in m["runs"]} == {"pending"}
+    assert m.state.startswith("stopped: RuntimeError: runner actors keep dying"), m.state
+    assert {r.status for r in m.runs} == {"pending"}
 
 
 # -- `madbench rescore` on a corrupt runs/<id>.json: the same line as run, status, report and stats

@@ -9,21 +9,26 @@ import yaml
 
 import madbench.data.market.pack as pack_module
 from madbench.data.paths import PROJECT_ROOT
+from madbench.results import TABLES, RunResult
 from madbench.runner.cli import main
 from madbench.runner.execute import HEAD_DIRS, worker_env
 from madbench.runner.staging import collect, commit, portable, prepare
-from madbench.runner.store import TABLES, BatchLayout
+from madbench.runner.store import BatchLayout
 from tests.runner.test_batch import TICKERS, write_batch
 
 #: What Ray hands a `ray job submit --working-dir` job's entrypoint.
 JOB_ENV = json.dumps({"runtime_env": {"working_dir": "gcs://_ray_pkg_x.zip"}})
 
 
+def result(run_id: str) -> RunResult:
+    return RunResult(run_id=run_id, status="ok", scenario_id="s", invest_quarter="2021Q2", config_name="c", sample_index=0)
+
+
 def staged_run(layout: BatchLayout, run_id: str, trace: bytes) -> None:
     layout.trace_path(run_id).parent.mkdir(parents=True, exist_ok=True)
     layout.trace_path(run_id).write_bytes(trace)
     layout.result_path(run_id).parent.mkdir(parents=True, exist_ok=True)
-    layout.result_path(run_id).write_text(json.dumps({"run_id": run_id}))
+    layout.result_path(run_id).write_text(result(run_id).model_dump_json())
     for t in TABLES:
         layout.part(t, run_id).parent.mkdir(parents=True, exist_ok=True)
         layout.part(t, run_id).write_bytes(t.encode())
@@ -40,7 +45,7 @@ def test_a_staged_run_is_committed_trace_result_parts_and_only_over_a_trace_it_e
     assert not any(p.is_file() for p in (tmp_path / "node").rglob("*"))  # nothing left on the node
     commit(head, "r1", artifacts)
     assert head.trace_path("r1").read_bytes() == b"attempt 1\nattempt 2\n"
-    assert json.loads(head.result_path("r1").read_text()) == {"run_id": "r1"}
+    assert RunResult.model_validate_json(head.result_path("r1").read_text()) == result("r1")
     assert [head.part(t, "r1").read_bytes() for t in TABLES] == [t.encode() for t in TABLES]
     with pytest.raises(RuntimeError, match="does not extend"):
         commit(head, "r1", artifacts | {"trace": b"another history\n"})

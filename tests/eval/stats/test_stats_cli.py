@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import pytest
 
+from madbench.results import ManifestRun, write_manifest
 from madbench.runner.cli import main
 from tests.eval.stats.test_tables_and_models import runs_frame
 
@@ -100,9 +101,9 @@ def results_with_pairs(tmp_path, pairs):
     root = tmp_path / "results" / "b"
     root.mkdir(parents=True)
     runs_frame().to_parquet(root / "runs.parquet")
-    manifest = {"spec": {"name": "b", "pairs": [{"control": c, "treatment": t, "factor": ["x"]} for c, t in pairs]},
-                "runs": [{"config": c} for c in ("debate", "single", "mean")]}
-    (root / "manifest.json").write_text(json.dumps(manifest))
+    spec = {"name": "b", "pairs": [{"control": c, "treatment": t, "factor": ["x"]} for c, t in pairs]}
+    write_manifest(root, spec, [ManifestRun(run_id=c, scenario_id="s", config=c, replicate=0, status="ok")
+                                for c in ("debate", "single", "mean")], "finished")
     return root
 
 

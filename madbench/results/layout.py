@@ -1,0 +1,129 @@
+"""Where everything in a results directory lives: the one definition of its layout.
+
+A batch (``madbench run``):
+
+    <root>/manifest.json                 the spec, versions, format version and every run with its status
+    <root>/traces/<run>.jsonl            append-only trace of each run
+    <root>/runs/<run>.json               a run's result: written last, atomically (the commit point)
+    <root>/parts/{runs,rounds,calls}/<run>.parquet
+    <root>/{runs,rounds,calls}.parquet   concatenated parts (rebuilt, never appended to)
+    <root>/scores/<label>/<run>.parquet  re-scoring, one part per run; failures under <label>/failed/<run>.json
+    <root>/budget.json, <root>/.lock     the batch's spend; the lock its one writer holds
+
+Single debates (``madbench debate --out``): ``<out>/<run>/trace.jsonl`` and ``<out>/<run>/result.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TABLES = ("runs", "rounds", "calls")
+SCORES = "scores"
+ORIGINAL = "original"  # the label of the debate's own scores, extracted from its traces
+FAILED = "failed"
+AGREEMENT = "agreement.parquet"
+AUDIT_AGREEMENT = "audit_agreement.parquet"
+MANIFEST = "manifest.json"
+BUDGET = "budget.json"
+LOCK = ".lock"
+
+
+class DebateDirs:
+    """``madbench debate --out``: each run in its own directory."""
+
+    TRACE = "trace.jsonl"
+    RESULT = "result.json"
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def trace_path(self, run_id: str) -> Path:
+        return self.root / run_id / self.TRACE
+
+    def result_path(self, run_id: str) -> Path:
+        return self.root / run_id / self.RESULT
+
+
+class BatchDirs:
+    """A batch's results directory."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    @property
+    def budget(self) -> Path:
+        return self.root / BUDGET
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK
+
+    @property
+    def traces(self) -> Path:
+        return self.root / "traces"
+
+    def trace_path(self, run_id: str) -> Path:
+        return self.traces / f"{run_id}.jsonl"
+
+    def result_path(self, run_id: str) -> Path:
+        return self.root / "runs" / f"{run_id}.json"
+
+    def result_files(self) -> list[Path]:
+        """Every committed result's file."""
+        return sorted((self.root / "runs").glob("*.json"))
+
+    def parts(self, table: str) -> Path:
+        return self.root / "parts" / table
+
+    def part(self, table: str, run_id: str) -> Path:
+        return self.parts(table) / f"{run_id}.parquet"
+
+    def table(self, name: str) -> Path:
+        return self.root / f"{name}.parquet"
+
+    @property
+    def scores(self) -> Path:
+        return self.root / SCORES
+
+
+class ScoreDirs:
+    """Re-scoring's tables under a ``scores/`` directory: one part per run and label, and why a run failed."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def label(self, label: str) -> Path:
+        return self.root / label
+
+    def part(self, label: str, run_id: str) -> Path:
+        return self.root / label / f"{run_id}.parquet"
+
+    def failure(self, label: str, run_id: str) -> Path:
+        return self.root / label / FAILED / f"{run_id}.json"
+
+    def failures(self, label: str) -> list[Path]:
+        return sorted((self.root / label / FAILED).glob("*.json"))
+
+    def labels(self) -> list[str]:
+        """The labels that hold at least one part, ``original`` first."""
+        found = sorted(p.name for p in self.root.iterdir() if p.is_dir() and any(p.glob("*.parquet"))) \
+            if self.root.is_dir() else []
+        return sorted(found, key=lambda name: name != ORIGINAL)
+
+
+def run_files(root: str | Path) -> list[tuple[Path, Path]]:
+    """(trace, its commit file) of every run under ``root``, in either layout: a batch's ``traces/`` and any
+    ``<run>/trace.jsonl`` of single debates below it."""
+    root = Path(root)
+    batch = BatchDirs(root)
+    found = [(t, batch.result_path(t.stem)) for t in sorted(batch.traces.glob("*.jsonl"))]
+    return found + [(t, t.parent / DebateDirs.RESULT) for t in sorted(root.rglob(DebateDirs.TRACE))]
+
+
+def run_id_of(commit_file: Path) -> str:
+    """The run id a commit file is named after: ``<run>/result.json`` or ``runs/<run>.json``."""
+    return commit_file.parent.name if commit_file.name == DebateDirs.RESULT else commit_file.stem

@@ -1,0 +1,84 @@
+"""A results directory read as a whole: the one reader the report, the statistics and ``open_results`` use."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from madbench.data.errors import InputError
+from madbench.debate.events import AnyEvent
+from madbench.results.layout import TABLES, BatchDirs, ScoreDirs
+from madbench.results.records import Manifest, RunResult, read_manifest, read_result
+from madbench.results.table_schemas import SPECS, concat, read_table
+from madbench.results.traces import read_history
+
+
+class ResultsDir:
+    """A batch's results directory (``madbench run``): its manifest, tables, score parts, results and traces.
+    Each table is read once, as its declared schema (``madbench.results.table_schemas``), into a pandas DataFrame."""
+
+    def __init__(self, root: str | Path):
+        self.dirs = BatchDirs(root)
+        self.root = self.dirs.root
+        if not self.root.is_dir():
+            raise InputError(root, "not a directory", "give a batch results directory (written by `madbench run`)")
+
+    @cached_property
+    def manifest(self) -> Manifest | None:
+        """The batch's manifest; None where there is none (a directory of tables copied without it)."""
+        return read_manifest(self.root) if self.dirs.manifest.exists() else None
+
+    def table(self, name: str) -> pd.DataFrame:
+        """``runs``, ``rounds`` or ``calls``: the compacted table; an InputError when the batch has not written it."""
+        if name not in TABLES:
+            raise ValueError(f"no table {name!r} in a results directory (one of {', '.join(TABLES)})")
+        path = self.dirs.table(name)
+        if not path.exists():
+            raise InputError(path, "not found", "run the batch first (`madbench run BATCH.yaml`): it writes the tables")
+        return read_table(path, name).to_pandas()
+
+    @cached_property
+    def runs(self) -> pd.DataFrame:
+        return self.table("runs")
+
+    @cached_property
+    def rounds(self) -> pd.DataFrame:
+        return self.table("rounds")
+
+    @cached_property
+    def calls(self) -> pd.DataFrame:
+        return self.table("calls")
+
+    @cached_property
+    def scores(self) -> pd.DataFrame:
+        """Every ``scores/<label>/<run>.parquet`` part, with its ``label``; the declared empty frame when there is none."""
+        return read_scores(self.dirs.scores)
+
+    def result(self, run_id: str) -> RunResult | None:
+        """The run's committed result, or None when it has none yet."""
+        path = self.dirs.result_path(run_id)
+        return read_result(path, run_id) if path.exists() else None
+
+    def results(self) -> list[RunResult]:
+        """Every committed result, each read (a damaged one is an InputError naming it, with what to do)."""
+        return [read_result(p, p.stem) for p in self.dirs.result_files()]
+
+    def trace(self, run_id: str) -> list[AnyEvent] | None:
+        """The run's whole trace (every attempt), typed; None when it has none."""
+        path = self.dirs.trace_path(run_id)
+        return read_history(path) if path.exists() else None
+
+
+def read_scores(scores_dir: str | Path, label: str | None = None) -> pd.DataFrame:
+    """The score parts of ``label`` (of every label when None) under ``scores_dir``, as one frame."""
+    dirs = ScoreDirs(scores_dir)
+    parts = []
+    for name in [label] if label is not None else dirs.labels():
+        for path in sorted(dirs.label(name).glob("*.parquet")):
+            part = read_table(path, "scores")
+            parts.append(part.set_column(part.schema.get_field_index("label"), "label",
+                                         pa.array([name] * part.num_rows, pa.large_string())))
+    return concat(parts, SPECS["scores"].name).to_pandas()

@@ -1,0 +1,122 @@
+"""What a results directory stores as JSON: each run's result (its commit point) and the batch's manifest.
+
+Every reader of a result or a manifest (run, status, report, stats, rescore) goes through ``read_result`` and
+``read_manifest``, so each names a damaged file the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from madbench.data.atomic import atomic_write_text
+from madbench.data.errors import InputError, format_validation_error
+from madbench.results.layout import MANIFEST
+from madbench.results.version import FORMAT_VERSION, check_version
+
+
+class RunResult(BaseModel):
+    run_id: str
+    status: str  # ok | failed
+    error: str | None = None
+    scenario_id: str
+    invest_quarter: str
+    config_name: str
+    sample_index: int
+    weights: dict[str, float] = Field(default_factory=dict)
+    cash: float = 0.0
+    method: str | None = None
+    rounds_run: int = 0
+    rho_bar: float | None = None
+    rho_by_round: list[float] = Field(default_factory=list)
+    js: dict[str, float] = Field(default_factory=dict)
+    interventions: list[dict[str, Any]] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    extras: dict[str, Any] = Field(default_factory=dict)
+    metrics: dict[str, Any] | None = None
+    baselines: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: Each debate agent's final allocation backtested alone (the oracle gap's inputs); {} for staged protocols.
+    agent_metrics: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    totals: dict[str, Any] = Field(default_factory=dict)
+
+
+_RERUN = ("delete it and run the command that wrote it again (for a batch, its `madbench run`): that run is re-run, "
+          "resuming from its trace with its paid calls served from the cache")
+
+
+def read_result(p: Path, run_id: str | None = None) -> RunResult:
+    """The committed result in ``p`` (of ``run_id`` when given). A file that is not one (madbench writes it atomically,
+    so it was truncated or edited by something else) is an InputError naming it: deleting it re-runs the run."""
+    try:
+        result = RunResult.model_validate_json(Path(p).read_bytes())
+    except ValidationError as exc:
+        raise InputError(p, f"not a valid run result ({format_validation_error(exc)[:300]})", _RERUN) from None
+    if run_id is not None and result.run_id != run_id:
+        raise InputError(p, f"holds the result of run {result.run_id}, not of run {run_id}", _RERUN)
+    return result
+
+
+class ManifestRun(BaseModel):
+    """One run of a batch as the manifest lists it; the driver updates it as the run goes."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    run_id: str
+    scenario_id: str
+    config: str
+    replicate: int
+    status: str  # pending | ok | failed
+    attempts: int = 0
+    error: str | None = None
+    node_id: str | None = None
+    #: While the run is in flight: when it was sent (what `madbench status` shows).
+    in_flight_since: str | None = None
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    #: None in manifests written before the format was versioned: read as the current format.
+    format_version: int | None = None
+    spec: dict[str, Any]
+    versions: dict[str, str]
+    state: str
+    updated: str
+    runs: list[ManifestRun]
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for pkg in ("madbench", "ray", "litellm", "pydantic", "pandas", "pyarrow"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def write_manifest(root: str | Path, spec: dict[str, Any], runs: list[ManifestRun], state: str) -> Path:
+    body = Manifest(format_version=FORMAT_VERSION, spec=spec, versions=versions(), state=state,
+                    updated=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), runs=runs)
+    return atomic_write_text(Path(root) / MANIFEST, body.model_dump_json(indent=1))
+
+
+def read_manifest(root: str | Path) -> Manifest:
+    path = Path(root) / MANIFEST
+    fix = ("delete it and run the batch's `madbench run` command again: it rebuilds the manifest from the committed "
+           "runs (their results are kept)")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:  # truncated by hand or by a copy (madbench itself writes it atomically)
+        raise InputError(path, f"not valid JSON (line {exc.lineno}: {exc.msg})", fix) from None
+    check_version(raw.get("format_version") if isinstance(raw, dict) else None, path, "the manifest")
+    try:
+        return Manifest.model_validate(raw)
+    except ValidationError as exc:
+        raise InputError(path, f"not a valid manifest ({format_validation_error(exc)[:300]})", fix) from None
