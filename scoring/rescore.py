@@ -123,7 +123,7 @@ def find_runs(results_dir: str | Path, status_of: Callable[[Path], str | None] =
 
 def task_of(run: StoredRun, event: Crit) -> CritTask:
     """The task a ``crit`` event stored, whole (every field it kept: older traces keep fewer, and still validate)."""
-    return CritTask(agent_id=event.agent, role=event.role, round=event.round, memo_ids=run.memo_ids, **event.task)
+    return CritTask.from_stored(event.agent, event.role, event.round, run.memo_ids, event.task)
 
 
 def crit_requests(run: StoredRun, spec: ModelSpec, rubric: Rubric) -> list:
@@ -236,10 +236,6 @@ def write_failure(scores_dir: Path, label: str, run: StoredRun, result: RunScore
 
 def clear_failure(scores_dir: Path, label: str, run_id: str) -> None:
     failure_path(scores_dir, label, run_id).unlink(missing_ok=True)
-
-
-def read_failures(scores_dir: Path, label: str) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted((Path(scores_dir) / label / FAILED).glob("*.json"))]
 
 
 def labels(scores_dir: Path) -> list[str]:
