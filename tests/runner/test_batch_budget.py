@@ -1,4 +1,4 @@
-"""One budget per batch (issue 21, defect 4): ``max_cost_usd`` holds across runner actors and across invocations.
+"""One budget per batch: ``max_cost_usd`` holds across runner actors and across invocations.
 
 Each paid request reserves its maximum cost before it is sent and settles to what it billed, so runs in flight on
 several actors at once never take the batch past its cap; ``<results>/budget.json`` carries the spend over to the

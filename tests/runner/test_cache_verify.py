@@ -1,4 +1,4 @@
-"""Tamper evidence for the response cache (issue 21, defect 10): an answer edited in the cache, with its checksum
+"""Tamper evidence for the response cache: an answer edited in the cache, with its checksum
 recomputed, is found by `madbench cache verify` from the hashes the runs' traces recorded, and a resumed run
 served such an answer fails instead of silently using it. Runs are real debates against the simulated provider
 (HTTP on 127.0.0.1), whose answers the cache stores; ``rules/`` answers are never cached."""

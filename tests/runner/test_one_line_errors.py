@@ -1,4 +1,4 @@
-"""Issue 21 (7): bad input that used to end in a traceback is one line on stderr naming the file, and exit 2."""
+"""Bad input that used to end in a traceback is one line on stderr naming the file, and exit 2."""
 
 from __future__ import annotations
 

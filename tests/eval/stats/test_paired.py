@@ -28,7 +28,7 @@ def frame_from(values: dict[str, np.ndarray], metric: str = "sharpe") -> pd.Data
 
 
 def test_reference_values_from_a_reported_t():
-    # Issue 8: a paired t of 2.300 with n = 35 gives p = 0.0277 and d = 0.389; +0.143 has CI [+0.017, +0.270].
+    # A paired t of 2.300 with n = 35 gives p = 0.0277 and d = 0.389; +0.143 has CI [+0.017, +0.270].
     r = from_t(2.300, 35, 0.143)
     assert r["p"] == pytest.approx(0.0277, abs=5e-5)
     assert r["d"] == pytest.approx(0.389, abs=5e-4)
