@@ -163,7 +163,7 @@ class RunContext:
         schema = request_schema(phase, rules)  # the prompt's outline names this turn's own targets
         # Sent with the run's envelope, the schema that leads a provider's prompt cache is the same for every call
         # (request_schemas.run_schema); the answer is then this phase's object under ENVELOPE_KEY.
-        wrapped = enveloped(phase, self.config.models.resolve(role, phase))
+        wrapped = enveloped(phase, self.gateway.schema_scope(self.config.models.resolve(role, phase)))
         outline = envelope_outline(schema_outline(schema)) if wrapped else schema_outline(schema)
         # The system message is the run's shared prefix (debate.profiles): the same bytes for every agent and phase,
         # so a provider's prompt cache serves it after the first call; the user message is this turn's own part.

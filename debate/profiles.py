@@ -192,7 +192,3 @@ def _load_profile(role: str, tier: str, roles_dir: str, where: str) -> Profile:
 
 def _compiled(pt: PhaseTemplate, where: str, allowed: set[str]) -> Template:
     return frozenset(pt.variables), compile_template(pt.template, set(pt.variables), where, allowed), pt.template
-
-
-def available_roles(roles_dir: str | Path | None = None) -> list[str]:
-    return sorted(p.stem for p in Path(roles_dir or ROLES_DIR).glob("*.yaml") if not p.stem.startswith("_") and p.stem != "judge")

@@ -19,8 +19,7 @@ from pydantic import BaseModel
 from madbench.debate.envelope import envelope_schema
 from madbench.debate.schemas import critique_targets, schema_for
 from madbench.debate.validation import TurnRules
-from madbench.gateway.models import ModelSpec
-from madbench.gateway.providers import schema_scope
+from madbench.gateway.models import SchemaScope
 
 #: Evidence IDs are enumerated up to this many; beyond it a phase gets a bounded ID pattern, a stage no constraint.
 ENUM_LIMIT = 300
@@ -80,10 +79,10 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
 ENVELOPE_PHASES = ("propose", "critique", "revise", "judge")
 
 
-def enveloped(phase: str, spec: ModelSpec) -> bool:
-    """Whether ``phase``'s turns on ``spec`` are sent the run's envelope (``run_schema``) instead of their own schema:
-    with the model's ``schema_scope`` "run" (models.ModelSpec.schema_scope)."""
-    return phase in ENVELOPE_PHASES and schema_scope(spec) == "run"
+def enveloped(phase: str, scope: SchemaScope) -> bool:
+    """Whether ``phase``'s turns on a model are sent the run's envelope (``run_schema``) instead of their own schema:
+    with the model's ``schema_scope`` (``Gateway.schema_scope``) "run"."""
+    return phase in ENVELOPE_PHASES and scope == "run"
 
 
 def run_schema(rules: TurnRules, tiers: set[str]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ concatenated daily curve, with each quarter's cash earning that quarter's rate.
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from madbench.data.errors import InputError
 from madbench.data.market.calendar import Quarter
@@ -25,6 +25,8 @@ from madbench.eval.backtest import DEFAULT_CAPITAL, Metrics, holding_window, met
 
 
 class QuarterAllocation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     quarter: str
     weights: dict[str, float]
     allow_cash: bool = False
@@ -41,19 +43,20 @@ class MultiQuarterResult(BaseModel):
 
 
 def backtest_sequence(pack: Pack, steps: list[QuarterAllocation], rf: str = "dff", cost_bps: float = 0.0,
-                      capital: float = DEFAULT_CAPITAL) -> MultiQuarterResult:
+                      capital: float = DEFAULT_CAPITAL, where: str = "steps") -> MultiQuarterResult:
+    """``steps`` held one after the other (module docstring); errors name ``where`` (the file the steps came from)."""
     if not steps:
-        raise InputError("quarters", "no allocations given", "give at least one quarter")
-    quarters = [Quarter.parse(s.quarter, f"steps[{i}].quarter") for i, s in enumerate(steps)]
+        raise InputError(where, "no allocations given", "give at least one quarter")
+    quarters = [Quarter.parse(s.quarter, f"{where}[{i}].quarter") for i, s in enumerate(steps)]
     for i in range(1, len(quarters)):
         if quarters[i] != quarters[i - 1].next():
-            raise InputError(f"steps[{i}].quarter", f"{quarters[i]} does not follow {quarters[i - 1]}", "give consecutive quarters")
+            raise InputError(f"{where}[{i}].quarter", f"{quarters[i]} does not follow {quarters[i - 1]}", "give consecutive quarters")
     value, holdings = capital, {"CASH": capital}  # dollar value per position at the current mark
     curve, rf_d_days, turnovers, costs = [capital], [], [], 0.0
     spy_returns: list[np.ndarray] | None = []
     for i, (q, step) in enumerate(zip(quarters, steps)):
-        win = holding_window(pack, q, list(step.weights), rf, where=f"steps[{i}]")
-        w, cash_w = weight_vector(step.weights, win.tickers, step.allow_cash, where=f"steps[{i}].weights")
+        win = holding_window(pack, q, list(step.weights), rf, where=f"{where}[{i}]")
+        w, cash_w = weight_vector(step.weights, win.tickers, step.allow_cash, where=f"{where}[{i}].weights")
         target = {t: value * x for t, x in zip(win.tickers, w)}
         traded = sum(abs(target.get(n, 0.0) - holdings.get(n, 0.0)) for n in (set(target) | set(holdings)) - {"CASH"})
         turnovers.append(traded / value)

@@ -66,9 +66,9 @@ from madbench.debate.stage_schemas import (
 from madbench.debate.trace import read_trace
 from madbench.debate.validation import TurnRules, schema_outline
 from madbench.gateway.models import ModelSpec, RateLimits
-from madbench.gateway.providers import provider_for
 from madbench.gateway.providers.litellm_provider import import_litellm
 from madbench.results import BatchDirs, ResultsDir
+from madbench.runner.wiring import build_providers
 from madbench.scoring.crit_judge import load_crit_prompt
 from madbench.scoring.prompts import load_scorer_prompt
 from madbench.scoring.rca_judge import RCA_VARIABLES
@@ -615,7 +615,7 @@ class RunEstimate:
 @lru_cache(maxsize=256)
 def counts_tokens(model: str) -> bool:
     """Whether the model's calls record tokens: an LLM's do; a ``rules/`` answer's do not (its provider's ``is_llm``)."""
-    return provider_for(model).is_llm
+    return build_providers().for_model(model).is_llm
 
 
 @lru_cache(maxsize=4096)
@@ -623,7 +623,7 @@ def _price(model: str, prompt: int, completion: int, batch: bool = False) -> flo
     """US dollars of one call from the gateway's provider for the model (None: not in the cost map); ``batch``: at
     its batch-API prices (litellm's batch prices, or half the synchronous price where the map has none)."""
     # None for a model outside the cost map; a model litellm cannot place raises (the preflight names it first).
-    return provider_for(model).cost(model, prompt, completion, batch=batch)
+    return build_providers().for_model(model).cost(model, prompt, completion, batch=batch)
 
 
 class Tally:

@@ -29,9 +29,8 @@ from madbench.data.market.pack import load_pack
 from madbench.data.paths import PROJECT_ROOT
 from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
-from madbench.gateway import Budget, Gateway
+from madbench.gateway import Budget
 from madbench.gateway.errors import BudgetExhausted
-from madbench.gateway.providers import use_provider_batches
 from madbench.gateway.providers.batching import current_party
 from madbench.gateway.secrets import redact, remember
 from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
@@ -54,6 +53,7 @@ from madbench.runner.staging import (
     staging_root,
 )
 from madbench.runner.store import BatchLayout, compact, write_parts
+from madbench.runner.wiring import build_gateway
 
 
 class RunnerActor:
@@ -62,9 +62,6 @@ class RunnerActor:
     def __init__(self, pack_dir: str, evidence: list[str], cache: CachePlan, root: str, batch: str, budget: Budget,
                  holder: str, collector: CollectorClient | None = None):
         import ray
-
-        if collector is not None:  # provider batch mode: litellm-routed calls wait for the batch's collector
-            use_provider_batches(collector).warm()  # litellm now: a run slow to its first call would miss phase 1's batch
 
         ctx = ray.get_runtime_context()
         self.node_id = ctx.get_node_id()
@@ -81,7 +78,10 @@ class RunnerActor:
             self.layout = BatchLayout(root)
             self.layout.guard = self.guard
         self.cache = cache.open(self.node_id, ctx.get_actor_id())
-        self.gateway = Gateway(cache=self.cache, budget=budget, guard=self.guard)
+        # Provider batch mode (a collector given): litellm-routed calls wait for the batch's collector.
+        self.gateway = build_gateway(cache=self.cache, budget=budget, guard=self.guard, collector=collector)
+        if collector is not None:
+            self.gateway.providers.default.warm()  # litellm now: a run slow to its first call would miss phase 1's batch
         self.batch = batch
 
     async def run(self, scenario: dict, config: dict, sample_index: int, retry_failed: bool, run_id: str,

@@ -47,17 +47,15 @@ from madbench.eval.baselines import baseline_metrics
 from madbench.eval.dynamics import agent_metrics, final_positions
 from madbench.gateway import Completion, Gateway, LLMRequest, ModelSpec, Totals
 from madbench.gateway.gateway import passthrough
+from madbench.gateway.models import SchemaScope
 from madbench.gateway.secrets import redact
 from madbench.results import FORMAT_VERSION, DebateDirs, RunResult, read_history, read_result
 from madbench.results.traces import check_attempts
-from madbench.runner.wiring import install_rule_answers
+from madbench.runner.wiring import build_scorer
 from madbench.scoring.crit_judge import load_crit_prompt
-from madbench.scoring.debate_scorer import scorer_for
 from madbench.scoring.prompts import load_scorer_prompt
 from madbench.scoring.rca_judge import RCA_VARIABLES
 from madbench.scoring.rubric import load_rubric
-
-install_rule_answers()  # every gateway that runs a debate can answer ``rules/…`` models
 
 
 def prompt_hashes(config: DebateConfig) -> dict[str, str]:
@@ -113,7 +111,7 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
                      sample_index: int = 0, where: str = "scenario", with_baselines: bool = True,
                      retry_failed: bool = True) -> RunResult:
     check_against_pack(scenario, pack, where)
-    scorer = scorer_for(config)
+    scorer = build_scorer(config)
     constraints = config.effective_constraints(scenario.constraints, "config.constraints")
     problems = constraints.problems(len(scenario.tickers))
     if problems:
@@ -187,7 +185,7 @@ def _memos(scenario: Scenario, pack: Pack, config: DebateConfig, where: str) -> 
 
 
 class BlindGateway:
-    """The gateway as a blind run's context reaches it (it asks only ``complete``): every message passes
+    """The gateway as a blind run's context reaches it (it asks ``complete`` and ``schema_scope``): every message passes
     ``Blinded.prompt`` on its way out, and the request's schema and context ``Blinded.data``, so that nothing sent
     names a company, ticker or calendar date of the real scenario. Templates and protocols write only what the blind
     memo gives them (the role prompts' example ID is ``<TICKER>-RET60``, a reflection names no quarter); what this
@@ -203,6 +201,9 @@ class BlindGateway:
         sent = request.model_copy(update={"messages": messages, "context": self.blinded.data(request.context),
                                           "response_schema": self.blinded.data(request.response_schema)})
         return await self.gateway.complete(sent, spec, validate, account=account)
+
+    def schema_scope(self, spec: ModelSpec) -> SchemaScope:
+        return self.gateway.schema_scope(spec)
 
 
 def _workdir(layout: RunLayout, scenario: Scenario, blinded: Blinded | None) -> Path:

@@ -30,9 +30,9 @@ from madbench.debate.schemas import CritiqueItem
 from madbench.eval.backtest import holding_window
 from madbench.eval.baselines import baseline_metrics
 from madbench.gateway.models import ModelSpec, as_spec
-from madbench.gateway.providers import provider_for
 from madbench.gateway.providers.litellm_provider import LiteLLMProvider
 from madbench.runner.batch import RunSpec
+from madbench.runner.wiring import build_providers
 
 #: The phase a staged protocol's stages are routed as (see debate.protocols.staged).
 STAGE_PHASES = ("propose", "crit")
@@ -72,13 +72,14 @@ def model_problems(configs: list[DebateConfig]) -> list[str]:
     """Each distinct problem once, with where it arises (configs, and the roles and phases that reach the model)."""
     where: dict[str, dict[str, set[str]]] = {}
     found: dict[tuple[str, float, int | None], list[str]] = {}
+    providers = build_providers()
     for config in configs:
         for role, phase, spec in reachable_models(config, every_use=True):
             temperature = config.crit_temperature if phase in ("crit", "rca") else config.temperature
             max_tokens = getattr(config.max_tokens, phase, None)
             asked = (spec.model_dump_json(), temperature, max_tokens)
             if asked not in found:
-                found[asked] = provider_for(spec.model).preflight(spec, temperature, max_tokens)
+                found[asked] = providers.for_model(spec.model).preflight(spec, temperature, max_tokens)
             for p in found[asked]:
                 where.setdefault(p, {}).setdefault(config.name, set()).add(phase if role in (phase, "default")
                                                                             else f"{role} {phase}")
@@ -95,9 +96,10 @@ def context_problems(configs: list[DebateConfig], memos: dict[str, Memo]) -> lis
     only part of a prompt: one that fits may still leave a later turn's prompt too long, which the provider refuses."""
     where: dict[str, set[str]] = {}
     counted: dict[tuple[str, str], int] = {}
+    providers = build_providers()
     for config in configs:
         for _, _, spec in reachable_models(config):
-            provider = provider_for(spec.model)
+            provider = providers.for_model(spec.model)
             window = provider.context_window(spec) if isinstance(provider, LiteLLMProvider) else None
             if window is None:
                 continue  # a model litellm does not know, or no hosted model: nothing to check against
@@ -249,9 +251,10 @@ def price_problems(configs: list[DebateConfig], cap_usd: float | None) -> list[s
     if cap_usd is None:
         return []
     where: dict[str, set[str]] = {}
+    providers = build_providers()
     for config in configs:
         for _, _, spec in reachable_models(config):
-            if provider_for(spec.model).cost(spec.model, 1000, 1000) is None:
+            if providers.for_model(spec.model).cost(spec.model, 1000, 1000) is None:
                 where.setdefault(spec.model, set()).add(config.name)
     return [f"{model} has no price in litellm's cost map, so max_cost_usd (${cap_usd:g}) cannot be enforced for its calls "
             f"(config {', '.join(sorted(names))}): remove max_cost_usd from the batch, or use a model litellm prices (the "

@@ -36,7 +36,6 @@ from madbench.data.atomic import atomic_write_bytes, atomic_write_text
 from madbench.data.errors import InputError, format_validation_error
 from madbench.gateway.errors import FatalProviderError, ProviderError
 from madbench.gateway.models import ModelSpec
-from madbench.gateway.providers import provider_for
 from madbench.gateway.providers.batching import (
     BATCH_PROVIDERS,
     TERMINAL_STATES,
@@ -48,6 +47,7 @@ from madbench.gateway.providers.batching import (
 from madbench.gateway.providers.litellm_provider import LiteLLMProvider, import_litellm
 from madbench.gateway.secrets import redact
 from madbench.runner.lock import WriterGuard
+from madbench.runner.wiring import build_providers
 
 JOURNAL_DIR = "provider_batches"
 
@@ -150,8 +150,9 @@ def batch_problems(specs: list[ModelSpec]) -> list[str]:
     """Models a batch in provider batch mode would call that have no batch API madbench can use (one line each).
     Models answered locally (``rules/…``, ``local/…``) are called as always."""
     problems = set()
+    providers = build_providers()
     for spec in specs:
-        if isinstance(provider_for(spec.model), LiteLLMProvider):
+        if isinstance(providers.for_model(spec.model), LiteLLMProvider):
             provider = batch_group(spec)["provider"]
             if provider not in BATCH_PROVIDERS:
                 problems.add(f"{spec.model}: provider batch mode supports {', '.join(BATCH_PROVIDERS)} models (OpenAI's "

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from madbench.gateway import Gateway, ModelSpec, ResponseCache
-from madbench.gateway.providers import provider_for
+from madbench.gateway import ModelSpec, ResponseCache
 from madbench.results import BatchDirs, ScoreDirs
 from madbench.runner.execute import ActorPool, init_ray
 from madbench.runner.lock import ResultsLock, WriterGuard
 from madbench.runner.store import group_failures
+from madbench.runner.wiring import build_gateway, build_providers
 from madbench.scoring import rescore as rs
 from madbench.scoring.rescore import RunScores, StoredRun
 from madbench.scoring.rubric import Rubric
@@ -42,7 +42,7 @@ class RescoreActor:
 
         self.cache = ResponseCache(cache_dir)
         # An orphan of a killed driver pays for nothing more (runner.lock.WriterGuard).
-        self.gateway = Gateway(cache=self.cache, guard=WriterGuard(root, holder))
+        self.gateway = build_gateway(cache=self.cache, guard=WriterGuard(root, holder))
         self.limit = asyncio.Semaphore(max(1, concurrency))
         self.node_id = ray.get_runtime_context().get_node_id()
 
@@ -79,7 +79,7 @@ class Job:
 
     @property
     def scorer_is_llm(self) -> bool:
-        return provider_for(self.spec.model).is_llm
+        return build_providers().for_model(self.spec.model).is_llm
 
 
 @dataclass
@@ -112,7 +112,7 @@ def _cached(cache: ResponseCache | None, key: str) -> bool:
 
 
 def dry_run(job: Job, p: Plan) -> dict[str, Any]:
-    gateway = Gateway()
+    gateway = build_gateway()
     _, provider = gateway.prepare(job.spec)
     calls = cached = prompt_tokens = 0
     cache = ResponseCache(job.cache_dir, read_only=True) if provider.cacheable else None  # looked up, never written

@@ -99,7 +99,7 @@ def find_runs(results_dir: str | Path) -> tuple[list[StoredRun], list[str]]:
 
 def task_of(run: StoredRun, event: Crit) -> CritTask:
     """The task a ``crit`` event stored, whole (every field it kept: older traces keep fewer, and still validate)."""
-    return CritTask(agent_id=event.agent, role=event.role, round=event.round, memo_ids=run.memo_ids, **event.task)
+    return CritTask.from_stored(event.agent, event.role, event.round, run.memo_ids, event.task)
 
 
 def crit_requests(run: StoredRun, spec: ModelSpec, rubric: Rubric) -> list:
@@ -205,8 +205,6 @@ def clear_failure(scores_dir: Path, label: str, run_id: str) -> None:
     ScoreDirs(scores_dir).failure(label, run_id).unlink(missing_ok=True)
 
 
-def read_failures(scores_dir: Path, label: str) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in ScoreDirs(scores_dir).failures(label)]
 
 
 def agreement_tables(scores_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:

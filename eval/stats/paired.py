@@ -20,7 +20,6 @@ and ``note`` says why; it never marks a difference in the comparison table.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -149,15 +148,3 @@ def choose_pairs(configs: list[str], declared: list[tuple[str, str]] | None) -> 
 
 def chosen_pairs(runs: pd.DataFrame, pairs: list[tuple[str, str]], metrics: list[str]) -> list[PairedComparison]:
     return [compare(runs, a, b, m) for m in metrics for a, b in pairs]
-
-
-def from_t(t: float, n: int, diff: float, confidence: float = 0.95) -> dict[str, float]:
-    """Recover p, d_z and the CI of a paired test reported only as (t, n, mean difference).
-
-    p = 2·(1 − F_t(|t|; n−1)); d_z = t/√n; SE = d̄/t; CI = d̄ ± t_{1−α/2,n−1}·SE.
-    """
-    from scipy import stats
-    df = n - 1
-    se = diff / t
-    crit = stats.t.ppf(0.5 + confidence / 2, df)
-    return {"p": float(2 * stats.t.sf(abs(t), df)), "d": t / math.sqrt(n), "ci_low": diff - crit * abs(se), "ci_high": diff + crit * abs(se)}

@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 from madbench.bench.local_cluster import LocalCluster, can_hide
-from madbench.gateway import Gateway, LLMRequest, Message, ModelSpec, ResponseCache
+from madbench.gateway import LLMRequest, Message, ModelSpec, ResponseCache
 from madbench.runner.cache_actor import NODE_DIR_ENV, CachePlan, start_cache, stop_cache
 from madbench.runner.execute import init_ray
+from madbench.runner.wiring import build_gateway
 
 #: Never called: every request is answered from a cache.
 SPEC = ModelSpec(model="openai/madbench-bench", api_base="http://127.0.0.1:9/v1")
@@ -41,7 +42,7 @@ def answer_body(i: int) -> dict:
 
 
 def fill(cache: ResponseCache, n: int) -> None:
-    gateway = Gateway()
+    gateway = build_gateway()
     for i, req in enumerate(requests(n)):
         cache.put(gateway.cache_key(req, SPEC), SPEC.model, answer_body(i))
 
@@ -52,7 +53,7 @@ class Probe:
     def __init__(self, plan: CachePlan, local_dir: str, n: int):
         import ray
         self.node = ray.get_runtime_context().get_node_id()
-        self.cluster = Gateway(cache=plan.open(self.node, ray.get_runtime_context().get_actor_id()))
+        self.cluster = build_gateway(cache=plan.open(self.node, ray.get_runtime_context().get_actor_id()))
         self.local = ResponseCache(local_dir)
         fill(self.local, n)
         self.n = n
@@ -60,7 +61,7 @@ class Probe:
     async def measure(self) -> dict:
         out = {"node": self.node}
         for name, gateway in (("through_cluster", self.cluster), ("node_copy", self.cluster),
-                              ("local_disk", Gateway(cache=self.local))):
+                              ("local_disk", build_gateway(cache=self.local))):
             times = []
             for req in requests(self.n):
                 t = time.perf_counter()

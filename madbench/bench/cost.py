@@ -25,12 +25,12 @@ from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.paths import CONFIGS_DIR
 from madbench.gateway.models import ModelSpec, RateLimits, SchemaScope, StructuredMode
-from madbench.gateway.providers import schema_scope as schema_scope_of
 from madbench.gateway.providers.litellm_provider import import_litellm, token_cost
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.execute import run_batch
 from madbench.runner.provider_batches import ProviderBatchOptions, journal_summary
 from madbench.runner.store import BatchLayout
+from madbench.runner.wiring import build_providers
 from madbench.sim.provider import SimConfig, SimProvider
 
 PRICE_MODEL = "openai/gpt-5-mini"
@@ -109,7 +109,7 @@ def bench_cost(runs: int = 3, price_model: str = PRICE_MODEL, structured_output:
         "sync_cached_usd_per_run": round(usd["sync_cached"] / n, 5), "runs": n, "ok_runs": int((table["status"] == "ok").sum()),
         "config": CONFIG, "price_model": price_model, "batch_prices": prices,
         "structured_output": spec.model.structured_output or "the provider's default (json_schema)",
-        "schema_scope": "none (no schema sent)" if spec.model.structured_output == "prompt_only" else schema_scope_of(spec.model),
+        "schema_scope": "none (no schema sent)" if spec.model.structured_output == "prompt_only" else build_providers().schema_scope(spec.model),
         "prompt_tokens_per_run": round(prompt / n), "completion_tokens_per_run": round(float(paid["completion_tokens"].sum()) / n),
     }
 

@@ -28,11 +28,12 @@ from madbench.data.paths import CONFIGS_DIR
 from madbench.data.scenario import load_scenarios
 from madbench.data.scenario_gen import eligible_tickers
 from madbench.eval.backtest import backtest, evaluate, holding_window, simulate
-from madbench.gateway import Gateway, LLMRequest, Message, ModelSpec, RateLimits, ResponseCache
+from madbench.gateway import LLMRequest, Message, ModelSpec, RateLimits, ResponseCache
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.execute import init_ray, run_batch
 from madbench.runner.pipeline import run_debate
 from madbench.runner.store import BatchLayout
+from madbench.runner.wiring import build_gateway
 from madbench.sim.provider import SimProvider
 
 
@@ -137,7 +138,7 @@ def bench_gateway(n: int = 200, cache_dir=None) -> dict:
 
     async def run(url: str, cache: ResponseCache):
         spec = ModelSpec(model="openai/sim", api_base=url, api_key_env="MADBENCH_BENCH_KEY", limits=RateLimits(max_concurrency=1))
-        gw = Gateway(cache=cache)
+        gw = build_gateway(cache=cache)
         reqs = [LLMRequest(model=spec.model, messages=[Message(role="user", content=f"benchmark prompt {i}")]) for i in range(n)]
         validate = lambda content, s: json.loads(content)  # noqa: E731
         await gw.complete(LLMRequest(model=spec.model, messages=[Message(role="user", content="warm-up")]), spec, validate)
@@ -192,7 +193,7 @@ def bench_runner(in_flight: int = 200) -> dict:
     runs = expand(spec, resolve_scenarios(spec, base, pack, str(path)), resolve_configs(spec, base, str(path)))
     out: dict = {"runs": len(runs)}
     with tempfile.TemporaryDirectory() as tmp:
-        gw = Gateway()
+        gw = build_gateway()
         t = time.perf_counter()
         for r in runs:
             asyncio.run(run_debate(r.scenario, pack, r.config, gw, Path(tmp) / "direct", r.sample_index))

@@ -35,8 +35,8 @@ from .accounting import Attempt, Budget, Completion, Totals, max_tokens, total_c
 from .cache import ResponseCache, answer_sha256
 from .errors import FatalProviderError, GatewayFailure, OutputInvalid, RateLimited, TransientError
 from .limiter import LimiterPool
-from .models import ModelSpec, as_spec
-from .providers import Provider, provider_for
+from .models import ModelSpec, SchemaScope, as_spec
+from .providers import Provider, Providers
 from .providers.base import RawResponse
 from .request import LLMRequest, Message
 from .secrets import redact, redact_known
@@ -64,8 +64,11 @@ class _Exhausted(Exception):
 
 class Gateway:
     def __init__(self, cache: ResponseCache | None = None, limiters: LimiterPool | None = None,
-                 budget: Budget | None = None, use_cache: bool = True, guard: Callable[[], None] | None = None):
+                 budget: Budget | None = None, use_cache: bool = True, guard: Callable[[], None] | None = None,
+                 providers: Providers | None = None):
         self.cache = cache
+        # Who answers each model: the composition root's registry (madbench.runner.wiring), else the gateway's own.
+        self.providers = providers or Providers.declared()
         # Raises (errors.DriverGone) once whoever this gateway works for is gone: checked before every answer is
         # taken or paid for, so an orphaned runner actor stops calling and committing (see runner.lock).
         self.guard = guard
@@ -77,11 +80,15 @@ class Gateway:
         self._prepared: dict[str, ModelSpec] = {}
 
     def prepare(self, spec: ModelSpec) -> tuple[ModelSpec, Provider]:
-        provider = provider_for(spec.model)
+        provider = self.providers.for_model(spec.model)
         key = spec.model_dump_json()
         if key not in self._prepared:
             self._prepared[key] = provider.prepare(spec)
         return self._prepared[key], provider
+
+    def schema_scope(self, spec: ModelSpec) -> SchemaScope:
+        """How narrowly the schema sent to ``spec`` is fitted (``Providers.schema_scope``)."""
+        return self.providers.schema_scope(spec)
 
     def cache_key(self, request: LLMRequest, spec: ModelSpec | str | None = None) -> str:
         """The key ``complete`` stores this request's answer under (without calling anything)."""

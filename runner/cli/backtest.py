@@ -1,14 +1,18 @@
-"""`madbench backtest`: hold an allocation through a quarter and print its metrics."""
+"""`madbench backtest`: hold an allocation through a quarter and print its metrics; `madbench backtest-quarters`:
+consecutive quarters, rebalanced (eval/multiquarter.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from madbench.data.errors import InputError
+from pydantic import TypeAdapter, ValidationError
+
+from madbench.data.errors import InputError, format_validation_error
 from madbench.data.market.calendar import Quarter
 from madbench.eval.backtest import backtest, backtest_positions, holding_window
 from madbench.eval.baselines import BASELINES, baseline_metrics, baseline_weights
+from madbench.eval.multiquarter import QuarterAllocation, backtest_sequence
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import add_pack_args, csv_list, load_pack
 
@@ -28,6 +32,15 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the metrics object as JSON")
     add_pack_args(p)
     p.set_defaults(func=cmd_backtest)
+    q = command_parser(sub, "backtest-quarters")
+    q.add_argument("--steps", required=True, help='FILE.json: consecutive quarters, e.g. [{"quarter": "2023Q1", "weights": '
+                   '{"AAPL": 0.5, "MSFT": 0.5}}, {"quarter": "2023Q2", "weights": {...}, "allow_cash": true}]')
+    q.add_argument("--cost-bps", type=float, default=0.0, help="cost per rebalance in basis points of turnover (default 0)")
+    q.add_argument("--rf", default="dff", choices=["dff", "dtb3", "0"], help="risk-free rate for cash and Sharpe (default dff)")
+    q.add_argument("--capital", type=float, default=100_000.0, help="starting cash in USD (default 100000)")
+    q.add_argument("--json", action="store_true", help="print the result (metrics, turnover, equity curve) as JSON")
+    add_pack_args(q)
+    q.set_defaults(func=cmd_backtest_quarters)
 
 
 def read_json_map(path: str, what: str) -> dict[str, float]:
@@ -74,6 +87,31 @@ def cmd_backtest(args) -> int:
     print("weights: " + ", ".join(f"{t} {x:.4f}" for t, x in result.weights.items()))
     rows = {"portfolio": result.metrics} | baselines
     print(metrics_table(rows))
+    return 0
+
+
+def read_steps(path: str) -> list[QuarterAllocation]:
+    """The quarters of a multi-quarter backtest from a JSON file, or an InputError naming the file and field."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(path, "file not found", "give a JSON list of {quarter, weights, allow_cash}")
+    try:
+        return TypeAdapter(list[QuarterAllocation]).validate_json(p.read_text())
+    except ValidationError as exc:
+        raise InputError(path, format_validation_error(exc), 'write e.g. [{"quarter": "2023Q1", "weights": '
+                         '{"AAPL": 0.5, "MSFT": 0.5}}, {"quarter": "2023Q2", "weights": {"AAPL": 1.0}}]') from None
+
+
+def cmd_backtest_quarters(args) -> int:
+    steps = read_steps(args.steps)
+    result = backtest_sequence(load_pack(args), steps, args.rf, args.cost_bps, args.capital, where=args.steps)
+    if args.json:
+        print(result.model_dump_json(indent=1))
+        return 0
+    print(f"{result.quarters[0]}..{result.quarters[-1]}: rebalanced at each as-of close ({result.metrics.trading_days} "
+          f"trading days); turnover {result.turnover:.4f} "
+          f"({', '.join(f'{t:.4f}' for t in result.turnover_per_quarter)}), costs ${result.costs_usd:,.2f}")
+    print(metrics_table({"portfolio": result.metrics}))
     return 0
 
 

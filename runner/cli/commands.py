@@ -54,6 +54,7 @@ GROUPS: tuple[Group, ...] = (
     }),
     Group("madbench.runner.cli.backtest", {
         "backtest": "hold an allocation through a quarter and print its metrics",
+        "backtest-quarters": "hold consecutive quarterly allocations, rebalanced at each as-of close, with turnover costs",
     }),
     Group("madbench.runner.cli.score", {
         "rescore": "re-score the stored traces of finished runs (no debate is re-run)",

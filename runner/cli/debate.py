@@ -32,10 +32,11 @@ from madbench.debate.events import (
     parse_event,
 )
 from madbench.debate.trace import read_trace
-from madbench.gateway import Gateway, ModelRouting, ResponseCache, resolve_cache_dir
+from madbench.gateway import ModelRouting, ResponseCache, resolve_cache_dir
 from madbench.runner.cli.commands import EXIT_INPUT, command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 
 
 def register(sub) -> None:
@@ -71,7 +72,7 @@ def cmd_debate(args) -> int:
     pack = load_pack(args)
     cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
     try:
-        result = asyncio.run(run_debate(scenario, pack, config, Gateway(cache=cache), args.out, args.sample_index,
+        result = asyncio.run(run_debate(scenario, pack, config, build_gateway(cache=cache), args.out, args.sample_index,
                                         where=f"{args.scenarios}: {scenario.id}"))
     finally:
         if cache:

@@ -29,7 +29,6 @@ from madbench.data.errors import InputError, format_validation_error
 from madbench.debate.events import LLMCall, vouches
 from madbench.debate.trace import read_trace
 from madbench.gateway import (
-    Gateway,
     GatewayFailure,
     LLMRequest,
     Message,
@@ -47,6 +46,7 @@ from madbench.results.layout import run_id_of
 from madbench.results.traces import check_attempts
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP
+from madbench.runner.wiring import build_gateway
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -158,7 +158,7 @@ def cmd_llm_ask(args) -> int:
     request = LLMRequest(model=args.model, messages=messages, temperature=args.temperature, max_tokens=args.max_tokens,
                          response_schema=schema, sample_index=args.sample_index)
     cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
-    gateway = Gateway(cache=cache)
+    gateway = build_gateway(cache=cache)
     try:
         c = asyncio.run(gateway.complete(request, spec, schema_validator(schema)))
     except GatewayFailure as exc:

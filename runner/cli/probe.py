@@ -13,11 +13,12 @@ from madbench.data.markdown import markdown_table
 from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.scenario import load_scenarios
 from madbench.eval.stats.frame import json_safe
-from madbench.gateway import Gateway, ModelSpec, RateLimits, ResponseCache, RetryPolicy, resolve_cache_dir
+from madbench.gateway import ModelSpec, RateLimits, ResponseCache, RetryPolicy, resolve_cache_dir
 from madbench.runner.cli.commands import EXIT_RUNS_FAILED, command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP
 from madbench.runner.cutoffs import CUTOFFS_FILE, load_cutoffs
 from madbench.runner.recall_probe import PROBE_FILE, ProbeFailed, check_model, load_recall_prompt, probe_recall, write_recall
+from madbench.runner.wiring import build_gateway
 
 SHOWN = ["model", "quarter", "cutoff", "post_cutoff", "n", "hits", "hit_rate", "chance_rate", "excess", "kappa", "p_value"]
 
@@ -79,7 +80,7 @@ def cmd_probe_recall(args) -> int:
     scenarios = load_scenarios(args.scenarios)
     pack = load_pack(resolve_pack_dir(args.pack))  # prices only: the probe shows no memo, so no evidence
     cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
-    gateway = Gateway(cache=cache)
+    gateway = build_gateway(cache=cache)
     try:
         observations, summary = asyncio.run(probe_recall(gateway, specs, scenarios, pack, prompt, registry,
                                                          args.temperature, args.max_tokens, where=args.scenarios))

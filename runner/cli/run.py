@@ -27,7 +27,7 @@ from madbench.runner.batch import (
 from madbench.runner.budget import read_budget, spend_text
 from madbench.runner.cli.commands import EXIT_INTERRUPTED, EXIT_RUNS_FAILED, command_parser
 from madbench.runner.cli.common import add_pack_args
-from madbench.runner.estimate import EXPECTED_RATES, MemoInfo, calibrate, estimate_batch, estimate_run, format_table
+from madbench.runner.estimate import MemoInfo, calibrate, estimate_batch, format_table
 from madbench.runner.execute import HEAD_DIRS, ray_client, run_batch
 from madbench.runner.lock import lock_holder
 from madbench.runner.preflight import preflight, preflight_error, reachable_models
@@ -113,13 +113,6 @@ def check_client_cache(address: str | None, cache_cli: str | None) -> None:
                      "cache is opened on the head node, where a path resolved on this machine means nothing",
                      f"pass the head's cache directory, absolute: --cache-dir {HEAD_DIRS['--cache-dir']} (cluster.yaml's "
                      "MADBENCH_CACHE_DIR), or set MADBENCH_CACHE_DIR to it")
-
-
-def expected_calls(config, scenario, memo, rates=None) -> float:
-    """LLM calls (one ``llm_call`` event each) one run of ``config`` on ``scenario`` makes, from its protocol's
-    phase structure with interventions and early stop at ``rates`` (default: the declared expected case);
-    ``memo`` is the scenario's ``Memo`` (its desk slices decide how many desks are called). See runner/estimate.py."""
-    return estimate_run(config, scenario, MemoInfo.from_memo(memo), rates or EXPECTED_RATES).calls
 
 
 def dry_run(spec, runs, pack, calibrate_from: str | None = None) -> dict:

@@ -1,4 +1,4 @@
-"""Issue 21 (6, 8): a template is rendered within limits (output, time, growth), a sandbox violation names the
+"""A template is rendered within limits (output, time, growth), a sandbox violation names the
 template, and `madbench run --dry-run` renders every template a batch uses once, so a bad one fails before any run."""
 
 from __future__ import annotations

@@ -68,10 +68,10 @@ def test_infeasible_constraint_override_is_rejected(make_pack, tmp_path):
 
     from madbench.data.market.pack import load_pack
     from madbench.data.scenario import Scenario
-    from madbench.gateway import Gateway
     from madbench.runner.pipeline import run_debate
+    from madbench.runner.wiring import build_gateway
     cfg = load_debate_config(CONFIGS / "single-basic.yaml").model_copy(update={"constraints": {"max_weight": 0.2}})
     scenario = Scenario(id="s", invest_quarter="2021Q3", tickers=["AAA", "BBB", "CCC"])
     with pytest.raises(InputError, match=r"config.constraints: fully invested needs max_weight x holdings >= 1"):
-        asyncio.run(run_debate(scenario, load_pack(make_pack()), cfg, Gateway(), tmp_path / "runs"))
+        asyncio.run(run_debate(scenario, load_pack(make_pack()), cfg, build_gateway(), tmp_path / "runs"))
     assert not (tmp_path / "runs").exists()

@@ -20,8 +20,8 @@ from madbench.debate.control import (
     sycophancy_flag,
 )
 from madbench.debate.protocols.paper import PaperDebate
-from madbench.gateway import Gateway
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from tests.debate.test_engine import config, events, world  # noqa: F401  (fixture)
 
 
@@ -126,7 +126,7 @@ def test_quadrants():
 def test_the_paper_debate_feeds_round_one_the_proposals_divergence(world, tmp_path):  # noqa: F811
     """In a run, s_1 is computed against the proposals' JS, and s_t (t > 1) against the previous round's revisions."""
     pack, scenario = world
-    result = asyncio.run(run_debate(scenario, pack, config(interventions=[]), Gateway(), tmp_path))
+    result = asyncio.run(run_debate(scenario, pack, config(interventions=[]), build_gateway(), tmp_path))
     assert result.status == "ok" and result.rounds_run == 2
     div = events(tmp_path / result.run_id, "divergence")
     steps = [e["step"] for e in events(tmp_path / result.run_id, "controller")]

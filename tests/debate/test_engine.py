@@ -12,8 +12,9 @@ from madbench.debate.config import InterventionConfig
 from madbench.debate.config_file import load_debate_config
 from madbench.debate.control import PIDConfig
 from madbench.debate.trace import read_trace
-from madbench.gateway import Gateway, ModelRouting, ModelSpec, RateLimits, ResponseCache
+from madbench.gateway import ModelRouting, ModelSpec, RateLimits, ResponseCache
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from madbench.sim.provider import SimProvider
 from tests.fault_server import Faults, FaultServer
 
@@ -51,7 +52,7 @@ def events(run_dir, kind=None):
 
 def test_causal_debate_3_on_rules_traces_every_step(world, tmp_path):
     pack, scenario = world
-    result = asyncio.run(run_debate(scenario, pack, config(), Gateway(), tmp_path))
+    result = asyncio.run(run_debate(scenario, pack, config(), build_gateway(), tmp_path))
     assert result.status == "ok" and result.method == "judge" and result.rounds_run == 2
     assert set(result.weights) == set(TICKERS) and sum(result.weights.values()) == pytest.approx(1.0)
     run_dir = tmp_path / result.run_id
@@ -75,9 +76,9 @@ def test_cached_replay_over_http_makes_zero_calls_and_same_allocation(world, tmp
     pack, scenario = world
     with SimProvider() as sim, ResponseCache(tmp_path / "cache") as cache:
         cfg = config(model=sim_spec(sim))
-        first = asyncio.run(run_debate(scenario, pack, cfg, Gateway(cache=cache), tmp_path / "a"))
+        first = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(cache=cache), tmp_path / "a"))
         calls = sim.stats.requests
-        replay = asyncio.run(run_debate(scenario, pack, cfg, Gateway(cache=cache), tmp_path / "b"))
+        replay = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(cache=cache), tmp_path / "b"))
         assert sim.stats.requests == calls > 20
     assert first.status == replay.status == "ok" and replay.weights == first.weights and replay.run_id == first.run_id
     replay_calls = events(tmp_path / "b" / replay.run_id, "llm_call")
@@ -96,7 +97,7 @@ def test_judge_naming_a_ticker_outside_the_universe_is_rejected_and_retried(worl
         return content
 
     with SimProvider(answer_filter=hallucinate) as sim:
-        result = asyncio.run(run_debate(scenario, pack, config(model=sim_spec(sim)), Gateway(), tmp_path))
+        result = asyncio.run(run_debate(scenario, pack, config(model=sim_spec(sim)), build_gateway(), tmp_path))
     assert result.status == "ok" and "JNJ" not in result.weights
     judge_call = [e for e in events(tmp_path / result.run_id, "llm_call") if e["phase"] == "judge"][0]
     assert judge_call["validation_retries"] == 1
@@ -107,7 +108,7 @@ def test_exhausted_retries_fail_the_run_with_its_reason(world, tmp_path):
     pack, scenario = world
     with FaultServer(Faults(invalid_json=1.0)) as bad:
         spec = ModelSpec(model="openai/fake", api_base=bad.url, api_key_env="SIM_KEY")
-        result = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml", model=spec), Gateway(), tmp_path))
+        result = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml", model=spec), build_gateway(), tmp_path))
     assert result.status == "failed" and "still invalid after 2 feedback retries" in result.error
     run_dir = tmp_path / result.run_id
     assert events(run_dir, "llm_failure") and events(run_dir, "run_end")[0]["status"] == "failed"
@@ -118,7 +119,7 @@ def test_torn_trace_is_repaired_and_the_resumed_run_matches(world, tmp_path):
     pack, scenario = world
     with SimProvider() as sim, ResponseCache(tmp_path / "cache") as cache:
         cfg = config(model=sim_spec(sim))
-        first = asyncio.run(run_debate(scenario, pack, cfg, Gateway(cache=cache), tmp_path / "runs"))
+        first = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(cache=cache), tmp_path / "runs"))
         run_dir = tmp_path / "runs" / first.run_id
         # simulate a crash: the result was never written and the trace ends in half a line
         (run_dir / "result.json").unlink()
@@ -126,7 +127,7 @@ def test_torn_trace_is_repaired_and_the_resumed_run_matches(world, tmp_path):
         cut = data.rfind(b"\n", 0, len(data) // 2)
         (run_dir / "trace.jsonl").write_bytes(data[: cut + 1] + data[cut + 1: cut + 40])
         calls = sim.stats.requests
-        resumed = asyncio.run(run_debate(scenario, pack, cfg, Gateway(cache=cache), tmp_path / "runs"))
+        resumed = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(cache=cache), tmp_path / "runs"))
         assert sim.stats.requests == calls  # the replay is served from the cache
     assert resumed.weights == first.weights
     starts = events(run_dir, "run_start")
@@ -136,8 +137,8 @@ def test_torn_trace_is_repaired_and_the_resumed_run_matches(world, tmp_path):
 
 def test_baselines_single_agent_and_mean_without_debate(world, tmp_path):
     pack, scenario = world
-    single = asyncio.run(run_debate(scenario, pack, config("single-basic.yaml"), Gateway(), tmp_path))
-    mean = asyncio.run(run_debate(scenario, pack, config("mean3-causal.yaml"), Gateway(), tmp_path))
+    single = asyncio.run(run_debate(scenario, pack, config("single-basic.yaml"), build_gateway(), tmp_path))
+    mean = asyncio.run(run_debate(scenario, pack, config("mean3-causal.yaml"), build_gateway(), tmp_path))
     assert single.method == "single" and mean.method == "mean" and single.rounds_run == mean.rounds_run == 0
     assert not [e for e in events(tmp_path / mean.run_id, "turn") if e["phase"] in ("critique", "revise")]
     proposals = [e["weights"] for e in events(tmp_path / mean.run_id, "turn")]
@@ -159,7 +160,7 @@ def test_rca_retries_an_inconsistent_revision_with_feedback(world, tmp_path):
 
     with SimProvider(answer_filter=ignore_critiques) as sim:
         result = asyncio.run(run_debate(scenario, pack, config(model=sim_spec(sim), interventions=[
-            InterventionConfig(name="rca", phases=["revise"], max_retries=2)]), Gateway(), tmp_path))
+            InterventionConfig(name="rca", phases=["revise"], max_retries=2)]), build_gateway(), tmp_path))
     assert result.status == "ok" and dropped["n"] == 1
     fired = [e for e in events(tmp_path / result.run_id, "intervention") if e["name"] == "rca"]
     assert len(fired) == 1 and fired[0]["agent"] == "value" and fired[0]["verdict"] == "inconsistent"
@@ -172,7 +173,7 @@ def test_crit_causal_nudges_and_rescores_low_p4(world, tmp_path):
     pack, scenario = world
     # the 3-agent, 2-round debate with CRIT-causal alone; rule-based P4 is 0.90, so a 0.95 threshold fires for all
     cfg = config(aggregation="mean", pid=PIDConfig(), interventions=[InterventionConfig(name="crit_causal", p4_threshold=0.95)])
-    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
+    result = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(), tmp_path))
     fired = [e for e in events(tmp_path / result.run_id, "intervention") if e["name"] == "crit_causal"]
     assert len(fired) == 6  # rule-based P4 is 0.90 < 0.95 for each of 3 agents in both rounds
     assert len([e for e in events(tmp_path / result.run_id, "crit") if e["label"] == "crit:retry1"]) == 6

@@ -11,8 +11,8 @@ from madbench.debate.config import InterventionConfig
 from madbench.debate.control import PIDConfig
 from madbench.debate.interventions import INTERVENTIONS, configured, crit_causal, hooks_at, js_collapse, rca
 from madbench.debate.interventions.hooks import HOOKS
-from madbench.gateway import Gateway
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from tests.debate.test_engine import config, events, world  # noqa: F401  (fixture)
 
 
@@ -82,7 +82,7 @@ def test_configured_hooks_run_at_their_points_in_config_order_and_unconfigured_o
     monkeypatch.setitem(INTERVENTIONS, "probe_unused", probe(log, "unused"))
     cfg = config(pid=PIDConfig(), interventions=[InterventionConfig(name="probe_b", tag="B"),
                                                               InterventionConfig(name="probe_a", tag="A")])
-    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
+    result = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(), tmp_path))
     assert result.status == "ok", result.error
     assert not [e for e in log if e[0] == "unused"]
     agents = ["macro", "value", "technical"]

@@ -15,8 +15,9 @@ from madbench.data.paths import CONFIGS_DIR
 from madbench.data.scenario import Scenario, load_scenarios
 from madbench.debate.config_file import load_debate_config
 from madbench.debate.envelope import ENVELOPE_KEY
-from madbench.gateway import Gateway, ModelRouting, ModelSpec, RateLimits
+from madbench.gateway import ModelRouting, ModelSpec, RateLimits
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from madbench.sim.provider import SimProvider
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
 
@@ -37,7 +38,7 @@ def agent_bodies(scenario: Scenario, pack, tmp_path, **spec_options) -> list[dic
                          limits=RateLimits(max_concurrency=8), **spec_options)
         cfg = load_debate_config(CONFIGS_DIR / "debate" / "causal-debate-3.yaml")
         cfg = cfg.model_copy(update={"models": ModelRouting.single(spec)})
-        result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
+        result = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(), tmp_path))
         bodies = list(sim.bodies)
     assert result.status == "ok", result.error
     turns = [b for b in bodies if (b.get("madbench_context") or {}).get("phase") in TURNS]

@@ -30,10 +30,10 @@ from madbench.debate.schemas import (
 from madbench.debate.task import AgentTask, ReceivedCritique
 from madbench.debate.trace import read_trace
 from madbench.debate.validation import TurnRules, validate_turn
-from madbench.gateway import Gateway
 from madbench.gateway.errors import OutputInvalid
 from madbench.gateway.providers.llama_schema import llama_cpp_schema
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from tests.debate.test_engine import config
 
 UNIVERSE = ["AAA", "BBB", "CCC"]
@@ -179,7 +179,7 @@ def test_offline_basic_and_mixed_tier_runs_complete_with_claimless_basic_turns(t
     rho: dict[str, list[float]] = {"basic": [], "causal": [], "enriched": []}
     for name, cfg in [("single-basic", config("single-basic.yaml")), ("mean3-basic", config("mean3-basic.yaml")),
                       ("mixed", mixed)]:
-        result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path / name))
+        result = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(), tmp_path / name))
         assert result.status == "ok", result.error
         tier = {a.agent_id: a.tier for a in cfg.agents}
         events = turns(tmp_path / name / result.run_id)

@@ -1,4 +1,4 @@
-"""A symbolic link planted where a trace goes is refused, and its target is never touched (issue 21, item 5)."""
+"""A symbolic link planted where a trace goes is refused, and its target is never touched."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""What the cache offers tamper evidence (issue 21): every answer's hash, fresh or cached, on its ``Completion``; a
+"""What the cache offers tamper evidence: every answer's hash, fresh or cached, on its ``Completion``; a
 side-effect-free look at an entry (``inspect``); and a statistics database holding a row madbench never writes,
 reported as one line (exit 2) instead of a traceback."""
 

@@ -1,4 +1,4 @@
-"""Keys are scrubbed by value, whatever the variable holding them is called (issue 21, item 3)."""
+"""Keys are scrubbed by value, whatever the variable holding them is called."""
 
 import base64
 import os

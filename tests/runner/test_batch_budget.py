@@ -1,4 +1,4 @@
-"""One budget per batch (issue 21, defect 4): ``max_cost_usd`` holds across runner actors and across invocations.
+"""One budget per batch: ``max_cost_usd`` holds across runner actors and across invocations.
 
 Each paid request reserves its maximum cost before it is sent and settles to what it billed, so runs in flight on
 several actors at once never take the batch past its cap; ``<results>/budget.json`` carries the spend over to the
@@ -23,7 +23,6 @@ from madbench.debate.trace import read_trace
 from madbench.gateway import (
     Budget,
     BudgetExhausted,
-    Gateway,
     LLMRequest,
     Message,
     ModelRouting,
@@ -40,6 +39,7 @@ from madbench.runner.cli.run import budget_lines, submissions
 from madbench.runner.pipeline import run_debate
 from madbench.runner.progress import Progress
 from madbench.runner.store import BatchLayout, paid_cost, write_parts
+from madbench.runner.wiring import build_gateway
 from madbench.sim.provider import SimProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -280,9 +280,9 @@ def test_a_resumed_run_records_what_its_earlier_attempts_paid(make_pack, tmp_pat
     with SimProvider() as sim, ResponseCache(tmp_path / "cache") as cache:
         spec = ModelSpec(model=PRICED, api_base=sim.url, send_context=True)
         config = load_debate_config(CONFIGS / "mean3-causal.yaml").model_copy(update={"models": ModelRouting.single(spec)})
-        first = asyncio.run(run_debate(scenario, pack, config, Gateway(cache=cache), layout))
+        first = asyncio.run(run_debate(scenario, pack, config, build_gateway(cache=cache), layout))
         layout.result_path(first.run_id).unlink()  # killed before its commit: resumed from the cache
-        again = asyncio.run(run_debate(scenario, pack, config, Gateway(cache=cache), layout))
+        again = asyncio.run(run_debate(scenario, pack, config, build_gateway(cache=cache), layout))
     paid = first.totals["cost_usd"]
     assert paid > 0 and again.totals["cost_usd"] == 0 and again.totals["cached"] == again.totals["calls"]
     write_parts(layout, "b", again, config.model_dump(mode="json"), scenario.model_dump(mode="json"), "node")

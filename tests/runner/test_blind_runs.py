@@ -27,6 +27,7 @@ from madbench.runner.batch import load_batch, resolve_configs
 from madbench.runner.cli import main
 from madbench.runner.pipeline import BlindGateway, RunResult, _memos, run_debate, run_id_for
 from madbench.runner.store import run_row
+from madbench.runner.wiring import build_gateway, build_providers
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
 from tests.data.test_blind import UNIVERSE, blind_world, leaks, pack_names
 
@@ -40,7 +41,7 @@ class RecordingGateway(Gateway):
     """A gateway that keeps every request's rendered messages and context: what a model of the run could read."""
 
     def __init__(self):
-        super().__init__()
+        super().__init__(providers=build_providers())
         self.prompts: list[str] = []
 
     async def complete(self, request, *args, **kw):
@@ -84,7 +85,7 @@ def test_blind_run_of_every_protocol_shows_no_name_ticker_or_date(make_pack, tmp
     result, events, prompts = run_blind(scenario, pack, cfg, tmp_path)
     check_blind_run(result, events, prompts, scenario, pack_names(pack_companies(pack.universe), UNIVERSE))
     # the rule-based analysts read only the memo's numbers, so the named run allocates alike (blind-safe)
-    named = asyncio.run(run_debate(scenario, pack, config(PROTOCOL_CONFIGS[protocol], blind=False), Gateway(), tmp_path))
+    named = asyncio.run(run_debate(scenario, pack, config(PROTOCOL_CONFIGS[protocol], blind=False), build_gateway(), tmp_path))
     assert named.run_id != result.run_id and named.weights == result.weights
     row = run_row("b", result, cfg.model_dump(mode="json"), scenario.model_dump(mode="json"), events, "n")
     assert row["blind"] is True and json.loads(row["weights"]) == result.weights
@@ -124,7 +125,7 @@ def test_tradingagents_reflects_on_last_quarter_in_pseudonyms(make_pack, tmp_pat
     pack, scenario = blind_world(make_pack)
     cfg = config("tradingagents.yaml", blind={"macro": "bucket"})
     first = scenario.model_copy(update={"id": "syn-2021Q2", "invest_quarter": "2021Q2"})
-    assert asyncio.run(run_debate(first, pack, cfg, Gateway(), tmp_path)).status == "ok"
+    assert asyncio.run(run_debate(first, pack, cfg, build_gateway(), tmp_path)).status == "ok"
     result, events, prompts = run_blind(scenario, pack, cfg, tmp_path)
     check_blind_run(result, events, prompts, scenario, pack_names(pack_companies(pack.universe), UNIVERSE))
     reflection = next(e for e in events if e.event == "reflection")  # the trace keeps what the protocol wrote
@@ -168,7 +169,7 @@ def test_blind_is_off_by_default_part_of_the_run_identity_when_on(make_pack):
 
 def test_trace_show_names_the_pseudonyms(make_pack, tmp_path, capsys):
     pack, scenario = blind_world(make_pack)
-    result = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml"), Gateway(), tmp_path))
+    result = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml"), build_gateway(), tmp_path))
     assert main(["trace", "show", str(tmp_path / result.run_id)]) == 0
     shown = capsys.readouterr().out
     blind = next(line for line in shown.splitlines() if "BLIND" in line)

@@ -1,4 +1,4 @@
-"""Tamper evidence for the response cache (issue 21, defect 10): an answer edited in the cache, with its checksum
+"""Tamper evidence for the response cache: an answer edited in the cache, with its checksum
 recomputed, is found by `madbench cache verify` from the hashes the runs' traces recorded, and a resumed run
 served such an answer fails instead of silently using it. Runs are real debates against the simulated provider
 (HTTP on 127.0.0.1), whose answers the cache stores; ``rules/`` answers are never cached."""
@@ -16,10 +16,11 @@ from madbench.data.scenario import Scenario
 from madbench.debate.config_file import load_debate_config
 from madbench.debate.events import LLMCall, RunEnd, last_attempt
 from madbench.debate.trace import TraceWriter, read_trace
-from madbench.gateway import Gateway, ModelRouting, ModelSpec, ResponseCache
+from madbench.gateway import ModelRouting, ModelSpec, ResponseCache
 from madbench.gateway.cache import answer_sha256, decode_entry, encode_entry
 from madbench.runner.cli import main
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from madbench.sim.provider import SimProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ def debate(pack, sim, cache_dir: Path, out: Path, sample_index: int = 0):
     config = load_debate_config(ROOT / "configs/debate/mean3-causal.yaml").model_copy(update={"models": ModelRouting.single(spec)})
     scenario = Scenario(id="s", invest_quarter="2021Q3", tickers=TICKERS, constraints={"max_weight": 0.6, "min_holdings": 2})
     with ResponseCache(cache_dir) as cache:
-        return asyncio.run(run_debate(scenario, pack, config, Gateway(cache=cache), out, sample_index))
+        return asyncio.run(run_debate(scenario, pack, config, build_gateway(cache=cache), out, sample_index))
 
 
 def calls_of(trace: Path) -> list[LLMCall]:

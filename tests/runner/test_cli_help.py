@@ -15,8 +15,8 @@ import madbench.runner.cli
 from madbench.runner.cli import GROUPS, build_parser, main
 from madbench.runner.cli.commands import COMMANDS, command_word, group_of
 
-TOP_LEVEL = {"demo", "run", "status", "data", "scenarios", "memo", "debate", "trace", "backtest", "rescore", "stats", "power",
-             "probe", "report", "llm", "cache", "model", "sim", "bench"}
+TOP_LEVEL = {"demo", "run", "status", "data", "scenarios", "memo", "debate", "trace", "backtest", "backtest-quarters", "rescore",
+             "stats", "power", "probe", "report", "llm", "cache", "model", "sim", "bench"}
 
 
 def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

@@ -20,14 +20,13 @@ from madbench.debate.config import InterventionConfig
 from madbench.debate.config_file import load_debate_config
 from madbench.debate.grading import RCAVerdict
 from madbench.debate.trace import read_trace
-from madbench.gateway import Gateway, ModelRouting
+from madbench.gateway import ModelRouting
 from madbench.gateway.models import ModelSpec, RateLimits
-from madbench.gateway.providers import register_provider
 from madbench.gateway.providers.litellm_provider import LiteLLMProvider
-from madbench.gateway.providers.rules import RulesProvider
 from madbench.runner import estimate as E
 from madbench.runner.cli import main
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from madbench.scoring.rule_answers import answer
 from madbench.sim.provider import SimProvider
 from tests.conftest import synthetic_tables
@@ -50,10 +49,11 @@ def offline(name: str, **update):
     return cfg.model_copy(update={"models": ModelRouting.single("rules/auto"), **update})
 
 
-def run_and_count(world, cfg, tmp_path):
-    """Run ``cfg`` offline; (result, its llm_call events, the interventions that fired)."""
+def run_and_count(world, cfg, tmp_path, rule_answer=answer):
+    """Run ``cfg`` offline, ``rules/…`` models answered by ``rule_answer``; (result, its llm_call events, the
+    interventions that fired)."""
     pack, scenario, _ = world
-    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
+    result = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(rule_answer=rule_answer), tmp_path))
     assert result.status == "ok", result.error
     events = read_trace(tmp_path / result.run_id / "trace.jsonl").events
     return result, [e for e in events if e["event"] == "llm_call"], [e for e in events if e["event"] == "intervention"]
@@ -111,13 +111,12 @@ def picky(name: str, context: dict):
 def test_every_intervention_firing_is_counted(world, tmp_path, retries):
     """JS collapse, CRIT-causal and RCA all fire; with the rates this run itself shows, the estimate gives its
     calls (exactly when each intervention retries once: the expectation is then linear in the rates)."""
-    register_provider("picky", RulesProvider(picky))
     interventions = [InterventionConfig(name="js_collapse", threshold=1.0, min_js_prop=0.0, max_retries=retries),
                      InterventionConfig(name="crit_causal", p4_threshold=1.0, max_retries=retries),
                      InterventionConfig(name="rca", max_retries=retries)]
     cfg = offline("causal-debate-3.yaml", interventions=interventions)
-    cfg = cfg.model_copy(update={"models": cfg.models.model_copy(update={"phases": {"rca": "picky/rca"}})})
-    result, calls, fired = run_and_count(world, cfg, tmp_path)
+    cfg = cfg.model_copy(update={"models": cfg.models.model_copy(update={"phases": {"rca": "rules/rca"}})})
+    result, calls, fired = run_and_count(world, cfg, tmp_path, rule_answer=picky)
     assert {f["name"] for f in fired} == {"js_collapse", "crit_causal", "rca"}
     _, scenario, memo = world
     rates, sources = E.observed_rates([{"run_id": "r", "config": cfg, "rounds_run": result.rounds_run}], {"r": calls})

@@ -1,4 +1,4 @@
-"""Issue 21: one writer per results directory; no run lost to a run-id collision; no unbounded expansion."""
+"""One writer per results directory; no run lost to a run-id collision; no unbounded expansion."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 21 (7): bad input that used to end in a traceback is one line on stderr naming the file, and exit 2."""
+"""Bad input that used to end in a traceback is one line on stderr naming the file, and exit 2."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from madbench.data.scenario import Scenario
 from madbench.debate.config_file import load_debate_config
 from madbench.debate.events import LLMCall
 from madbench.debate.trace import TraceWriter
-from madbench.gateway import Gateway, ModelRouting, ResponseCache
+from madbench.gateway import ModelRouting, ResponseCache
 from madbench.gateway.cache import answer_sha256
 from madbench.results import read_manifest
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
@@ -27,6 +27,7 @@ from madbench.runner.cli import main
 from madbench.runner.execute import run_batch
 from madbench.runner.pipeline import run_debate
 from madbench.runner.store import BatchLayout
+from madbench.runner.wiring import build_gateway
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 NOT_UTF8 = "# r\xe9sum\xe9 of the batch\n".encode("latin-1")
@@ -197,7 +198,7 @@ def test_rescore_names_a_corrupt_committed_result_as_every_other_command_does(ma
         update={"models": ModelRouting.single("rules/auto")})
     layout = BatchLayout(tmp_path / "results" / "t")
     scenario = Scenario(id="s", invest_quarter="2021Q3", tickers=TICKERS, constraints={"max_weight": 0.6})
-    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), layout))
+    result = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(), layout))
     assert result.status == "ok"
     committed = layout.result_path(result.run_id)
     committed.write_text(committed.read_text()[:40])  # truncated by something other than madbench

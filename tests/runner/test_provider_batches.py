@@ -21,13 +21,12 @@ import pandas as pd
 import pytest
 import yaml
 
-import madbench.gateway.providers as providers
 from madbench.eval.report.figures import realised_saving
-from madbench.gateway import Gateway, LLMRequest, Message, ModelSpec, OutputInvalid, ResponseCache
-from madbench.gateway.providers.batching import BatchAPI, BatchingProvider
-from madbench.gateway.providers.litellm_provider import LiteLLMProvider
+from madbench.gateway import LLMRequest, Message, ModelSpec, OutputInvalid, ResponseCache
+from madbench.gateway.providers.batching import BatchAPI
 from madbench.runner.cli import main
 from madbench.runner.provider_batches import Collector, JournalEntry, journal_summary, read_journal
+from madbench.runner.wiring import build_gateway
 from madbench.sim.provider import SimProvider
 from tests.runner.test_batch import ROOT, TICKERS
 
@@ -157,7 +156,7 @@ def test_a_creation_cut_off_before_its_id_was_journaled_is_found_by_its_input_fi
 
 
 def test_the_gateway_in_batch_mode_retries_an_invalid_answer_with_feedback_in_the_next_batch_and_never_batches_a_cached_call(
-        tmp_path, monkeypatch):
+        tmp_path):
     seen = []
 
     def first_answer_invalid(content, spec):
@@ -166,9 +165,8 @@ def test_the_gateway_in_batch_mode_retries_an_invalid_answer_with_feedback_in_th
             raise OutputInvalid("weights must sum to 1")
         return json.loads(content)
 
-    async def go(sim, gateway, spec):
-        c = await started(tmp_path / "results")
-        monkeypatch.setattr(providers, "DEFAULT_PROVIDER", BatchingProvider(LiteLLMProvider(), c))
+    async def go(sim, cache, spec):
+        gateway = build_gateway(cache=cache, collector=await started(tmp_path / "results"))
         request = LLMRequest(model=spec.model, messages=[Message(role="user", content="allocate")])
         first = await gateway.complete(request, spec, first_answer_invalid)
         again = await gateway.complete(request, spec, first_answer_invalid)
@@ -176,7 +174,7 @@ def test_the_gateway_in_batch_mode_retries_an_invalid_answer_with_feedback_in_th
 
     with SimProvider() as sim, ResponseCache(tmp_path / "cache") as cache:
         spec = ModelSpec(model="openai/madbench-sim", api_base=sim.url)
-        first, again = asyncio.run(go(sim, Gateway(cache=cache), spec))
+        first, again = asyncio.run(go(sim, cache, spec))
         batches = [sim.batches.batches[b] for b in sorted(sim.batches.batches)]
         assert len(batches) == 2 and [len(b.lines) for b in batches] == [1, 1]
         retry = batches[1].lines[0]["body"]["messages"]

@@ -6,8 +6,8 @@ from madbench.data.memo import build_memo
 from madbench.debate.config import InterventionConfig
 from madbench.debate.control import PIDConfig
 from madbench.debate.schemas import Proposal, Revision
-from madbench.gateway import Gateway
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from madbench.scoring.crit_judge import crit_request
 from madbench.scoring.rubric import load_rubric
 from madbench.scoring.rules_scorer import CritTask, cited_evidence
@@ -18,7 +18,7 @@ def test_crit_tasks_carry_the_proposal_then_the_previous_revision_and_the_cited_
     pack, scenario = world
     # the 3-agent, 2-round debate with CRIT-causal alone; rule-based P4 is 0.90, so a 0.95 threshold fires for all
     cfg = config(aggregation="mean", pid=PIDConfig(), interventions=[InterventionConfig(name="crit_causal", p4_threshold=0.95)])
-    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
+    result = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(), tmp_path))
     assert result.status == "ok" and result.rounds_run == 2
     run_dir = tmp_path / result.run_id
     memo = build_memo(scenario, pack)
@@ -44,7 +44,7 @@ def test_crit_tasks_carry_the_proposal_then_the_previous_revision_and_the_cited_
 def test_a_proposal_graded_alone_has_no_before(world, tmp_path):  # noqa: F811
     """Round 0 (scored proposals without a debate): nothing was revised, the evidence values are still shown."""
     pack, scenario = world
-    result = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml", score_rounds=True), Gateway(), tmp_path))
+    result = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml", score_rounds=True), build_gateway(), tmp_path))
     crits = events(tmp_path / result.run_id, "crit")
     assert result.status == "ok" and crits and all(e["round"] == 0 and e["task"]["before"] is None for e in crits)
     assert all(e["task"]["evidence"] for e in crits)

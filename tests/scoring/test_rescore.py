@@ -12,9 +12,10 @@ import pytest
 from madbench.data.market.pack import load_pack
 from madbench.data.scenario import Scenario
 from madbench.debate.config_file import load_debate_config
-from madbench.gateway import Gateway, ModelRouting, ModelSpec, ResponseCache
+from madbench.gateway import ModelRouting, ModelSpec, ResponseCache
 from madbench.runner.cli import main
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from madbench.scoring import rescore as rs
 from madbench.scoring.agreement import pillar_agreement
 from madbench.scoring.rescore import find_runs, read_scores, score_run, write_part
@@ -30,7 +31,7 @@ def finished(make_pack, tmp_path):
     cfg = load_debate_config(CONFIGS / "causal-debate-3.yaml").model_copy(update={"models": ModelRouting.single("rules/auto")})
     for q in ("2021Q3", "2021Q4"):
         s = Scenario(id=f"s-{q}", invest_quarter=q, tickers=["AAA", "BBB", "CCC", "DDD"], constraints={"max_weight": 0.6})
-        assert asyncio.run(run_debate(s, pack, cfg, Gateway(), tmp_path / "results")).status == "ok"
+        assert asyncio.run(run_debate(s, pack, cfg, build_gateway(), tmp_path / "results")).status == "ok"
     return tmp_path / "results"
 
 
@@ -78,22 +79,22 @@ def test_score_run_twice_second_from_cache_and_a_failing_turn_fails_the_run(fini
 
     rubric = load_rubric("uniform")
     with SimProvider(answer_filter=corrupt) as sim, ResponseCache(tmp_path / "cache") as cache:
-        first = asyncio.run(score_run(run, "sim", sim_spec(sim), rubric, Gateway(cache=cache)))
+        first = asyncio.run(score_run(run, "sim", sim_spec(sim), rubric, build_gateway(cache=cache)))
         assert not first.failed and len(first.rows) == 6 and sim.stats.requests == 6 and first.totals["cached"] == 0
-        again = asyncio.run(score_run(run, "sim-again", sim_spec(sim), rubric, Gateway(cache=cache)))
+        again = asyncio.run(score_run(run, "sim-again", sim_spec(sim), rubric, build_gateway(cache=cache)))
         assert sim.stats.requests == 6 and again.totals["cached"] == 6  # no request: all from the cache
         assert [r["rho"] for r in again.rows] == [r["rho"] for r in first.rows] and {r["label"] for r in again.rows} == {"sim-again"}
 
         broken["on"] = True
         other = runs[1]
         bad_turn = json.dumps(other.crit_events[2].task["argument"], sort_keys=True)
-        failed = asyncio.run(score_run(other, "sim", sim_spec(sim), rubric, Gateway(cache=cache)))
+        failed = asyncio.run(score_run(other, "sim", sim_spec(sim), rubric, build_gateway(cache=cache)))
     assert failed.failed and failed.rows == [] and len(failed.errors) == 1
     assert failed.reason.startswith("GatewayFailure: openai/sim-scorer: answer still invalid after 2 feedback retries")
     assert failed.totals["failed"] == 1 and failed.totals["cached"] == 0
     scores = finished / "scores"
     rs.write_failure(scores, "sim", other, failed, "openai/sim-scorer", "uniform")
-    [record] = rs.read_failures(scores, "sim")
+    [record] = [json.loads(p.read_text()) for p in (scores / "sim" / rs.FAILED).glob("*.json")]
     assert record["run_id"] == other.run_id and record["failed_turns"][0]["agent_id"] == other.crit_events[2].agent
     write_part(scores / "sim" / f"{run.run_id}.parquet", first.rows)
     assert len(read_scores(scores, "sim")) == 6  # the failure record is not a part

@@ -98,8 +98,3 @@ class PublishedSeries:
         """Latest observation whose release date is on or before ``as_of``."""
         i = int(np.searchsorted(self._available, np.datetime64(as_of, "ns"), side="right")) - 1
         return None if i < 0 else Observation(self.series, self.dates[i], float(self.values[i]))
-
-
-def latest_published(frame: pd.DataFrame, series: str, as_of: pd.Timestamp) -> Observation | None:
-    """Latest observation of ``series`` in ``frame`` whose release date is on or before ``as_of``."""
-    return PublishedSeries(series, frame).latest(as_of)

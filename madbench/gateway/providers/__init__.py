@@ -1,48 +1,55 @@
 """Provider registry: the part of a model string before the first '/' picks the provider.
 
-``local/…`` is the embedded offline model and anything unregistered goes to litellm. Providers that
-need knowledge the gateway does not have (``rules/…``, the deterministic analysts) are registered by
-the layer that has it (``register_provider``). Adding a provider is one module plus one entry.
+``local/…`` is the embedded offline model and anything unnamed goes to litellm. The registry is an object
+(``Providers``), built by whoever composes the system and handed to each ``Gateway``: providers that need knowledge
+the gateway does not have (``rules/…``, the deterministic analysts) and provider batch mode are chosen there
+(``madbench.runner.wiring``), never installed into this module. Adding a provider is one module plus one entry.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ..models import ModelSpec, SchemaScope
 from .base import Provider, RawResponse
-from .batching import BatchCollector, BatchingProvider
 from .litellm_provider import LiteLLMProvider
 from .local import LocalModelProvider
 
-PROVIDERS: dict[str, Provider] = {
-    "local": LocalModelProvider(),
-}
-DEFAULT_PROVIDER: Provider = LiteLLMProvider()
+
+class Providers:
+    """Which provider answers each model: ``named`` by prefix, anything else ``default``. Immutable once built."""
+
+    def __init__(self, named: Mapping[str, Provider], default: Provider):
+        self._named = dict(named)
+        self.default = default
+
+    @classmethod
+    def declared(cls) -> Providers:
+        """The providers the gateway itself ships: ``local/…`` and litellm for everything else."""
+        return cls({"local": LocalModelProvider()}, LiteLLMProvider())
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        return tuple(sorted(self._named))
+
+    def with_named(self, prefix: str, provider: Provider) -> Providers:
+        """A registry that also routes ``<prefix>/…`` model strings to ``provider`` (replacing any earlier one)."""
+        return Providers({**self._named, prefix: provider}, self.default)
+
+    def with_default(self, provider: Provider) -> Providers:
+        """A registry whose unnamed models (litellm's) go to ``provider`` instead."""
+        return Providers(self._named, provider)
+
+    def for_model(self, model: str) -> Provider:
+        prefix = model.split("/", 1)[0] if "/" in model else ""
+        return self._named.get(prefix, self.default)
+
+    def schema_scope(self, spec: ModelSpec) -> SchemaScope:
+        """How narrowly the schema sent to ``spec`` is fitted: its own setting, else its provider's default; "turn"
+        when no schema is sent at all (``prompt_only``: the turn's own outline travels in the prompt, there is nothing
+        to share)."""
+        prepared = self.for_model(spec.model).prepare(spec)
+        return "turn" if prepared.structured_output == "prompt_only" else prepared.schema_scope
 
 
-def register_provider(prefix: str, provider: Provider) -> None:
-    """Route ``<prefix>/…`` model strings to ``provider`` (registering again replaces the earlier one)."""
-    PROVIDERS[prefix] = provider
-
-
-def use_provider_batches(collector: BatchCollector) -> Provider:
-    """From now on, in this process, answer every litellm-routed model through provider batches gathered by
-    ``collector`` (providers/batching.py); returns the provider installed. A runner actor in batch mode calls it."""
-    global DEFAULT_PROVIDER
-    DEFAULT_PROVIDER = BatchingProvider(LiteLLMProvider(), collector)
-    return DEFAULT_PROVIDER
-
-
-def provider_for(model: str) -> Provider:
-    prefix = model.split("/", 1)[0] if "/" in model else ""
-    return PROVIDERS.get(prefix, DEFAULT_PROVIDER)
-
-
-def schema_scope(spec: ModelSpec) -> SchemaScope:
-    """How narrowly the schema sent to ``spec`` is fitted: its own setting, else its provider's default; "turn" when no
-    schema is sent at all (``prompt_only``: the turn's own outline travels in the prompt, there is nothing to share)."""
-    prepared = provider_for(spec.model).prepare(spec)
-    return "turn" if prepared.structured_output == "prompt_only" else prepared.schema_scope
-
-
-__all__ = ["PROVIDERS", "Provider", "RawResponse", "provider_for", "register_provider", "schema_scope",
-           "use_provider_batches"]
+__all__ = ["Provider", "Providers", "RawResponse"]

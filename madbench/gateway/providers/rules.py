@@ -1,7 +1,7 @@
 """``rules/<name>``: deterministic answerers behind the gateway's interface (no HTTP, no cost, no cache).
 
 The gateway knows nothing of what they answer: whoever composes the system hands it an answer function
-(``RulesProvider(answer)``, registered under the ``rules`` prefix with ``register_provider``).
+(``RulesProvider(answer)``, named ``rules`` in the registry ``madbench.runner.wiring.build_providers`` builds).
 """
 
 from __future__ import annotations

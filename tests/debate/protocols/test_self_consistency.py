@@ -18,8 +18,8 @@ from madbench.debate.protocols.self_consistency import (
     vote_shares,
 )
 from madbench.debate.trace import read_trace
-from madbench.gateway import Gateway
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from tests.debate.test_engine import TICKERS, config, world  # noqa: F401  (fixture)
 
 U = ["A", "B", "C", "D"]
@@ -113,7 +113,7 @@ def run_sc(world, tmp_path, **update):  # noqa: F811
     pack, scenario = world
     cfg = config("self-consistency-macro.yaml")
     cfg = cfg.model_copy(update={"options": {**cfg.options, "samples": 5}, **update})
-    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
+    result = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(), tmp_path))
     assert result.status == "ok", result.error
     return result, turns(tmp_path, result, "turn"), turns(tmp_path, result, "llm_call")
 
@@ -139,7 +139,7 @@ def test_a_run_on_the_rule_based_analyst_draws_distinct_samples_and_combines_the
 
 def test_sample_zero_is_the_single_agents_request_and_temperature_zero_collapses(world, tmp_path):  # noqa: F811
     pack, scenario = world
-    single = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml"), Gateway(), tmp_path / "single"))
+    single = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml"), build_gateway(), tmp_path / "single"))
     single_key = next(c["key"] for c in turns(tmp_path / "single", single, "llm_call") if c["phase"] == "propose")
     result, sample_turns, calls = run_sc(world, tmp_path / "cold", temperature=0.0)
     assert calls[0]["key"] != single_key  # the temperature is part of the request
@@ -157,7 +157,7 @@ def test_sample_zero_is_the_single_agents_answer_at_any_temperature(world, tmp_p
     of the two asked first would otherwise decide what the cache holds. No max_weight here to cap a draw back."""
     pack, scenario = world
     scenario = scenario.model_copy(update={"constraints": Constraints(min_holdings=2)})
-    single = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml"), Gateway(), tmp_path / "single"))
+    single = asyncio.run(run_debate(scenario, pack, config("single-causal.yaml"), build_gateway(), tmp_path / "single"))
     answer = next(t for t in turns(tmp_path / "single", single, "turn") if t["phase"] == "propose")
     result, sample_turns, _ = run_sc((pack, scenario), tmp_path / "sc")
     assert result.extras["samples"] == 5 and config("self-consistency-macro.yaml").temperature > 0
@@ -169,4 +169,4 @@ def test_a_config_with_knobs_the_protocol_would_ignore_fails_loudly(world, tmp_p
     pack, scenario = world
     two = config("mean3-causal.yaml").model_copy(update={"protocol": "self_consistency", "options": {"samples": 2}})
     with pytest.raises(InputError, match="self_consistency samples one agent, got 3"):
-        asyncio.run(run_debate(scenario, pack, two, Gateway(), tmp_path))
+        asyncio.run(run_debate(scenario, pack, two, build_gateway(), tmp_path))

@@ -11,8 +11,9 @@ from madbench.debate.protocols.desks import calibrate_conviction, conviction_all
 from madbench.debate.protocols.staged import memo_slice, slice_of
 from madbench.debate.stage_schemas import TickerSignal
 from madbench.debate.trace import read_trace
-from madbench.gateway import Gateway, ModelSpec
+from madbench.gateway import ModelSpec
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from madbench.sim.provider import SimProvider
 from tests.debate.test_engine import TICKERS, config, world  # noqa: F401  (fixture)
 
@@ -27,7 +28,7 @@ def events(root, run_id, kind=None):
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_each_protocol_completes_on_the_rule_based_answers_with_a_readable_trace(world, tmp_path, protocol):  # noqa: F811
     pack, scenario = world
-    result = asyncio.run(run_debate(scenario, pack, config(f"{protocol}.yaml"), Gateway(), tmp_path))
+    result = asyncio.run(run_debate(scenario, pack, config(f"{protocol}.yaml"), build_gateway(), tmp_path))
     assert result.status == "ok", result.error
     assert abs(sum(result.weights.values()) + result.cash - 1) < 1e-6 and set(result.weights) == set(TICKERS)
     assert max(result.weights.values()) <= 0.6 + 1e-9
@@ -52,7 +53,7 @@ def test_desk_prompts_hold_only_their_own_slice(world, tmp_path):  # noqa: F811
     pack, scenario = world
     with SimProvider(record_bodies=True) as sim:
         spec = ModelSpec(model="openai/sim", api_base=sim.url, send_context=True)
-        result = asyncio.run(run_debate(scenario, pack, config("desks.yaml", model=spec), Gateway(), tmp_path))
+        result = asyncio.run(run_debate(scenario, pack, config("desks.yaml", model=spec), build_gateway(), tmp_path))
         assert result.status == "ok", result.error
         desks = [b for b in sim.bodies if b["madbench_context"]["stage"] == "desk"]
     assert {b["madbench_context"]["params"]["desk"] for b in desks} == {"technicals", "macro"}  # the others had no evidence
@@ -116,7 +117,7 @@ def test_bear_must_attack_the_strongest_claim_and_the_rebuttal_may_not_add_evide
 
     with SimProvider(answer_filter=sabotage) as sim:
         spec = ModelSpec(model="openai/sim", api_base=sim.url, send_context=True)
-        result = asyncio.run(run_debate(scenario, pack, config("adversarial.yaml", model=spec), Gateway(), tmp_path))
+        result = asyncio.run(run_debate(scenario, pack, config("adversarial.yaml", model=spec), build_gateway(), tmp_path))
     assert result.status == "ok", result.error
     calls = {c["label"]: c for c in events(tmp_path, result.run_id, "llm_call")}
     assert calls["bear_attack"]["validation_retries"] == 1 and calls["bull_rebuttal"]["validation_retries"] == 1
@@ -130,8 +131,8 @@ def test_tradingagents_reflects_on_the_previous_quarter_from_its_decision_log(ma
     cfg = config("tradingagents.yaml")
     q3 = Scenario(id="q3", invest_quarter="2021Q3", tickers=TICKERS, constraints={"max_weight": 0.6})
     q4 = Scenario(id="q4", invest_quarter="2021Q4", tickers=TICKERS, constraints={"max_weight": 0.6})
-    first = asyncio.run(run_debate(q3, pack, cfg, Gateway(), tmp_path))
-    second = asyncio.run(run_debate(q4, pack, cfg, Gateway(), tmp_path))
+    first = asyncio.run(run_debate(q3, pack, cfg, build_gateway(), tmp_path))
+    second = asyncio.run(run_debate(q4, pack, cfg, build_gateway(), tmp_path))
     assert first.status == second.status == "ok"
     log = [json.loads(line) for line in (tmp_path / "decision_log.jsonl").read_text().splitlines()]
     assert [e["invest_quarter"] for e in log] == ["2021Q3", "2021Q4"] and log[0]["weights"] == first.weights

@@ -19,11 +19,12 @@ from madbench.data.scenario import Scenario
 from madbench.debate.config_file import load_debate_config
 from madbench.debate.events import LLMCall, LLMFailure, RunEnd, RunStart, last_attempt
 from madbench.debate.trace import read_trace
-from madbench.gateway import Gateway, ModelRouting, ModelSpec, RateLimits, ResponseCache
+from madbench.gateway import ModelRouting, ModelSpec, RateLimits, ResponseCache
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.execute import run_batch
 from madbench.runner.pipeline import run_debate
 from madbench.runner.store import BatchLayout
+from madbench.runner.wiring import build_gateway
 from madbench.sim.provider import SimProvider
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +76,7 @@ def scenario(max_weight: float = 0.6, quarter: str = "2021Q3") -> Scenario:
 def test_overlapping_runs_on_one_gateway_each_count_only_their_own_calls(pack, tmp_path):
     names = ["single-causal.yaml", "mean3-causal.yaml", "causal-debate-3.yaml", "a10.yaml", "desks.yaml", "tradingagents.yaml"]
     jobs = [(config(n), k) for n in names for k in (0, 1)]
-    gw = Gateway()
+    gw = build_gateway()
 
     async def main():
         return await asyncio.gather(*(run_debate(scenario(), pack, c, gw, tmp_path, k) for c, k in jobs))
@@ -109,7 +110,7 @@ def test_tokens_cost_and_failures_are_the_runs_own_and_a_replay_costs_nothing(pa
         jobs += [(scenario(w), judged, k) for w in (0.6, 0.5) for k in (0, 1)]
 
         def batch(out: Path):
-            gw = Gateway(cache=cache)
+            gw = build_gateway(cache=cache)
 
             async def main():
                 return await asyncio.gather(*(run_debate(s, pack, c, gw, out, k) for s, c, k in jobs))
