@@ -1,11 +1,11 @@
-"""Running a batch on Ray: runner actors, backpressure, retries, progress, resume.
+"""Running a batch on Ray: runner actors, their reports, the manifest, the budget, resume.
 
-The driver expands the batch, skips runs whose result is already committed,
-and feeds the rest to a small pool of async runner actors (each hosts one
-gateway, one cache handle and the loaded pack, so litellm is imported once
-per actor, not per run), keeping at most ``max_in_flight`` runs outstanding
-with ``ray.wait``. A run's result file is its commit point; a killed batch
-resumes from its traces with paid calls served from the cache.
+The driver expands the batch, skips runs whose result is already committed, and feeds the rest to a small pool of
+async runner actors (each hosts one gateway, one cache handle and the loaded pack, so litellm is imported once per
+actor, not per run) through the dispatch loop `madbench rescore` shares (runner/dispatch.py: at most
+``max_in_flight`` runs outstanding, retries, a stop at the budget, Ctrl-C). Each run carries the id the expansion gave
+it, which the actor checks against the run's content before using it. A run's result file is its commit point; a
+killed batch resumes from its traces with paid calls served from the cache.
 
 On a cluster the results land in the driver's results directory whichever node ran a run (an actor whose node
 cannot see it stages the run and the driver commits it: runner/staging.py), and the response cache is the
@@ -37,10 +37,12 @@ from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
 from madbench.runner.batch import BatchSpec, RunSpec
 from madbench.runner.budget import read_budget, start_budget, stop_budget, summary
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
+from madbench.runner.dispatch import BUDGET_STOP, FINISHED, ActorPool, Dispatch, Work
 from madbench.runner.lock import ResultsLock, WriterGuard
-from madbench.runner.pipeline import run_debate
-from madbench.runner.progress import Progress
+from madbench.runner.pipeline import check_run_id, run_debate
+from madbench.runner.progress import BatchLine, Progress
 from madbench.runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
+from madbench.runner.run_report import RunReport, Status
 from madbench.runner.staging import (
     OwnerGuard,
     collect,
@@ -54,6 +56,14 @@ from madbench.runner.staging import (
 )
 from madbench.runner.store import BatchLayout, compact, write_parts
 from madbench.runner.wiring import build_gateway
+
+
+class ActorReport(RunReport):
+    """A runner actor's report of a run: whether the actor stages its runs (None: unknown, the actor raised), and a
+    staged run's files, which the driver commits (runner/staging.py)."""
+
+    staged: bool | None = None
+    artifacts: dict[str, bytes] | None = None
 
 
 class RunnerActor:
@@ -85,11 +95,13 @@ class RunnerActor:
         self.batch = batch
 
     async def run(self, scenario: dict, config: dict, sample_index: int, retry_failed: bool, run_id: str,
-                  trace: bytes | None = None) -> dict[str, Any]:
-        """One run; ``trace``: the results directory's trace of it, which a staged run continues."""
+                  trace: bytes | None = None) -> ActorReport:
+        """One run; ``run_id``: the batch's, checked against the run's content before it names a path; ``trace``:
+        the results directory's trace of it, which a staged run continues."""
         import ray
 
         s, c = Scenario.model_validate(scenario), DebateConfig.model_validate(config)
+        check_run_id(run_id, s, c, sample_index)
         t0 = time.perf_counter()
         if self.staged:
             prepare(self.layout, run_id, trace)
@@ -98,9 +110,10 @@ class RunnerActor:
         current_party.set(run_id)
         try:
             result = await run_debate(s, self.pack, c, self.gateway, self.layout, sample_index, where=f"scenario {s.id}",
-                                      retry_failed=retry_failed)
+                                      retry_failed=retry_failed, run_id=run_id)
         except BudgetExhausted as exc:
-            return {"status": "budget", "error": str(exc), "node_id": self.node_id, "staged": self.staged}
+            return ActorReport(run_id=run_id, status=Status.BUDGET_REACHED, error=str(exc), node_id=self.node_id,
+                               staged=self.staged)
         except OSError:
             raise  # a full disk stops the batch (the driver checks errno)
         except ray.exceptions.RayActorError:
@@ -112,15 +125,9 @@ class RunnerActor:
                                       f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")) from None
         self.guard()
         write_parts(self.layout, self.batch, result, config, scenario, self.node_id)
-        out = {"status": result.status, "error": result.error, "run_id": result.run_id, "totals": result.totals,
-               "node_id": self.node_id, "wall_s": time.perf_counter() - t0, "staged": self.staged}
-        if self.staged:
-            out["artifacts"] = collect(self.layout, result.run_id)
-        return out
-
-
-#: Seconds between manifest rewrites during a batch (what `madbench status` reads).
-STATUS_INTERVAL_S = 2.0
+        return ActorReport(run_id=result.run_id, status=Status(result.status), error=result.error, totals=result.totals,
+                           node_id=self.node_id, wall_s=time.perf_counter() - t0, staged=self.staged,
+                           artifacts=collect(self.layout, result.run_id) if self.staged else None)
 
 
 #: Names of variables (comma-separated) whose values this driver hands to every Ray worker in the job's runtime env:
@@ -194,165 +201,79 @@ def _join_cluster(ray, address: str, env: dict[str, Any]) -> None:
             time.sleep(5.0 * attempt)
 
 
-#: What a pool's actor reserves: no CPU. A runner actor mostly waits on providers, so reserving a CPU would cap the
-#: actors of a node at its CPU count for nothing, and leave them pending on a local Ray with fewer CPUs than
-#: ``workers``. Hence the autoscaler sees no demand from them: cluster.yaml sizes its workers itself.
-ACTOR_NUM_CPUS = 0
+class RunWork(Work[RunSpec]):
+    """`madbench run`'s unit: a run of the batch, sent to a ``RunnerActor``; its report committed (when staged) and
+    recorded in the manifest, which is rewritten every few seconds."""
 
+    kept = "committed runs are kept"
 
-def _pick_node(ray, load: Counter, avoid: set[str]) -> str:
-    """The alive node that hosts fewest of the pool's actors (ties in node id order): the actors spread over a
-    cluster even though they reserve no CPU (a soft affinity let Ray pack them all on the head node), round-robin
-    as the pool starts, and a replacement goes to the least busy live node, one that joined meanwhile included.
-    Nodes that lost an actor are avoided while another is alive: Ray may still list a dead node as alive for a
-    few seconds."""
-    alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
-    nodes = [n for n in alive if n not in avoid] or alive
-    return min(nodes, key=lambda n: (load[n], nodes.index(n)))
-
-
-class ActorPool:
-    """``n_workers`` actors of ``actor_class``, spread over the cluster's nodes; a lost actor is replaced."""
-
-    def __init__(self, ray, actor_class: type, args: tuple, n_workers: int, max_concurrency: int):
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        self.ray, self._affinity = ray, NodeAffinitySchedulingStrategy
-        self._cls = ray.remote(num_cpus=ACTOR_NUM_CPUS, max_concurrency=max(1, max_concurrency))(actor_class)
-        self._args = args
-        self.node_of: dict[int, str] = {}
-        self.lost_nodes: set[str] = set()
-        self.replacements = 0
-        self.actors = [self._start(k) for k in range(n_workers)]
-
-    def _start(self, k: int):
-        self.node_of[k] = _pick_node(self.ray, Counter(n for j, n in self.node_of.items() if j != k), self.lost_nodes)
-        strategy = self._affinity(node_id=self.node_of[k], soft=False)
-        return self._cls.options(scheduling_strategy=strategy).remote(*self._args)
-
-    def replace(self, k: int, handle, exc: Exception) -> None:
-        """Actor k (``handle``) died; the first of its runs to report replaces it, once."""
-        if self.actors[k] is not handle:
-            return
-        self.replacements += 1
-        self.lost_nodes.add(self.node_of[k])
-        if self.replacements > 3 * len(self.actors):
-            raise RuntimeError(f"runner actors keep dying ({self.replacements} replacements); last error: "
-                               f"{str(exc).splitlines()[0][:500]}") from None
-        self.actors[k] = self._start(k)
-
-    def kill_all(self) -> None:
-        for a in self.actors:
-            self.ray.kill(a)
-
-
-class Dispatch:
-    """Feeds runs to the actors with at most ``max_in_flight`` outstanding, and settles each as it returns."""
-
-    def __init__(self, pool: ActorPool, spec: BatchSpec, layout: BatchLayout, manifest_runs: dict[str, ManifestRun],
-                 todo: list[RunSpec], progress: Progress, stats: dict[str, Any], retry_failed: bool,
-                 spec_json: dict[str, Any], collector=None, every_status: list[Callable[[], Any]] | None = None):
-        self.pool, self.spec, self.layout, self.manifest_runs = pool, spec, layout, manifest_runs
+    def __init__(self, pool: ActorPool, layout: BatchLayout, manifest_runs: dict[str, ManifestRun], stats: dict[str, Any],
+                 retry_failed: bool, spec_json: dict[str, Any], collector=None,
+                 every_status: list[Callable[[], Any]] | None = None):
+        self.pool, self.layout, self.manifest_runs, self.stats = pool, layout, manifest_runs, stats
+        self.retry_failed, self.spec_json = retry_failed, spec_json
         self.collector = collector  # provider batch mode: told which runs are in flight (runner/provider_batches.py)
-        self.spec_json = spec_json
-        self.last_status = 0.0
-        self.progress, self.stats, self.retry_failed = progress, stats, retry_failed
-        self.queue = list(todo)
-        self.in_flight: dict[Any, tuple[RunSpec, int, Any]] = {}  # ref → (run, actor index, actor handle)
-        self.budget_hit = False
-        self.sent = 0
-        self.staged: dict[int, bool] = {}  # actor index → whether it stages its runs (unknown until it answers)
-        self.committed: Counter = Counter()  # run id → ok results settled: every run is committed exactly once
         #: Called with the manifest every few seconds (a Ray client's driver writes its budget then).
         self.every_status = every_status or []
+        self.staged: dict[int, bool] = {}  # actor index → whether it stages its runs (unknown until it answers)
+        self.committed: Counter = Counter()  # run id → ok results settled: every run is committed exactly once
         stats.setdefault("committed_twice", [])
 
-    def loop(self) -> str:
-        ray = self.pool.ray
-        while self.queue or self.in_flight:
-            self._submit()
-            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=1.0)
-            for ref in ready:
-                self._settle(ref)
-            self.progress.show(len(self.in_flight))
-            self._publish_status()
-            if self.budget_hit and not self.in_flight:
-                return "stopped: budget reached"
-        return "finished"
+    def key(self, r: RunSpec) -> str:
+        return r.run_id
 
-    def _publish_status(self) -> None:
-        """Rewrite the manifest every few seconds, so that `madbench status` sees the runs in flight."""
-        now = time.monotonic()
-        if now - self.last_status >= STATUS_INTERVAL_S:
-            self.last_status = now
-            write_manifest(self.layout.root, self.spec_json, list(self.manifest_runs.values()), "running")
-            for hook in self.every_status:
-                hook()
+    def submit(self, handle, r: RunSpec, k: int, attempt: int):
+        m = self.manifest_runs[r.run_id]
+        m.attempts = attempt
+        m.in_flight_since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if self.collector is not None:
+            self.collector.expect.remote(r.run_id)
+        # An actor that stages its runs continues the results directory's trace of this one, sent along with it.
+        trace = head_trace(self.layout, r.run_id) if self.staged.get(k, True) else None
+        self.stats["submitted"] += 1
+        return handle.run.remote(r.scenario.model_dump(mode="json"), r.config.model_dump(mode="json"), r.sample_index,
+                                 self.retry_failed or attempt > 1, r.run_id, trace)
 
-    def _submit(self) -> None:
-        while self.queue and len(self.in_flight) < self.spec.max_in_flight and not self.budget_hit:
-            r = self.queue.pop(0)
-            m = self.manifest_runs[r.run_id]
-            m.attempts += 1
-            m.in_flight_since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            k = self.sent % len(self.pool.actors)
-            handle = self.pool.actors[k]
-            if self.collector is not None:
-                self.collector.expect.remote(r.run_id)
-            # An actor that stages its runs continues the results directory's trace of this one, sent along with it.
-            trace = head_trace(self.layout, r.run_id) if self.staged.get(k, True) else None
-            ref = handle.run.remote(r.scenario.model_dump(mode="json"), r.config.model_dump(mode="json"), r.sample_index,
-                                    self.retry_failed or m.attempts > 1, r.run_id, trace)
-            self.in_flight[ref] = (r, k, handle)
-            self.stats["submitted"] += 1
-            self.sent += 1
-
-    def _settle(self, ref) -> None:
-        ray = self.pool.ray
-        r, k, handle = self.in_flight.pop(ref)
+    def returned(self, r: RunSpec) -> None:
         if self.collector is not None:
             self.collector.finished.remote(r.run_id)
+        self.manifest_runs[r.run_id].in_flight_since = None
+
+    def lost(self, k: int) -> None:
+        self.staged.pop(k, None)
+
+    def withdrawn(self, r: RunSpec, attempts: int) -> None:
+        self.manifest_runs[r.run_id].attempts = attempts
+
+    def settle(self, r: RunSpec, report: ActorReport, k: int, handle) -> ActorReport:
+        if report.staged is not None and self.pool.actors[k] is handle:
+            self.staged[k] = report.staged
+        if report.artifacts is not None:  # a run from a node that cannot see the results directory: committed here
+            commit(self.layout, r.run_id, report.artifacts)
+        if report.status is Status.BUDGET_REACHED:
+            return report
         m = self.manifest_runs[r.run_id]
-        m.in_flight_since = None
-        try:
-            summary = ray.get(ref)
-        except ray.exceptions.RayActorError as exc:
-            # The actor (or its node) died: the run is not at fault. Replace the actor and requeue;
-            # the run resumes from its trace with paid calls served from the cache.
-            self.pool.replace(k, handle, exc)
-            self.staged.pop(k, None)
-            m.attempts -= 1
-            self.queue.insert(0, r)
-            return
-        except ray.exceptions.RayError as exc:  # a bug in a run: that run failed, the batch goes on
-            summary = self._failure(r, exc)
-        if "staged" in summary and self.pool.actors[k] is handle:
-            self.staged[k] = summary["staged"]
-        if "artifacts" in summary:  # a run from a node that cannot see the results directory: committed here
-            commit(self.layout, r.run_id, summary.pop("artifacts"))
-        if summary["status"] == "budget":
-            self.budget_hit = True
-            self.queue.insert(0, r)
-            m.attempts -= 1
-            return
-        m.status, m.error, m.node_id = summary["status"], summary.get("error"), summary.get("node_id")
-        if summary["status"] == "ok":
+        m.status, m.error, m.node_id = report.status.value, report.error, report.node_id
+        if report.status is Status.OK:
             self.committed[r.run_id] += 1
             if self.committed[r.run_id] == 2:
                 self.stats["committed_twice"].append(r.run_id)
-        if summary["status"] == "failed" and m.attempts <= self.spec.retries:
-            self.progress.add_spend(summary)  # the failed attempt's calls were paid
-            self.queue.append(r)  # retried with its reason kept in the trace
-            return
-        self.progress.add(summary)
+        return report
 
-    def _failure(self, r: RunSpec, exc: Exception) -> dict[str, Any]:
+    def failure(self, r: RunSpec, exc: Exception) -> ActorReport:
         cause = getattr(exc, "cause", None)
         if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
             # Not the run's fault, and every other run would hit it too: stop the batch, loudly.
             raise OSError(errno.ENOSPC, f"No space left on device while run {r.run_id} wrote its "
                           f"results ({cause.filename or self.layout.root})") from None
         reason = redact(str(cause) if cause is not None else str(exc))
-        return {"status": "failed", "error": reason.splitlines()[0][:500], "node_id": None}
+        return ActorReport(run_id=r.run_id, status=Status.FAILED, error=reason.splitlines()[0][:500])
+
+    def tick(self) -> None:
+        """Rewrite the manifest, so that `madbench status` sees the runs in flight."""
+        write_manifest(self.layout.root, self.spec_json, list(self.manifest_runs.values()), "running")
+        for hook in self.every_status:
+            hook()
 
 
 def _manifest_entries(runs: list[RunSpec]) -> dict[str, ManifestRun]:
@@ -410,18 +331,18 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         write_manifest(layout.root, spec_json, list(manifest_runs.values()), "running")
         # One budget for the batch, across invocations: what earlier ones spent is in budget.json (runner/budget.py).
         record = read_budget(layout.root, spec.max_cost_usd)
-        progress = Progress(len(todo), spec.max_cost_usd, enabled=not quiet, spent_before=record.spent_usd)
+        progress = Progress(len(todo), BatchLine(spec.max_cost_usd, record.spent_usd), enabled=not quiet)
         stats = {"runs": len(runs), "skipped": len(runs) - len(todo), "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt}
         t0 = time.perf_counter()
-        state = "finished"
+        state = FINISHED
         stats["budget"] = summary(record.model_dump(), record.spent_usd)
         if todo and record.reached:  # stopped at this cap before: nothing more is spent until it is raised
-            todo, state = [], "stopped: budget reached"
+            todo, state = [], BUDGET_STOP
         if todo:
             ray = init_ray(address)
             off_cluster = ray_client(address)  # the results are on this machine: the budget is written from here
             budget = start_budget(ray, layout.root, record, actor_writes=not off_cluster)
-            progress.spent_source = lambda: budget.snapshot()["spent_usd"]
+            progress.poll = lambda: {"spent_usd": budget.snapshot()["spent_usd"]}
             cache = start_cache(ray, cache_dir, cluster_cache)
             batches = spec.provider_batches
             collector, ready = start_collector(ray, layout.root, lock.holder, batches) if batches else (None, None)
@@ -431,21 +352,16 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
                              min(spec.workers, len(todo)), spec.max_in_flight)
             if ready is not None:
                 ray.get(ready)  # the collector has read its journal (it starts while the runner actors do)
-            dispatch = Dispatch(pool, spec, layout, manifest_runs, todo, progress, stats, retry_failed, spec_json,
-                                collector, every_status=[lambda: budget.persist(layout.root)] if off_cluster else [])
+            work = RunWork(pool, layout, manifest_runs, stats, retry_failed, spec_json, collector,
+                           every_status=[lambda: budget.persist(layout.root)] if off_cluster else [])
             try:
-                state = dispatch.loop()
-            except KeyboardInterrupt:
-                state = "interrupted"
-                print("\ninterrupted: committed runs are kept; run the same command again to resume", file=sys.stderr)
+                state = Dispatch(pool, work, todo, spec.max_in_flight, progress, spec.retries).run()
             except Exception as exc:  # the batch stopped on an error: the manifest says so, never `finished`
                 state = "stopped: " + redact(f"{type(exc).__name__}: {exc}".splitlines()[0])[:300]
                 raise
             finally:
-                progress.close(len(dispatch.in_flight))
                 for m in manifest_runs.values():
                     m.in_flight_since = None
-                pool.kill_all()
                 write_manifest(layout.root, spec_json, list(manifest_runs.values()), state)
                 stats["budget"] = stop_budget(ray, budget, record.spent_usd, layout.root if off_cluster else None)
                 stats["cache"] = stop_cache(ray, cache)

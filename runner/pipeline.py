@@ -78,11 +78,26 @@ def config_identity(config: DebateConfig) -> dict[str, Any]:
 
 
 def run_id_for(scenario: Scenario, config: DebateConfig, sample_index: int, identity: dict[str, Any] | None = None) -> str:
-    """The run's content hash: the scenario (its id included, so that two scenarios of the same content under two ids
-    are two runs), the config (``config_identity``, or ``identity`` when it is at hand) and the replicate."""
-    payload = {"scenario": scenario.model_dump(mode="json"), "sample_index": sample_index,
+    """The run's content hash: the scenario as the debate sees it (its id included, so that two scenarios of the same
+    content under two ids are two runs; the config's constraint overrides applied), the config (``config_identity``,
+    or ``identity`` when it is at hand) and the replicate."""
+    seen = scenario.model_copy(update={"constraints": config.effective_constraints(scenario.constraints,
+                                                                                   "config.constraints")})
+    payload = {"scenario": seen.model_dump(mode="json"), "sample_index": sample_index,
                **(identity or config_identity(config))}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_run_id(run_id: str, scenario: Scenario, config: DebateConfig, sample_index: int) -> str:
+    """``run_id`` (a batch computes it once, when it expands) checked against the run's own content before it names
+    the run's trace, result or parts: an ``InputError`` when that content hashes to another id."""
+    actual = run_id_for(scenario, config, sample_index)
+    if run_id != actual:
+        raise InputError(f"run {run_id}", f"the id does not match the run's content: scenario {scenario.id} × config "
+                         f"{config.name} × replicate {sample_index} hash to {actual} here", "give every node the same "
+                         "madbench, configs and prompt templates as the driver (the id hashes them all), then run the "
+                         "batch again")
+    return run_id
 
 
 class RunLayout:
@@ -109,15 +124,18 @@ class DebateLayout(RunLayout, DebateDirs):
 
 async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gateway: Gateway, out_dir: str | Path | RunLayout,
                      sample_index: int = 0, where: str = "scenario", with_baselines: bool = True,
-                     retry_failed: bool = True) -> RunResult:
+                     retry_failed: bool = True, run_id: str | None = None) -> RunResult:
+    """The run of ``scenario`` × ``config`` × ``sample_index``; ``run_id``: its id as a batch computed it (checked
+    against the run's content, ``check_run_id``), else computed here."""
     check_against_pack(scenario, pack, where)
     scorer = build_scorer(config)
     constraints = config.effective_constraints(scenario.constraints, "config.constraints")
     problems = constraints.problems(len(scenario.tickers))
     if problems:
         raise InputError("config.constraints", "; ".join(problems), "relax the override for this scenario")
+    run_id = run_id_for(scenario, config, sample_index) if run_id is None else check_run_id(run_id, scenario, config,
+                                                                                           sample_index)
     scenario = scenario.model_copy(update={"constraints": constraints})
-    run_id = run_id_for(scenario, config, sample_index)
     layout = out_dir if isinstance(out_dir, RunLayout) else DebateLayout(out_dir)
     result_path = layout.result_path(run_id)
     if result_path.exists():

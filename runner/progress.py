@@ -1,8 +1,8 @@
-"""A batch's progress on stderr: runs done, failed and in flight, calls/s, tokens, spend against the budget, ETA.
+"""The progress of a job on stderr (`madbench run`, `madbench rescore`): runs done, failed, retried and in flight, with
+their calls, tokens and spend, and an ETA; what one line says is the job's (``BatchLine``, ``RescoreLine``).
 
-The spend is the batch's, over every invocation of the same command: what earlier ones spent (``spent_before``,
-from budget.json) plus this one's, read from the batch's budget actor when the driver connects it (``spent_source``,
-polled at most every ``SPENT_POLL_S``), else summed from the runs as they settle.
+Counts come from the runs as they settle; ``poll``, when a job sets it, reads live counts from its actors (the batch's
+spend from its budget actor, a rescore's calls from the actors' gateways), at most every ``POLL_S`` seconds.
 
 On a terminal it is a tqdm bar; when stderr is a file or a pipe (a log, CI, nohup) it is one plain line every
 ``interval_s`` seconds, so logs get a readable history instead of carriage-return noise.
@@ -14,16 +14,17 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
 
 from tqdm import tqdm
 
 from madbench.runner.budget import spend_text
+from madbench.runner.run_report import RunReport, Status
 
-#: Seconds between plain lines when the stream is not a terminal.
+#: Seconds between plain lines when the stream is not a terminal (a batch's default).
 PLAIN_INTERVAL_S = 30.0
-#: Seconds between two reads of the batch's spend from its budget actor.
-SPENT_POLL_S = 1.0
+#: Seconds between two reads of the live counts (``Progress.poll``).
+POLL_S = 1.0
 
 
 def eta_s(remaining: int, durations: list[float], concurrency: float) -> float | None:
@@ -43,13 +44,11 @@ def _fmt_s(s: float | None) -> str:
 
 
 class Progress:
-    def __init__(self, total: int, budget: float | None, stream: TextIO | None = None, enabled: bool = True,
-                 interval_s: float = PLAIN_INTERVAL_S, spent_before: float = 0.0):
-        self.total, self.budget = total, budget
-        self.spent_before = spent_before
-        #: The batch's spend now, over every invocation (the budget actor's ledger); None: summed from the runs.
-        self.spent_source: Callable[[], float] | None = None
-        self._spent, self._polled = spent_before, float("-inf")
+    """The counts of a job's runs, shown on ``stream`` as ``text`` renders them (``enabled=False``: quiet)."""
+
+    def __init__(self, total: int, text: Callable[[Progress, int], str], stream: TextIO | None = None,
+                 enabled: bool = True, interval_s: float = PLAIN_INTERVAL_S):
+        self.total, self.text = total, text
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
         self.interval_s = interval_s
@@ -61,79 +60,123 @@ class Progress:
         self.cost = 0.0
         self.durations: list[float] = []
         self.concurrency = 1.0
+        #: Live counts from the job's actors; None: only what the settled runs reported.
+        self.poll: Callable[[], dict[str, float]] | None = None
+        self._live: dict[str, float] = {}
+        self._polled = float("-inf")
         self.t0 = time.monotonic()
         self.last = self.t0
         tty = enabled and hasattr(self.stream, "isatty") and self.stream.isatty()
         self.bar = tqdm(total=total, file=self.stream, unit="run", dynamic_ncols=True, mininterval=0.5) if tty else None
 
-    def add(self, summary: dict[str, Any]) -> None:
+    def add(self, report: RunReport) -> None:
         """A run settled (committed ok, or failed for good): count it and what it spent."""
-        if summary["status"] == "ok":
+        if report.status is Status.OK:
             self.done += 1
         else:
             self.failed += 1
-        self._spend(summary)
-        if summary.get("wall_s") is not None:
-            self.durations.append(summary["wall_s"])
+        self._spend(report)
+        if report.wall_s is not None:
+            self.durations.append(report.wall_s)
         if self.bar is not None:
             self.bar.update(1)
 
-    def add_spend(self, summary: dict[str, Any]) -> None:
+    def add_spend(self, report: RunReport) -> None:
         """A failed attempt whose run is retried: what it spent (the budget counts it too), and why it failed."""
         self.retried += 1
-        self.last_retry = " ".join(str(summary.get("error") or "no reason given").split())[:80]
-        self._spend(summary)
+        self.last_retry = " ".join(str(report.error or "no reason given").split())[:80]
+        self._spend(report)
 
-    def _spend(self, summary: dict[str, Any]) -> None:
-        t = summary.get("totals") or {}
+    def _spend(self, report: RunReport) -> None:
+        t = report.totals
         self.calls += t.get("calls", 0)
         self.cached += t.get("cached", 0)
         self.tokens += t.get("prompt_tokens", 0) + t.get("completion_tokens", 0)
         self.cost += t.get("cost_usd", 0.0) or 0.0
         self.unpriced += t.get("calls_with_unknown_cost", 0) or 0
 
-    def batch_spent(self) -> float:
-        """What the batch has spent over every invocation, this one included."""
-        if self.spent_source is None:
-            return self.spent_before + self.cost
+    def live(self) -> dict[str, float]:
+        """The latest live counts (read again when ``POLL_S`` has passed); a poll that brings nothing keeps the last."""
         now = time.monotonic()
-        if now - self._polled >= SPENT_POLL_S:
-            self._spent, self._polled = self.spent_source(), now
-        return self._spent
+        if self.poll is not None and now - self._polled >= POLL_S:
+            self._live, self._polled = self._live | self.poll(), now
+        return self._live
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.t0
+
+    def eta(self) -> str:
+        return _fmt_s(eta_s(self.total - self.done - self.failed, self.durations, self.concurrency))
 
     def line(self, running: int) -> str:
-        elapsed = time.monotonic() - self.t0
-        finished = self.done + self.failed
+        return self.text(self, running)
+
+    def _observe(self, running: int) -> None:
         # The runs that proceed at once: a running average of what was in flight, at least one.
-        self.concurrency = 0.9 * self.concurrency + 0.1 * max(1, running) if finished else max(1.0, float(running))
-        rate = f"{self.calls / elapsed:.2f} calls/s" if self.calls and elapsed > 0 else "— calls/s"
-        hit = f", cache {self.cached / self.calls:.0%}" if self.calls else ""
-        budget = "" if not self.budget else f" of ${self.budget:.2f}" if self.budget >= 1 else f" of ${self.budget:.4g}"
-        earlier = f" (${self.spent_before:.4f} before this invocation)" if self.spent_before else ""
-        eta = eta_s(self.total - finished, self.durations, self.concurrency)
-        # Its own segment: a terminal's bar shows what follows the first " | " (show).
-        retried = f" | retried {self.retried} (last: {self.last_retry})" if self.retried else ""
-        return (f"{finished}/{self.total} runs: {self.done} ok, {self.failed} failed, {running} in flight{retried} | {rate}{hit}, "
-                f"{self.tokens} tokens, {spend_text(self.batch_spent(), self.unpriced)}{budget}{earlier} | elapsed "
-                f"{_fmt_s(elapsed)}, ETA {_fmt_s(eta)}")
+        self.concurrency = (0.9 * self.concurrency + 0.1 * max(1, running) if self.done + self.failed
+                            else max(1.0, float(running)))
 
     def show(self, running: int, force: bool = False) -> None:
         if not self.enabled:
             return
-        text = self.line(running)
-        if self.bar is not None:
-            self.bar.set_postfix_str(text.split(" | ", 1)[1], refresh=force)
+        self._observe(running)
+        if self.bar is not None:  # a terminal's bar shows what follows the line's first " | "
+            self.bar.set_postfix_str(self.line(running).split(" | ", 1)[1], refresh=force)
             return
         now = time.monotonic()
         if force or now - self.last >= self.interval_s:
             self.last = now
-            print(text, file=self.stream, flush=True)
+            print(self.line(running), file=self.stream, flush=True)
 
     def close(self, running: int) -> None:
+        """The last line, with the final counts (read live once more)."""
         if not self.enabled:
             return
-        self._polled = float("-inf")  # the last line shows the final spend
+        self._polled = float("-inf")
+        self._observe(running)
         if self.bar is not None:
-            self.show(running, force=True)
+            self.bar.set_postfix_str(self.line(running).split(" | ", 1)[1], refresh=True)
             self.bar.close()
         print(self.line(running), file=self.stream, flush=True)
+
+
+def _dollars(x: float) -> str:
+    return f"${x:.2f}" if x >= 1 else f"${x:.4g}"
+
+
+class BatchLine:
+    """`madbench run`'s line. The spend is the batch's, over every invocation of the same command: what earlier ones
+    spent (``spent_before``, from budget.json) plus this one's: the budget actor's ledger when the driver polls it
+    (``spent_usd``), else summed from the runs as they settle."""
+
+    def __init__(self, budget: float | None, spent_before: float = 0.0):
+        self.budget, self.spent_before = budget, spent_before
+
+    def __call__(self, p: Progress, running: int) -> str:
+        elapsed = p.elapsed_s
+        rate = f"{p.calls / elapsed:.2f} calls/s" if p.calls and elapsed > 0 else "— calls/s"
+        hit = f", cache {p.cached / p.calls:.0%}" if p.calls else ""
+        spent = p.live().get("spent_usd", self.spent_before + p.cost)
+        budget = f" of {_dollars(self.budget)}" if self.budget else ""
+        earlier = f" (${self.spent_before:.4f} before this invocation)" if self.spent_before else ""
+        # Its own segment: a terminal's bar shows what follows the first " | " (Progress.show).
+        retried = f" | retried {p.retried} (last: {p.last_retry})" if p.retried else ""
+        return (f"{p.done + p.failed}/{p.total} runs: {p.done} ok, {p.failed} failed, {running} in flight{retried} | "
+                f"{rate}{hit}, {p.tokens} tokens, {spend_text(spent, p.unpriced)}{budget}{earlier} | elapsed "
+                f"{_fmt_s(elapsed)}, ETA {p.eta()}")
+
+
+class RescoreLine:
+    """`madbench rescore`'s line: runs scored and failed, and the calls and cache hits of the actors' gateways (live:
+    ``calls`` and ``cached``), or of the settled runs where those are more."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def __call__(self, p: Progress, running: int) -> str:
+        live, el = p.live(), p.elapsed_s
+        calls, cached = max(p.calls, int(live.get("calls", 0))), max(p.cached, int(live.get("cached", 0)))
+        return (f"rescore {self.label}: {p.done + p.failed}/{p.total} runs (scored {p.done}, failed {p.failed}, in "
+                f"flight {running}) | {calls} calls, {cached} cache hits, {calls / el if el else 0:.1f} calls/s | "
+                f"{el:.0f} s")

@@ -2,7 +2,8 @@
 
 The driver finds the finished runs (``madbench.scoring.rescore.find_runs``: batch and debate layouts), extracts the
 debate's own scores as ``scores/original/``, and feeds every run without a part under ``scores/<label>/`` to a
-small pool of ``RescoreActor``s, at most ``max_in_flight`` outstanding. Each actor holds one gateway and one
+small pool of ``RescoreActor``s through the dispatch loop `madbench run` shares (runner/dispatch.py: at most
+``max_in_flight`` outstanding; a lost actor replaced, its run requeued; Ctrl-C). Each actor holds one gateway and one
 handle on the same disk cache as ``madbench run`` and grades a whole run per call; the gateway queues at the
 same cluster-wide rate-limiter actors (one per provider, model and api_base). The driver writes each run's
 part atomically, or its failure record (``scores/<label>/failed/<run>.json``) when a turn could not be graded;
@@ -12,7 +13,6 @@ one bad run never stops the job, and the next pass retries exactly the runs with
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 import traceback
 from collections import Counter
@@ -22,8 +22,11 @@ from typing import Any
 
 from madbench.gateway import ModelSpec, ResponseCache
 from madbench.results import BatchDirs, ScoreDirs
-from madbench.runner.execute import ActorPool, init_ray
+from madbench.runner.dispatch import INTERRUPTED, ActorPool, Dispatch, Work
+from madbench.runner.execute import init_ray
 from madbench.runner.lock import ResultsLock, WriterGuard
+from madbench.runner.progress import Progress, RescoreLine
+from madbench.runner.run_report import RunReport, Status
 from madbench.runner.store import group_failures
 from madbench.runner.wiring import build_gateway, build_providers
 from madbench.scoring import rescore as rs
@@ -46,7 +49,7 @@ class RescoreActor:
         self.limit = asyncio.Semaphore(max(1, concurrency))
         self.node_id = ray.get_runtime_context().get_node_id()
 
-    async def score(self, run: StoredRun, label: str, spec: dict, rubric: dict) -> dict[str, Any]:
+    async def score(self, run: StoredRun, label: str, spec: dict, rubric: dict) -> Graded:
         import ray
 
         t0 = time.perf_counter()
@@ -57,7 +60,7 @@ class RescoreActor:
             raise  # a limiter actor was lost with its node: not the run's fault, the driver requeues it
         except Exception as exc:  # survives Ray's pickling with its type, message and traceback
             raise RuntimeError(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}") from None
-        return {"result": result, "node_id": self.node_id, "wall_s": time.perf_counter() - t0}
+        return Graded(result, self.node_id, time.perf_counter() - t0)
 
     async def totals(self) -> dict[str, Any]:
         return self.gateway.totals.model_dump()
@@ -145,26 +148,6 @@ def dry_run(job: Job, p: Plan) -> dict[str, Any]:
 # -- the pass itself
 
 
-class Progress:
-    """A line on ``stream`` (None: quiet) every ``every_s`` seconds: runs done and failed, calls and cache hits."""
-
-    def __init__(self, label: str, total: int, stream, every_s: float = 5.0):
-        self.label, self.total, self.stream, self.every_s = label, total, stream, every_s
-        self.scored = self.failed = 0
-        self.calls = self.cached = 0
-        self.t0 = self.last = time.monotonic()
-
-    def show(self, in_flight: int, force: bool = False) -> None:
-        now = time.monotonic()
-        if self.stream is None or (not force and now - self.last < self.every_s):
-            return
-        self.last = now
-        el = now - self.t0
-        print(f"rescore {self.label}: {self.scored + self.failed}/{self.total} runs (scored {self.scored}, failed "
-              f"{self.failed}, in flight {in_flight}) | {self.calls} calls, {self.cached} cache hits, "
-              f"{self.calls / el if el else 0:.1f} calls/s | {el:.0f} s", file=self.stream, flush=True)
-
-
 @dataclass
 class Outcome:
     scored: list[str] = field(default_factory=list)
@@ -174,76 +157,61 @@ class Outcome:
     interrupted: bool = False
 
 
-class Dispatch:
-    """Feeds runs to the actors (at most ``max_in_flight`` outstanding) and settles each as it returns."""
+@dataclass
+class Graded:
+    """A ``RescoreActor``'s answer: one run's scores (or why it could not be graded)."""
 
-    def __init__(self, job: Job, pool: ActorPool, todo: list[StoredRun], max_in_flight: int, progress: Progress):
-        self.job, self.pool, self.max_in_flight, self.progress = job, pool, max_in_flight, progress
-        self.queue = list(todo)
-        self.in_flight: dict[Any, tuple[StoredRun, int, Any]] = {}
-        self.outcome = Outcome()
-        self.sent = 0
+    result: RunScores
+    node_id: str | None = None
+    wall_s: float | None = None
+
+
+class RescoreWork(Work[StoredRun]):
+    """`madbench rescore`'s unit: a stored run, graded whole by a ``RescoreActor``; the driver writes its part, or its
+    failure record, and adds it to the pass's ``Outcome``."""
+
+    kept = "the parts written are kept"
+
+    def __init__(self, job: Job):
+        self.job, self.outcome = job, Outcome()
         self._spec, self._rubric = job.spec.model_dump(mode="json"), job.rubric.model_dump(mode="json")
 
-    def loop(self) -> Outcome:
-        ray = self.pool.ray
-        while self.queue or self.in_flight:
-            while self.queue and len(self.in_flight) < self.max_in_flight:
-                run = self.queue.pop(0)
-                k = self.sent % len(self.pool.actors)
-                handle = self.pool.actors[k]
-                self.in_flight[handle.score.remote(run, self.job.label, self._spec, self._rubric)] = (run, k, handle)
-                self.sent += 1
-            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=1.0)
-            for ref in ready:
-                self._settle(ref)
-            if self.progress.stream is not None and time.monotonic() - self.progress.last >= self.progress.every_s:
-                self._poll_calls()
-            self.progress.show(len(self.in_flight))
-        return self.outcome
+    def key(self, run: StoredRun) -> str:
+        return run.run_id
 
-    def _poll_calls(self) -> None:
-        """Live call and cache-hit counts from the actors (their gateways' totals) for the progress line."""
-        ray = self.pool.ray
-        try:
-            totals = ray.get([a.totals.remote() for a in self.pool.actors], timeout=2.0)
-        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
-            return
-        self.progress.calls = max(self.progress.calls, sum(t["calls"] for t in totals))
-        self.progress.cached = max(self.progress.cached, sum(t["cached"] for t in totals))
+    def submit(self, handle, run: StoredRun, k: int, attempt: int):
+        return handle.score.remote(run, self.job.label, self._spec, self._rubric)
 
-    def _settle(self, ref) -> None:
-        ray = self.pool.ray
-        run, k, handle = self.in_flight.pop(ref)
-        try:
-            result: RunScores = ray.get(ref)["result"]
-        except ray.exceptions.RayActorError as exc:
-            # The actor, its node, or a limiter it queued on died: not the run's fault. Replace and requeue;
-            # the turns it had graded come back from the cache.
-            self.pool.replace(k, handle, exc)
-            self.queue.insert(0, run)
-            return
-        except ray.exceptions.RayError as exc:  # a bug while grading this run: that run failed, the job goes on
-            cause = getattr(exc, "cause", None)
-            result = RunScores(run.run_id, errors=[{"agent_id": None, "round": None,
-                                                    "reason": str(cause or exc).strip().splitlines()[0][:500]}])
-        self._record(run, result)
+    def failure(self, run: StoredRun, exc: Exception) -> Graded:
+        cause = getattr(exc, "cause", None)
+        return Graded(RunScores(run.run_id, errors=[{"agent_id": None, "round": None,
+                                                     "reason": str(cause or exc).strip().splitlines()[0][:500]}]))
 
-    def _record(self, run: StoredRun, result: RunScores) -> None:
-        o, sd, label = self.outcome, self.job.scores_dir, self.job.label
+    def settle(self, run: StoredRun, answer: Graded, k: int, handle) -> RunReport:
+        o, sd, label, result = self.outcome, self.job.scores_dir, self.job.label, answer.result
         o.totals.update({k: v for k, v in result.totals.items() if isinstance(v, (int, float))})
         if result.failed:
             rs.write_failure(sd, label, run, result, self.job.spec.model, self.job.rubric.name)
             o.failed[run.run_id] = result.reason
-            self.progress.failed += 1
         else:
             rs.write_part(ScoreDirs(sd).part(label, run.run_id), result.rows)
             rs.clear_failure(sd, label, run.run_id)
             o.scored.append(run.run_id)
             o.turns += len(result.rows)
-            self.progress.scored += 1
-        self.progress.calls = max(self.progress.calls, int(o.totals["calls"]))
-        self.progress.cached = max(self.progress.cached, int(o.totals["cached"]))
+        return RunReport(run_id=run.run_id, status=Status.FAILED if result.failed else Status.OK,
+                         error=result.reason if result.failed else None, totals=dict(result.totals),
+                         node_id=answer.node_id, wall_s=answer.wall_s)
+
+
+def _actor_calls(pool: ActorPool) -> dict[str, float]:
+    """Live call and cache-hit counts from the actors (their gateways' totals) for the progress line; nothing when an
+    actor does not answer in time (the line keeps the last counts)."""
+    ray = pool.ray
+    try:
+        totals = ray.get([a.totals.remote() for a in pool.actors], timeout=2.0)
+    except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+        return {}
+    return {"calls": sum(t["calls"] for t in totals), "cached": sum(t["cached"] for t in totals)}
 
 
 def run_rescore(job: Job, p: Plan, address: str | None = None, workers: int = 2, max_in_flight: int = 8,
@@ -261,20 +229,14 @@ def _run_rescore(job: Job, p: Plan, address: str | None, workers: int, max_in_fl
         rs.clear_failure(job.scores_dir, job.label, run_id)
     if not p.todo:
         return Outcome()
-    progress = Progress(job.label, len(p.todo), None if quiet else sys.stderr, progress_every_s)
+    progress = Progress(len(p.todo), RescoreLine(job.label), enabled=not quiet, interval_s=progress_every_s)
     ray = init_ray(address)
     # Room for every run in flight plus the progress line's totals polls.
     pool = ActorPool(ray, RescoreActor, (str(job.cache_dir), concurrency, str(job.root), holder), min(workers, len(p.todo)), max_in_flight + 4)
-    dispatch = Dispatch(job, pool, p.todo, max_in_flight, progress)
-    try:
-        return dispatch.loop()
-    except KeyboardInterrupt:
-        dispatch.outcome.interrupted = True
-        print("\ninterrupted: the parts written are kept; run the same command again to resume", file=sys.stderr)
-        return dispatch.outcome
-    finally:
-        progress.show(len(dispatch.in_flight), force=True)
-        pool.kill_all()
+    progress.poll = lambda: _actor_calls(pool)
+    work = RescoreWork(job)
+    work.outcome.interrupted = Dispatch(pool, work, p.todo, max_in_flight, progress).run() == INTERRUPTED
+    return work.outcome
 
 
 def failure_reasons(outcome: Outcome) -> list[tuple[str, list[str]]]:

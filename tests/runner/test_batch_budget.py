@@ -37,7 +37,8 @@ from madbench.runner.cli import main
 from madbench.runner.cli.commands import EXIT_RUNS_FAILED
 from madbench.runner.cli.run import budget_lines, submissions
 from madbench.runner.pipeline import run_debate
-from madbench.runner.progress import Progress
+from madbench.runner.progress import BatchLine, Progress
+from madbench.runner.run_report import RunReport
 from madbench.runner.store import BatchLayout, paid_cost, write_parts
 from madbench.runner.wiring import build_gateway
 from madbench.sim.provider import SimProvider
@@ -249,11 +250,12 @@ def test_the_dry_run_says_when_its_estimate_does_not_fit_the_cap(make_pack, tmp_
 
 
 def test_an_unknown_cost_is_printed_as_unknown_never_as_zero():
-    progress = Progress(2, None, enabled=False)
-    progress.add({"status": "ok", "totals": {"calls": 3, "cached": 0, "cost_usd": 0.0, "calls_with_unknown_cost": 3}})
+    progress = Progress(2, BatchLine(None), enabled=False)
+    progress.add(RunReport(run_id="a", status="ok", totals={"calls": 3, "cached": 0, "cost_usd": 0.0,
+                                                            "calls_with_unknown_cost": 3}))
     line = progress.line(0)
     assert "unknown (3 calls of a model without a price)" in line and "$0.0000" not in line
-    progress.add({"status": "ok", "totals": {"calls": 1, "cost_usd": 0.25}})
+    progress.add(RunReport(run_id="b", status="ok", totals={"calls": 1, "cost_usd": 0.25}))
     assert "$0.2500 + unknown (3 calls of a model without a price)" in progress.line(0)
     spend = {"cap_usd": None, "spent_usd": 0.0, "spent_before_usd": 0.0, "reached": None}
     assert budget_lines(spend, "b.yaml") == (None, None)

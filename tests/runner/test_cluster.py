@@ -16,7 +16,8 @@ import pytest
 import ray
 import yaml
 
-from madbench.runner.execute import ACTOR_NUM_CPUS, HEAD_DIRS
+from madbench.runner.dispatch import ACTOR_NUM_CPUS
+from madbench.runner.execute import HEAD_DIRS
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 

@@ -3,7 +3,8 @@
 import yaml
 
 from madbench.runner.cli import main
-from madbench.runner.progress import Progress, eta_s
+from madbench.runner.progress import BatchLine, Progress, eta_s
+from madbench.runner.run_report import RunReport
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 
@@ -73,10 +74,10 @@ def test_eta_comes_from_observed_run_durations():
 
 def test_progress_off_a_terminal_is_one_plain_line_per_interval(tmp_path):
     log = open(tmp_path / "log", "w")
-    p = Progress(3, budget=1.0, stream=log, interval_s=3600)
+    p = Progress(3, BatchLine(budget=1.0), stream=log, interval_s=3600)
     p.show(2)                     # within the interval: nothing
-    p.add({"status": "ok", "totals": {"calls": 4, "cached": 1, "prompt_tokens": 10, "completion_tokens": 5,
-                                      "cost_usd": 0.01}, "wall_s": 2.0})
+    p.add(RunReport(run_id="r", status="ok", totals={"calls": 4, "cached": 1, "prompt_tokens": 10, "completion_tokens": 5,
+                                                     "cost_usd": 0.01}, wall_s=2.0))
     p.show(2, force=True)
     p.close(0)
     log.close()

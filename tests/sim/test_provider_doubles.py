@@ -33,7 +33,8 @@ from madbench.gateway.errors import OutputInvalid
 from madbench.gateway.models import ModelSpec, RetryPolicy
 from madbench.gateway.providers.litellm_provider import import_litellm
 from madbench.runner.cli import main
-from madbench.runner.progress import Progress
+from madbench.runner.progress import BatchLine, Progress
+from madbench.runner.run_report import RunReport
 from madbench.sim.anthropic_api import AnthropicDouble
 from madbench.sim.api_double import ApiDouble
 from madbench.sim.cli import DOUBLES
@@ -438,10 +439,10 @@ def test_a_persistent_529_moves_the_anthropic_agent_to_its_fallback_provider_for
 
 
 def test_the_progress_line_shows_runs_retried_after_a_fault_and_why():
-    progress = Progress(2, None, enabled=False)
+    progress = Progress(2, BatchLine(None), enabled=False)
     assert "retried" not in progress.line(1)
-    progress.add_spend({"status": "failed", "error": "anthropic/claude-haiku-4-5: 529 overloaded\n(after 300 s)",
-                        "totals": {"calls": 4}})
+    progress.add_spend(RunReport(run_id="r", status="failed", error="anthropic/claude-haiku-4-5: 529 overloaded\n(after 300 s)",
+                                 totals={"calls": 4}))
     line = progress.line(1)
     assert "1 in flight | retried 1 (last: anthropic/claude-haiku-4-5: 529 overloaded (after 300 s)) |" in line
     assert "0/2 runs" in line and progress.calls == 4

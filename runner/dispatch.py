@@ -1,0 +1,198 @@
+"""The one dispatch loop of the runner's Ray jobs (`madbench run`, `madbench rescore`).
+
+Units of work go to a pool of actors spread over the cluster, at most ``max_in_flight`` outstanding (``ray.wait``).
+A unit whose actor died (or its node, or an actor it depends on) is not at fault: the actor is replaced and the unit
+requeued first, its attempt not counted. A unit that failed is queued again while its attempts are at most
+``retries``. A unit that reports the budget reached stops the submitting; the loop ends once the rest returns.
+Ctrl-C ends it too, keeping what has settled. What a unit is, how it is sent and what its answer means is the job's
+``Work``; the progress display (runner/progress.py) counts each unit as it settles.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections import Counter
+from typing import Any, Generic, TypeVar
+
+from madbench.runner.progress import Progress
+from madbench.runner.run_report import RunReport, Status
+
+#: What a pool's actor reserves: no CPU. A runner actor mostly waits on providers, so reserving a CPU would cap the
+#: actors of a node at its CPU count for nothing, and leave them pending on a local Ray with fewer CPUs than
+#: ``workers``. Hence the autoscaler sees no demand from them: cluster.yaml sizes its workers itself.
+ACTOR_NUM_CPUS = 0
+
+#: Seconds between two calls of ``Work.tick`` (a batch rewrites its manifest then: what `madbench status` reads).
+STATUS_INTERVAL_S = 2.0
+
+#: How a dispatch ended (a batch's manifest records it as its state).
+FINISHED, BUDGET_STOP, INTERRUPTED = "finished", "stopped: budget reached", "interrupted"
+
+
+def _pick_node(ray, load: Counter, avoid: set[str]) -> str:
+    """The alive node that hosts fewest of the pool's actors (ties in node id order): the actors spread over a
+    cluster even though they reserve no CPU (a soft affinity let Ray pack them all on the head node), round-robin
+    as the pool starts, and a replacement goes to the least busy live node, one that joined meanwhile included.
+    Nodes that lost an actor are avoided while another is alive: Ray may still list a dead node as alive for a
+    few seconds."""
+    alive = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    nodes = [n for n in alive if n not in avoid] or alive
+    return min(nodes, key=lambda n: (load[n], nodes.index(n)))
+
+
+class ActorPool:
+    """``n_workers`` actors of ``actor_class``, spread over the cluster's nodes; a lost actor is replaced."""
+
+    def __init__(self, ray, actor_class: type, args: tuple, n_workers: int, max_concurrency: int):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        self.ray, self._affinity = ray, NodeAffinitySchedulingStrategy
+        self._cls = ray.remote(num_cpus=ACTOR_NUM_CPUS, max_concurrency=max(1, max_concurrency))(actor_class)
+        self._args = args
+        self.node_of: dict[int, str] = {}
+        self.lost_nodes: set[str] = set()
+        self.replacements = 0
+        self.actors = [self._start(k) for k in range(n_workers)]
+
+    def _start(self, k: int):
+        self.node_of[k] = _pick_node(self.ray, Counter(n for j, n in self.node_of.items() if j != k), self.lost_nodes)
+        strategy = self._affinity(node_id=self.node_of[k], soft=False)
+        return self._cls.options(scheduling_strategy=strategy).remote(*self._args)
+
+    def replace(self, k: int, handle, exc: Exception) -> None:
+        """Actor k (``handle``) died; the first of its runs to report replaces it, once."""
+        if self.actors[k] is not handle:
+            return
+        self.replacements += 1
+        self.lost_nodes.add(self.node_of[k])
+        if self.replacements > 3 * len(self.actors):
+            raise RuntimeError(f"runner actors keep dying ({self.replacements} replacements); last error: "
+                               f"{str(exc).splitlines()[0][:500]}") from None
+        self.actors[k] = self._start(k)
+
+    def kill_all(self) -> None:
+        for a in self.actors:
+            self.ray.kill(a)
+
+
+Unit = TypeVar("Unit")
+
+
+class Work(ABC, Generic[Unit]):
+    """What a job dispatches: how a unit is sent to an actor, and what its answer means. The hooks a job does not
+    need do nothing."""
+
+    #: What Ctrl-C keeps, for the line it prints.
+    kept: str
+
+    @abstractmethod
+    def key(self, unit: Unit) -> str:
+        """The unit's id (its attempts are counted by it)."""
+
+    @abstractmethod
+    def submit(self, handle, unit: Unit, k: int, attempt: int):
+        """Send ``unit`` to actor ``k`` (``handle``) as its ``attempt``-th attempt; the ObjectRef of its answer."""
+
+    @abstractmethod
+    def settle(self, unit: Unit, answer: Any, k: int, handle) -> RunReport:
+        """What the unit's answer (or ``failure``'s) means, acted on; the report the loop and the progress read."""
+
+    @abstractmethod
+    def failure(self, unit: Unit, exc: Exception) -> Any:
+        """The answer that stands for a unit whose call raised (a bug in it, not a lost actor)."""
+
+    def returned(self, unit: Unit) -> None:
+        """The unit is no longer in flight (whatever its answer)."""
+
+    def lost(self, k: int) -> None:
+        """Actor k died and was replaced."""
+
+    def withdrawn(self, unit: Unit, attempts: int) -> None:
+        """The unit's last attempt did not count (its actor died, or the budget stopped it): ``attempts`` remain."""
+
+    def tick(self) -> None:
+        """Every ``STATUS_INTERVAL_S`` seconds while the loop runs."""
+
+
+class Dispatch(Generic[Unit]):
+    """Feeds ``todo`` to the pool's actors with at most ``max_in_flight`` outstanding, and settles each as it returns."""
+
+    def __init__(self, pool: ActorPool, work: Work[Unit], todo: list[Unit], max_in_flight: int, progress: Progress,
+                 retries: int = 0):
+        self.pool, self.work, self.progress = pool, work, progress
+        self.max_in_flight, self.retries = max_in_flight, retries
+        self.queue = list(todo)
+        self.in_flight: dict[Any, tuple[Unit, int, Any]] = {}  # ref → (unit, actor index, actor handle)
+        self.attempts: Counter = Counter()  # unit key → attempts made in this dispatch
+        self.budget_hit = False
+        self.sent = 0
+        self.last_tick = 0.0
+
+    def run(self) -> str:
+        """Until every unit settled (``FINISHED``), the budget stopped it (``BUDGET_STOP``) or Ctrl-C (``INTERRUPTED``);
+        the progress display's last line is shown and the actors killed however it ends."""
+        try:
+            return self._loop()
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: {self.work.kept}; run the same command again to resume", file=sys.stderr)
+            return INTERRUPTED
+        finally:
+            self.progress.close(len(self.in_flight))
+            self.pool.kill_all()
+
+    def _loop(self) -> str:
+        while self.queue or self.in_flight:
+            self._submit()
+            ready, _ = self.pool.ray.wait(list(self.in_flight), num_returns=1, timeout=1.0)
+            for ref in ready:
+                self._settle(ref)
+            self.progress.show(len(self.in_flight))
+            now = time.monotonic()
+            if now - self.last_tick >= STATUS_INTERVAL_S:
+                self.last_tick = now
+                self.work.tick()
+            if self.budget_hit and not self.in_flight:
+                return BUDGET_STOP
+        return FINISHED
+
+    def _submit(self) -> None:
+        while self.queue and len(self.in_flight) < self.max_in_flight and not self.budget_hit:
+            unit = self.queue.pop(0)
+            key = self.work.key(unit)
+            self.attempts[key] += 1
+            k = self.sent % len(self.pool.actors)
+            handle = self.pool.actors[k]
+            self.in_flight[self.work.submit(handle, unit, k, self.attempts[key])] = (unit, k, handle)
+            self.sent += 1
+
+    def _settle(self, ref) -> None:
+        ray = self.pool.ray
+        unit, k, handle = self.in_flight.pop(ref)
+        self.work.returned(unit)
+        try:
+            answer = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            # The actor, its node, or an actor the unit depends on (a limiter) died: not the unit's fault. Replace the
+            # actor and requeue the unit first; it resumes with its paid calls served from the cache.
+            self.pool.replace(k, handle, exc)
+            self.work.lost(k)
+            self._withdraw(unit)
+            return
+        except ray.exceptions.RayError as exc:  # a bug in the unit: it failed, the job goes on
+            answer = self.work.failure(unit, exc)
+        report = self.work.settle(unit, answer, k, handle)
+        if report.status is Status.BUDGET_REACHED:
+            self.budget_hit = True
+            self._withdraw(unit)
+        elif report.status is Status.FAILED and self.attempts[self.work.key(unit)] <= self.retries:
+            self.progress.add_spend(report)  # the failed attempt's calls were paid
+            self.queue.append(unit)  # retried with its reason kept in the trace
+        else:
+            self.progress.add(report)
+
+    def _withdraw(self, unit: Unit) -> None:
+        key = self.work.key(unit)
+        self.attempts[key] -= 1
+        self.work.withdrawn(unit, self.attempts[key])
+        self.queue.insert(0, unit)
