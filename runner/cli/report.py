@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from madbench.eval.report.page import build_report
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import csv_list
-from madbench.runner.store import BatchLayout
+from madbench.runner.results import check_committed
 
 
 def register(sub) -> None:
@@ -19,13 +17,6 @@ def register(sub) -> None:
                    help="multiple-comparison correction within each metric (default none)")
     p.add_argument("--max-traces", type=int, default=500, help="runs embedded in the trace explorer (default 500)")
     p.set_defaults(func=cmd_report)
-
-
-def check_committed(results_dir: str) -> None:
-    """Every committed result of a batch directory reads: a corrupt one is named, with what to do, before any work."""
-    layout = BatchLayout(results_dir)
-    for p in sorted(Path(results_dir).glob("runs/*.json")):
-        layout.stored_result(p.stem)
 
 
 def cmd_report(args) -> int:

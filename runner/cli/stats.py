@@ -13,7 +13,7 @@ from madbench.eval.stats.power import power_table
 from madbench.eval.stats.split import split_by
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import csv_list
-from madbench.runner.store import BatchLayout
+from madbench.runner.results import check_committed
 
 
 def register(sub) -> None:
@@ -52,9 +52,7 @@ def _source(args) -> tuple[Path, Path | None, Path]:
     root = Path(args.results_dir)
     if not root.is_dir():
         raise InputError(str(root), "is not a results directory", "give the folder `madbench run` wrote (it holds runs.parquet)")
-    layout = BatchLayout(root)
-    for p in sorted(root.glob("runs/*.json")):  # a corrupt committed result is named, with what to do
-        layout.stored_result(p.stem)
+    check_committed(root)  # a corrupt committed result is named, with what to do
     rounds = root / "rounds.parquet"
     return root / "runs.parquet", rounds if rounds.exists() else None, root / "stats"
 
