@@ -14,9 +14,9 @@ from pydantic import BaseModel, ConfigDict
 from madbench.data.memo import build_memo
 from madbench.data.parquet import read_parquet
 from madbench.runner.budget import read_budget
-from madbench.runner.cli.commands import EXIT_INTERRUPTED, EXIT_RUNS_FAILED
 from madbench.runner.estimate import MemoInfo, calibrate, estimate_batch
 from madbench.runner.execute import run_batch
+from madbench.runner.exit_codes import EXIT_INTERRUPTED, EXIT_RUNS_FAILED
 from madbench.runner.launch import Launch, load_checked
 from madbench.runner.options import RunOptions
 from madbench.runner.results import FailureGroup, Results, attempt_counts, failure_groups
