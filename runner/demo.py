@@ -1,6 +1,6 @@
 """`madbench demo`: the main job on the embedded defaults (offline pack, committed scenarios, local model).
 
-It runs two ready batches through the Ray runner, exactly as `madbench run` would:
+It runs two ready batches through the Ray runner (``madbench.runner.api.run``), exactly as `madbench run` would:
 
 * ``rules-35``: the rule-based analysts (non-LLM) on the 35 committed scenarios — a single agent, the
   3-role mean and the 3-role causal debate — a full-size batch in well under a minute;
@@ -12,7 +12,6 @@ then prints and writes a summary of ``runs.parquet`` and a self-contained ``repo
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
@@ -25,29 +24,32 @@ from madbench.data.markdown import markdown_table
 from madbench.data.paths import PROJECT_ROOT
 from madbench.eval.report.page import build_report
 from madbench.results import BatchDirs, ResultsDir
+from madbench.runner import api
+from madbench.runner.api import BatchRun
 
 ROOT = PROJECT_ROOT
 BATCHES = ROOT / "configs" / "batches"
 METRICS = ["total_return_pct", "excess_return_pct", "sharpe", "max_drawdown_pct", "rho_bar"]
 
 
-def run_demo(args: argparse.Namespace, run_batch: Callable[[argparse.Namespace], int]) -> int:
-    """Run the demo batches with ``run_batch`` (the `madbench run` command, handed in by the CLI so that this
-    module does not import the CLI that imports it), then summarise them and write their reports."""
-    out = Path(args.out)
+def run_demo(out: str | Path, no_local: bool, pack: str | None, evidence: list[str] | None, cache_dir: str | None,
+             show: Callable[[BatchRun], int]) -> int:
+    """Run the demo batches with ``api.run`` and ``show`` each outcome (the CLI prints it as `madbench run` does,
+    and hands its printer in so that this module does not import the CLI that imports it), then summarise them
+    and write their reports."""
+    out = Path(out)
     batches = ["rules-35"]
-    if args.no_local:
+    if no_local:
         print("demo: --no-local given; the embedded model's batch is skipped")
     elif importlib.util.find_spec("llama_cpp") is None:
         print("demo: the `local` extra is not installed (see README), so the embedded model's batch is skipped")
     else:
         batches.append("quickstart")
-    overrides = {"pack": args.pack, "evidence": args.evidence, "cache_dir": args.cache_dir}
     codes = []
     for name in batches:
         print(f"\n== batch {name} ({BATCHES / (name + '.yaml')})", flush=True)
-        codes.append(run_batch(argparse.Namespace(batch=str(BATCHES / f"{name}.yaml"), address=None, results_dir=str(out), dry_run=False,
-                                     retry_failed=False, quiet=False, **overrides)))
+        codes.append(show(api.run(BATCHES / f"{name}.yaml", results_dir=str(out), pack=pack, evidence=evidence,
+                                  cache_dir=cache_dir, progress=True)))
     summary = summarise([out / b for b in batches])
     atomic_write_text(out / "summary.md", summary)
     reports = [build_report(out / b) for b in batches]

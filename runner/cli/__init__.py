@@ -23,16 +23,8 @@ from collections.abc import Iterable
 from importlib import metadata
 
 from madbench.data.errors import InputError
-from madbench.runner.cli.commands import (
-    EXIT_DISK_FULL,
-    EXIT_INPUT,
-    EXIT_INTERRUPTED,
-    GROUPS,
-    Group,
-    command_parser,
-    command_word,
-    group_of,
-)
+from madbench.runner.cli.commands import GROUPS, Group, command_parser, command_word, group_of
+from madbench.runner.exit_codes import EXIT_DISK_FULL, EXIT_INPUT, EXIT_INTERRUPTED
 
 __all__ = ["EXIT_DISK_FULL", "EXIT_INPUT", "GROUPS", "build_parser", "main", "version"]
 

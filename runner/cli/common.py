@@ -1,4 +1,4 @@
-"""Helpers shared by the command groups: the pack arguments, small parsers (the exit codes are in ``commands``)."""
+"""Helpers shared by the command groups: the pack arguments, small parsers (the exit codes are in ``madbench.runner.exit_codes``)."""
 
 from __future__ import annotations
 

@@ -33,8 +33,9 @@ from madbench.debate.events import (
 )
 from madbench.debate.trace import read_trace
 from madbench.gateway import ModelRouting, ResponseCache, resolve_cache_dir
-from madbench.runner.cli.commands import EXIT_INPUT, command_parser
+from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack
+from madbench.runner.exit_codes import EXIT_INPUT
 from madbench.runner.pipeline import run_debate
 from madbench.runner.wiring import build_gateway
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args
-from madbench.runner.cli.run import cmd_run
+from madbench.runner.cli.run import print_run
 from madbench.runner.demo import run_demo
 
 
@@ -18,4 +18,4 @@ def register(sub) -> None:
 
 
 def cmd_demo(args) -> int:
-    return run_demo(args, cmd_run)
+    return run_demo(args.out, args.no_local, args.pack, args.evidence, args.cache_dir, print_run)

@@ -14,9 +14,10 @@ from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.scenario import load_scenarios
 from madbench.eval.stats.frame import json_safe
 from madbench.gateway import ModelSpec, RateLimits, ResponseCache, RetryPolicy, resolve_cache_dir
-from madbench.runner.cli.commands import EXIT_RUNS_FAILED, command_parser
+from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP
 from madbench.runner.cutoffs import CUTOFFS_FILE, load_cutoffs
+from madbench.runner.exit_codes import EXIT_RUNS_FAILED
 from madbench.runner.recall_probe import PROBE_FILE, ProbeFailed, check_model, load_recall_prompt, probe_recall, write_recall
 from madbench.runner.wiring import build_gateway
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from madbench.eval.report.page import build_report
-from madbench.results import ResultsDir
+from madbench.runner.batch_view import check_committed
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import csv_list
 
@@ -17,11 +17,6 @@ def register(sub) -> None:
                    help="multiple-comparison correction within each metric (default none)")
     p.add_argument("--max-traces", type=int, default=500, help="runs embedded in the trace explorer (default 500)")
     p.set_defaults(func=cmd_report)
-
-
-def check_committed(results_dir: str) -> None:
-    """Every committed result of a batch directory reads: a corrupt one is named, with what to do, before any work."""
-    ResultsDir(results_dir).results()
 
 
 def cmd_report(args) -> int:

@@ -11,6 +11,7 @@ from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, load_
 from madbench.eval.stats.power import power_table
 from madbench.eval.stats.split import split_by
 from madbench.results import BatchDirs, ResultsDir
+from madbench.runner.batch_view import check_committed
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import csv_list
 
@@ -51,7 +52,7 @@ def _source(args) -> tuple[Path, Path | None, Path]:
     root = Path(args.results_dir)
     if not root.is_dir():
         raise InputError(str(root), "is not a results directory", "give the folder `madbench run` wrote (it holds runs.parquet)")
-    ResultsDir(root).results()  # a corrupt committed result is named, with what to do
+    check_committed(root)  # a corrupt committed result is named, with what to do
     dirs = BatchDirs(root)
     rounds = dirs.table("rounds")
     return dirs.table("runs"), rounds if rounds.exists() else None, root / "stats"

@@ -34,8 +34,8 @@ from madbench.gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
 from madbench.results import ManifestRun, write_manifest
 from madbench.runner.budget import BUDGET_FILE, BudgetRecord, read_budget, start_budget, stop_budget, write_budget
 from madbench.runner.cli import main
-from madbench.runner.cli.commands import EXIT_RUNS_FAILED
 from madbench.runner.cli.run import budget_lines, submissions
+from madbench.runner.exit_codes import EXIT_RUNS_FAILED
 from madbench.runner.pipeline import run_debate
 from madbench.runner.progress import BatchLine, Progress
 from madbench.runner.run_report import RunReport

@@ -1,0 +1,232 @@
+"""The Python API: run a batch, estimate one, open its results. `madbench run`, its --dry-run and `madbench status`
+call these and print what they return; a notebook calls them directly (``madbench.run``, ``madbench.estimate``,
+``madbench.open_results``).
+
+Bad input raises ``InputError`` (naming the file or argument and the fix), as the command line reports it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from madbench.data.memo import build_memo
+from madbench.results import BatchDirs, ResultsDir, read_manifest
+from madbench.runner.batch_view import FailureGroup, Results, attempt_counts, failure_groups
+from madbench.runner.budget import read_budget
+from madbench.runner.estimate import MemoInfo, calibrate, estimate_batch
+from madbench.runner.execute import run_batch
+from madbench.runner.exit_codes import EXIT_INTERRUPTED, EXIT_RUNS_FAILED
+from madbench.runner.launch import Launch, load_checked
+from madbench.runner.options import RunOptions
+from madbench.runner.store import BatchLayout
+
+#: A figure the estimate rounds: an int stays an int (its JSON says 12, not 12.0).
+Number = int | float
+
+
+class Spend(BaseModel):
+    """What the batch spent against its cap (``max_cost_usd``), over every invocation."""
+    cap_usd: float | None
+    spent_usd: float
+    #: Of ``spent_usd``, what earlier invocations spent.
+    spent_before_usd: float
+    #: Why the cap stopped the batch, or None.
+    reached: str | None
+    #: Calls of models without a price in the committed runs: the spend is unknown, not $0, when there are any.
+    unpriced_calls: int = 0
+
+
+class BatchRun(BaseModel):
+    """The outcome of running a batch (``madbench.run``; `madbench run` prints it)."""
+    batch: str
+    #: The batch file, as given.
+    batch_file: str
+    #: The batch's results directory (``open_results`` reads it), relative when the batch file or results_dir was.
+    results_dir: Path
+    runs: int
+    #: Runs committed before this invocation (not run again).
+    skipped: int
+    #: Runs this invocation submitted, and the retries among its attempts.
+    submitted: int
+    retries: int
+    wall_s: float
+    #: finished, interrupted, stopped: budget reached, ...
+    state: str
+    ok: int
+    failed: int
+    pending: int
+    #: Rows of runs.parquet, rounds.parquet and calls.parquet.
+    tables: dict[str, int]
+    failures: list[FailureGroup]
+    spend: Spend
+    #: Provider batch mode only: batches created, requests, answered, errored, resubmitted; ``journal``: their journal.
+    provider_batches: dict[str, Any] | None = None
+    #: The command that re-runs the failed runs (these options plus --retry-failed).
+    retry_command: str
+    #: The exit status of `madbench run`: 0, 1 when runs failed or are pending, 130 when interrupted with runs pending.
+    exit_status: int
+
+    def open(self) -> Results:
+        """The batch's results."""
+        return Results(self.results_dir)
+
+
+class Estimate(BaseModel):
+    """The dry run's figures for the runs left (runner/estimate.py): expected and worst case per config and in all."""
+    model_config = ConfigDict(extra="forbid")  # a figure runner/estimate.py adds is declared here, never dropped
+    batch: str
+    runs: int
+    expected_calls: Number
+    expected_tokens: Number
+    estimated_cost_usd: Number | None
+    worst_cost_usd: Number | None
+    models_without_price: list[str]
+    max_in_flight: int
+    workers: int
+    execution: str
+    estimated_batch_cost_usd: Number | None
+    worst_batch_cost_usd: Number | None
+    configs: list[dict[str, Any]]
+    total: dict[str, Any]
+    batch_wall_s: Number
+    bottleneck: str
+    by_model: list[dict[str, Any]]
+    rates: dict[str, Number]
+    worst_rates: dict[str, Number]
+    #: Where the rates came from when calibrated from a pilot batch (source, runs, rate_sources, latency_cv, observed).
+    calibration: dict[str, Any] | None
+    max_cost_usd: float | None
+    #: Set when the estimate does not fit in what is left of max_cost_usd.
+    budget_note: str | None
+
+
+class BatchEstimate(BaseModel):
+    """What `madbench run --dry-run` computes (``madbench.estimate``): runs already committed are left out."""
+    batch: str
+    results_dir: Path
+    #: Runs in the batch, and those already committed (which a run would skip).
+    runs: int
+    committed: int
+    #: None when every run is committed: nothing is left to run.
+    estimate: Estimate | None
+
+
+def run(batch: str | Path, *, model: str | None = None, results_dir: str | Path | None = None,
+        cache_dir: str | Path | None = None, scenarios: str | Path | None = None, pack: str | Path | None = None,
+        evidence: list[str | Path] | None = None, address: str | None = None, provider_batch: bool = False,
+        max_runs: int | None = None, retry_failed: bool = False, progress: bool = False) -> BatchRun:
+    """Run a batch file (resumable: committed runs are kept), exactly as `madbench run BATCH` with the same options.
+
+    ``model`` runs every role on one model (e.g. ``rules/auto``: any batch offline) with results in <batch>@<model>;
+    ``results_dir`` is the parent of the batch's results directory. A local Ray started here stays up for the next
+    call (``ray.shutdown()`` stops it). Failed runs are reported in the result, not raised."""
+    return run_with(RunOptions.of(batch=batch, model=model, results_dir=results_dir, cache_dir=cache_dir,
+                                  scenarios=scenarios, pack=pack, evidence=evidence, address=address,
+                                  provider_batch=provider_batch, max_runs=max_runs, retry_failed=retry_failed,
+                                  progress=progress))
+
+
+def run_with(o: RunOptions) -> BatchRun:
+    """``run`` from its options."""
+    b = load_checked(o)
+    stats = run_batch(b.spec, b.runs, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence], str(b.cache_dir),
+                      o.address, o.retry_failed, not o.progress)
+    manifest_runs = read_manifest(b.root).runs
+    submitted, retries = attempt_counts(manifest_runs)
+    status = stats["status"]
+    pb = stats.get("provider_batches")
+    return BatchRun(batch=b.spec.name, batch_file=o.batch, results_dir=b.root, runs=stats["runs"], skipped=stats["skipped"],
+                    submitted=submitted, retries=retries,
+                    wall_s=stats["wall_s"], state=stats["state"], **status, tables=stats["tables"],
+                    failures=failure_groups(manifest_runs), spend=Spend(**stats["budget"], unpriced_calls=unpriced_calls(b.root)),
+                    provider_batches=None if pb is None else pb | {"journal": str(b.root / "provider_batches")},
+                    retry_command=o.retry_command(), exit_status=exit_status(stats["state"], status))
+
+
+def exit_status(state: str, status: dict[str, int]) -> int:
+    """`madbench run`'s exit status: interrupted with runs pending, runs failed or pending, or all ok."""
+    if state == "interrupted" and status["pending"]:
+        return EXIT_INTERRUPTED
+    return EXIT_RUNS_FAILED if status["failed"] or status["pending"] else 0
+
+
+def unpriced_calls(root: Path) -> int:
+    """Calls of models without a price in the batch's committed runs (runs.parquet): its spend is unknown, not $0."""
+    if not BatchDirs(root).table("runs").is_file():
+        return 0  # no run committed yet
+    return int(ResultsDir(root).runs["calls_with_unknown_cost"].fillna(0).sum())
+
+
+def estimate(batch: str | Path, *, model: str | None = None, calibrate_from: str | Path | None = None,
+             results_dir: str | Path | None = None, cache_dir: str | Path | None = None, scenarios: str | Path | None = None,
+             pack: str | Path | None = None, evidence: list[str | Path] | None = None, address: str | None = None,
+             provider_batch: bool = False, max_runs: int | None = None, retry_failed: bool = False) -> BatchEstimate:
+    """What `madbench run BATCH --dry-run` computes: the runs a run would do now (committed ones are skipped, failed
+    ones too unless ``retry_failed``) and their estimated calls, tokens, cost and time, without running anything.
+    ``calibrate_from``: a pilot batch's results directory, whose measured rates, tokens and latencies replace the
+    declared ones."""
+    return estimate_with(RunOptions.of(batch=batch, model=model, calibrate_from=calibrate_from, results_dir=results_dir,
+                                       cache_dir=cache_dir, scenarios=scenarios, pack=pack, evidence=evidence, address=address,
+                                       provider_batch=provider_batch, max_runs=max_runs, retry_failed=retry_failed))
+
+
+def estimate_with(o: RunOptions) -> BatchEstimate:
+    """``estimate`` from its options."""
+    b = load_checked(o)
+    layout = BatchLayout(b.root)
+    stored = {r.run_id: layout.stored_result(r.run_id) for r in b.runs}
+    todo = [r for r in b.runs if stored[r.run_id] is None or (o.retry_failed and stored[r.run_id].status == "failed")]
+    figures = dry_run(b, todo, o.calibrate_from) if todo else None
+    return BatchEstimate(batch=b.spec.name, results_dir=b.root, runs=len(b.runs), committed=len(b.runs) - len(todo),
+                         estimate=figures)
+
+
+def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimate:
+    """The size of ``todo`` (runs of ``b``) and its estimated calls, tokens, cost and time (runner/estimate.py):
+    expected and worst case per config, and the batch's wall time on its max_in_flight and rate limits."""
+    spec = b.spec
+    calib = calibrate(calibrate_from) if calibrate_from else None
+    memos = {}
+    for r in todo:
+        if r.scenario.id not in memos:
+            memos[r.scenario.id] = MemoInfo.from_memo(build_memo(r.scenario, b.pack))
+    est = estimate_batch(todo, memos, spec.max_in_flight, calib)
+    total = est["total"]
+    out = {"batch": spec.name, "runs": len(todo), "expected_calls": total["calls"],
+           "expected_tokens": total["prompt_tokens"] + total["completion_tokens"],
+           "estimated_cost_usd": total["cost_usd"], "worst_cost_usd": total["cost_usd_worst"],
+           "models_without_price": est["models_without_price"], "max_in_flight": spec.max_in_flight,
+           "workers": spec.workers, "execution": "sync" if spec.provider_batches is None else "batch",
+           "estimated_batch_cost_usd": total["cost_batch_usd"], "worst_batch_cost_usd": total["cost_batch_usd_worst"], **est}
+    out["calibration"] = None if calib is None else {
+        "source": calib.source, "runs": calib.runs, "rate_sources": calib.rate_sources,
+        "latency_cv": round(calib.latency_cv, 3), "observed": calib.observed}
+    out |= {"max_cost_usd": spec.max_cost_usd, "budget_note": budget_note(spec.max_cost_usd, out, b.root)}
+    return Estimate(**out)
+
+
+def budget_note(cap: float | None, d: dict, root: Path) -> str | None:
+    """What the dry run says when its estimate does not fit in what is left of ``max_cost_usd`` (earlier invocations'
+    spend, from budget.json, included): the batch would stop at the cap with runs left."""
+    if cap is None:
+        return None
+    spent = read_budget(root, cap).spent_usd
+    left = max(0.0, cap - spent)
+    before = f" after ${spent:.4f} spent by earlier invocations" if spent else ""
+    # In provider batch mode every call is billed at batch prices
+    expected, worst = ((d["estimated_batch_cost_usd"], d["worst_batch_cost_usd"]) if d["execution"] == "batch"
+                       else (d["estimated_cost_usd"], d["worst_cost_usd"]))
+    if expected is not None and expected > left:
+        return (f"max_cost_usd: the expected cost ${expected:.4f} exceeds the ${left:.4f} left of the ${cap:g} "
+                f"cap{before}: the batch would stop at the cap with runs left; raise max_cost_usd or run fewer runs")
+    if worst is not None and worst > left:
+        return (f"max_cost_usd: the worst case ${worst:.4f} exceeds the ${left:.4f} left of the ${cap:g} "
+                f"cap{before}: the batch may stop at the cap with runs left")
+    return None
+
+
+def open_results(path: str | Path) -> Results:
+    """A batch results directory (it holds manifest.json): its tables, status, statistics and report."""
+    return Results(path)

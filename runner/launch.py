@@ -1,0 +1,105 @@
+"""A batch file with its overrides (``RunOptions``), loaded and checked: what running it and estimating it start from.
+
+Everything the batch names is read and checked here, before Ray starts and before any model call: its size, its
+scenarios against the pack, and every problem the preflight finds (one InputError listing them all)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from madbench.data.errors import InputError
+from madbench.data.market.pack import Pack, load_pack, resolve_evidence_dirs, resolve_pack_dir
+from madbench.gateway import resolve_cache_dir
+from madbench.runner.batch import (
+    BatchSpec,
+    RunSpec,
+    _rel,
+    check_max_runs,
+    check_size,
+    expand,
+    load_batch,
+    resolve_configs,
+    resolve_scenarios,
+)
+from madbench.runner.execute import HEAD_DIRS, ray_client
+from madbench.runner.options import RunOptions
+from madbench.runner.preflight import preflight, preflight_error, reachable_models
+from madbench.runner.provider_batches import batch_problems
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A loaded batch: its spec (overrides applied), its runs, and where they read and write."""
+    spec: BatchSpec
+    runs: list[RunSpec]
+    #: The batch's results directory (as built: relative to the working directory when its parts were).
+    root: Path
+    pack: Pack
+    pack_dir: Path
+    evidence: list[Path]
+    cache_dir: Path
+
+
+def load(o: RunOptions) -> Launch:
+    """Load a batch and everything it names, with the overrides of ``o``."""
+    spec, base = load_batch(o.batch)
+    name = spec.name
+    if o.model:  # one model everywhere; its results apart from the batch's own
+        if "/" not in o.model:
+            raise InputError("--model", f"{o.model!r} is not a model string", "write e.g. rules/auto or openai/gpt-4o-mini")
+        spec = spec.model_copy(update={"model": o.model})
+        name = spec.name + "@" + "".join(c if c.isalnum() or c in "_.-" else "-" for c in o.model)
+    if o.provider_batch and spec.provider_batches is None:
+        spec = spec.model_copy(update={"execution": "batch"})
+    check_max_runs(o.max_runs)
+    check_size(spec, o.batch, o.max_runs)  # from the spec's counts, before anything is built
+    check_client_cache(o.address, o.cache_dir)
+    if o.scenarios:  # the user's path, from the working directory, like --pack
+        if not Path(o.scenarios).is_file():
+            raise InputError("--scenarios", f"{o.scenarios} not found", "give a scenario YAML file (a relative path is "
+                             "read from the current directory)")
+        source = spec.scenarios.model_copy(update={"file": str(Path(o.scenarios).resolve()), "make": None})
+        spec = spec.model_copy(update={"scenarios": source})
+    pack_dir = resolve_pack_dir(o.pack or (str(_rel(base, spec.pack)) if spec.pack else None))
+    evidence = resolve_evidence_dirs(o.evidence or [str(_rel(base, e)) for e in spec.evidence] or None)
+    pack = load_pack(pack_dir, evidence)
+    scenarios = resolve_scenarios(spec, base, pack, o.batch)  # checked against the pack by the preflight
+    check_size(spec, o.batch, o.max_runs, len(scenarios))
+    configs = resolve_configs(spec, base, o.batch)
+    runs = expand(spec, scenarios, configs, o.batch, o.max_runs)
+    cache_dir = resolve_cache_dir(o.cache_dir, _rel(base, spec.cache_dir) if spec.cache_dir else None)
+    # results_dir is the user's path (from the working directory); the batch's own is relative to its file
+    root = (Path(o.results_dir) if o.results_dir else _rel(base, spec.results_dir)) / name
+    return Launch(spec, runs, root, pack, pack_dir, evidence, cache_dir)
+
+
+def check_client_cache(address: str | None, cache_cli: str | None) -> None:
+    """Through the Ray client this process is off the cluster, and the cache actor opens the cache directory on the
+    head (runner/cache_actor.py): a path resolved here by default (~/.cache/madbench/llm, or the batch's, relative
+    to its file) or a relative one is a path nobody chose on the head. So it must be named, absolute."""
+    if not ray_client(address):
+        return
+    given = cache_cli or os.environ.get("MADBENCH_CACHE_DIR")
+    if given and Path(given).is_absolute():
+        return
+    problem = f"{given!r} is relative" if given else "no cache directory given"
+    raise InputError("--cache-dir", f"{problem}: through the Ray client ({address or os.environ.get('RAY_ADDRESS')}) the "
+                     "cache is opened on the head node, where a path resolved on this machine means nothing",
+                     f"pass the head's cache directory, absolute: --cache-dir {HEAD_DIRS['--cache-dir']} (cluster.yaml's "
+                     "MADBENCH_CACHE_DIR), or set MADBENCH_CACHE_DIR to it")
+
+
+def load_checked(o: RunOptions) -> Launch:
+    """``load``, then the preflight: every problem the batch would hit, named at once (an InputError)."""
+    b = load(o)
+    # Through the Ray client the cache is on the head (check_client_cache): not this machine's to check.
+    problems = preflight(b.runs, b.pack, o.batch, None if ray_client(o.address) else Path(b.cache_dir), b.root,
+                         b.spec.max_cost_usd)
+    if not problems and b.spec.provider_batches is not None:
+        configs = {r.config.name: r.config for r in b.runs}.values()
+        problems = batch_problems([m for c in configs for _, _, m in reachable_models(c)])
+    if problems:
+        raise preflight_error(problems, o.batch)
+    return b

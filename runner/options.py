@@ -1,0 +1,88 @@
+"""What one `madbench run` is asked to do: the batch file and its overrides, built once from keyword arguments (the
+Python API, ``madbench.run``) or from the parsed command line, so that both read the same typed fields."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from madbench.data.errors import InputError, format_validation_error
+
+
+class RunOptions(BaseModel):
+    """A batch file and the overrides `madbench run` accepts (each field is the flag of the same name)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The batch YAML, e.g. configs/batches/rules-35.yaml.
+    batch: str
+    #: Every role and phase on this model (e.g. rules/auto); results go to <batch>@<model>.
+    model: str | None = None
+    #: Parent of the batch's results directory (default: the batch's results_dir).
+    results_dir: str | None = None
+    #: The LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm).
+    cache_dir: str | None = None
+    #: A scenario YAML file read instead of the batch's scenarios (its `ids` still select).
+    scenarios: str | None = None
+    #: The data pack directory (else $MADBENCH_PACK, else ../shared/data/market).
+    pack: str | None = None
+    #: Evidence directories (else $MADBENCH_EVIDENCE).
+    evidence: list[str] | None = None
+    #: A Ray cluster to join (else $RAY_ADDRESS, else a local Ray).
+    address: str | None = None
+    #: Answer LLM calls through the provider's batch API (`execution: batch`).
+    provider_batch: bool = False
+    #: Allow a batch of up to this many runs.
+    max_runs: int | None = None
+    #: Also re-run runs recorded as failed.
+    retry_failed: bool = False
+    #: Show the progress bar.
+    progress: bool = False
+    #: The estimate only: a pilot batch's results directory whose measurements replace the declared rates.
+    calibrate_from: str | None = None
+
+    @field_validator("batch", "results_dir", "cache_dir", "scenarios", "pack", "address", "calibrate_from", mode="before")
+    @classmethod
+    def _path_text(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    @field_validator("evidence", mode="before")
+    @classmethod
+    def _path_texts(cls, value: Any) -> Any:
+        if isinstance(value, (str, os.PathLike)):  # one directory given bare
+            value = [value]
+        return [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value] if value is not None else None
+
+    @classmethod
+    def of(cls, **fields: Any) -> RunOptions:
+        """The options from keyword arguments; a value of the wrong type is an InputError naming the argument."""
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            raise InputError("madbench.run", format_validation_error(exc),
+                             "pass paths as str or pathlib.Path, max_runs as an int and the switches as bools") from None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RunOptions:
+        """The options of a parsed `madbench run` (or `madbench demo`) command line: the fields its parser defines."""
+        given = vars(args)
+        fields = {k: given[k] for k in cls.model_fields if k in given}
+        if "quiet" in given:
+            fields["progress"] = not given["quiet"]
+        return cls.of(**fields)
+
+    def retry_command(self) -> str:
+        """The exact command that re-runs this batch's failed runs (these options, plus --retry-failed)."""
+        words = ["madbench", "run", self.batch]
+        for flag, value in (("--results-dir", self.results_dir), ("--cache-dir", self.cache_dir), ("--pack", self.pack),
+                            ("--scenarios", self.scenarios), ("--model", self.model), ("--address", self.address)):
+            if value:
+                words += [flag, str(value)]
+        if self.provider_batch:
+            words.append("--provider-batch")
+        for e in self.evidence or []:
+            words += ["--evidence", str(e)]
+        return shlex.join(words + ["--retry-failed"])
