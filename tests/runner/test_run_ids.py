@@ -12,10 +12,11 @@ from madbench.data.market.pack import load_pack
 from madbench.data.scenario import Scenario
 from madbench.debate.config_file import load_debate_config
 from madbench.gateway import Gateway, ModelRouting
+from madbench.results import read_manifest
 from madbench.runner.batch import BatchSpec, expand
 from madbench.runner.execute import run_batch
 from madbench.runner.pipeline import check_run_id, run_debate, run_id_for
-from madbench.runner.store import BatchLayout, read_manifest
+from madbench.runner.store import BatchLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 TICKERS = ["AAA", "BBB", "CCC", "DDD"]
@@ -63,9 +64,9 @@ def test_a_batch_run_carrying_a_tampered_id_fails_with_the_mismatch_and_the_othe
     layout = BatchLayout(tmp_path / "results" / "t")
     stats = run_batch(spec, [good, tampered], layout, str(pack_dir), [], str(tmp_path / "cache"), quiet=True)
     assert stats["status"] == {"ok": 1, "failed": 1, "pending": 0}
-    runs = {m["run_id"]: m for m in read_manifest(layout.root)["runs"]}
-    assert runs[good.run_id]["status"] == "ok" and layout.stored_result(good.run_id) is not None
+    runs = {m.run_id: m for m in read_manifest(layout.root).runs}
+    assert runs[good.run_id].status == "ok" and layout.stored_result(good.run_id) is not None
     failed = runs[tampered.run_id]
-    assert failed["status"] == "failed" and failed["error"].startswith(f"run {tampered.run_id}: the id does not match")
-    assert f"hash to {bad.run_id}" in failed["error"]
+    assert failed.status == "failed" and failed.error.startswith(f"run {tampered.run_id}: the id does not match")
+    assert f"hash to {bad.run_id}" in failed.error
     assert not layout.trace_path(tampered.run_id).exists() and not layout.trace_path(bad.run_id).exists()
