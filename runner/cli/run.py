@@ -8,11 +8,14 @@ import shlex
 import sys
 from pathlib import Path
 
+import yaml
+
 from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.memo import build_memo
 from madbench.data.parquet import read_parquet
 from madbench.gateway import resolve_cache_dir
+from madbench.gateway.routing_profiles import load_routing_profile
 from madbench.runner.batch import (
     MAX_RUNS,
     MAX_RUNS_CEILING,
@@ -23,6 +26,7 @@ from madbench.runner.batch import (
     load_batch,
     resolve_configs,
     resolve_scenarios,
+    with_settings,
 )
 from madbench.runner.budget import read_budget, spend_text
 from madbench.runner.cli.commands import EXIT_INTERRUPTED, EXIT_RUNS_FAILED, command_parser
@@ -51,6 +55,12 @@ def register(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--model", help="every role and phase on this model, overriding the batch's `model` and each config's "
                                    "routing (e.g. rules/auto: any batch offline); results go to <batch>@<model>")
+    p.add_argument("--routing", metavar="NAME", help="every config on the routing profile configs/routing/NAME.yaml, "
+                   "its own routing replaced (e.g. rules, paper-openai); results go to <batch>@<NAME>")
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="TIER.FIELD=VALUE",
+                   help="override a tier's deployment setting (api_base, api_key_env, limits.<field>) in every config "
+                        "with that tier, over the batch's `routing.tiers`; repeatable; run ids do not change, e.g. "
+                        "--set agents.limits.rpm=200 --set strong.api_base=http://localhost:8000/v1")
     p.add_argument("--provider-batch", action="store_true", help="answer LLM calls through the provider's batch API "
                    "(about half the price, results within hours): one provider batch per debate phase; the same as "
                    "`execution: batch` in the batch file")
@@ -68,12 +78,7 @@ def register(sub) -> None:
 def prepare(args):
     """Load a batch and everything it names: (spec, runs, results root, pack, pack dir, evidence dirs, cache dir)."""
     spec, base = load_batch(args.batch)
-    name = spec.name
-    if getattr(args, "model", None):  # --model: one model everywhere; its results apart from the batch's own
-        if "/" not in args.model:
-            raise InputError("--model", f"{args.model!r} is not a model string", "write e.g. rules/auto or openai/gpt-4o-mini")
-        spec = spec.model_copy(update={"model": args.model})
-        name = spec.name + "@" + "".join(c if c.isalnum() or c in "_.-" else "-" for c in args.model)
+    spec, name = with_cli_routing(spec, args)
     if getattr(args, "provider_batch", False) and spec.provider_batches is None:
         spec = spec.model_copy(update={"execution": "batch"})
     max_runs = getattr(args, "max_runs", None)
@@ -97,6 +102,43 @@ def prepare(args):
     # --results-dir is the user's path (from the working directory); the batch's own is relative to its file
     root = (Path(args.results_dir) if args.results_dir else _rel(base, spec.results_dir)) / name
     return spec, runs, root, pack, pack_dir, evidence, cache_dir
+
+
+def with_cli_routing(spec, args):
+    """(``spec`` with ``--model`` or ``--routing`` and ``--set`` applied, the name of its results directory): a model
+    or profile other than the batch's own gives other runs, kept apart under <batch>@<model or profile>."""
+    model, profile = getattr(args, "model", None), getattr(args, "routing", None)
+    if model and profile:
+        raise InputError("--routing", "--model and --routing both replace every config's routing",
+                         "give one of them")
+    name = spec.name
+    if model:  # one model everywhere
+        if "/" not in model:
+            raise InputError("--model", f"{model!r} is not a model string", "write e.g. rules/auto or openai/gpt-4o-mini")
+        spec = spec.model_copy(update={"model": model, "routing": spec.routing.model_copy(update={"profile": None})})
+    if profile:
+        load_routing_profile(profile, "--routing")
+        spec = spec.model_copy(update={"model": None, "routing": spec.routing.model_copy(update={"profile": profile})})
+    if model or profile:
+        name = spec.name + "@" + "".join(c if c.isalnum() or c in "_.-" else "-" for c in model or profile)
+    settings = parse_settings(getattr(args, "settings", None) or [])
+    return (with_settings(spec, settings, "--set") if settings else spec), name
+
+
+def parse_settings(items: list[str]) -> dict[str, dict]:
+    """``--set TIER.FIELD[.FIELD]=VALUE`` items as {tier: {field: value}}; each value read as YAML (200 is a number)."""
+    out: dict[str, dict] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        path = key.split(".")
+        if not sep or len(path) < 2 or not all(path):
+            raise InputError("--set", f"{item!r} is not TIER.FIELD=VALUE",
+                             "write e.g. --set agents.limits.rpm=200 or --set strong.api_base=http://localhost:8000/v1")
+        node = out.setdefault(path[0], {})
+        for part in path[1:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = yaml.safe_load(value)
+    return out
 
 
 def check_client_cache(address: str | None, cache_cli: str | None) -> None:
@@ -151,9 +193,12 @@ def retry_command(args) -> str:
     words = ["madbench", "run", args.batch]
     for flag, value in (("--results-dir", args.results_dir), ("--cache-dir", args.cache_dir), ("--pack", args.pack),
                         ("--scenarios", getattr(args, "scenarios", None)),
-                        ("--model", args.model), ("--address", args.address)):
+                        ("--model", args.model), ("--routing", getattr(args, "routing", None)),
+                        ("--address", args.address)):
         if value:
             words += [flag, str(value)]
+    for setting in getattr(args, "settings", None) or []:
+        words += ["--set", setting]
     if getattr(args, "provider_batch", False):
         words.append("--provider-batch")
     for e in args.evidence or []:
