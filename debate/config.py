@@ -124,5 +124,11 @@ class DebateConfig(BaseModel):
             return [i for i in ids if i != agent_id]
         return list(self.critique_targets.get(agent_id, []))
 
+    def identity(self) -> dict[str, Any]:
+        """What makes the config's answers what they are: every field but its name and description, with the models'
+        deployment settings (key variable, limits, api_base) at their defaults (``ModelRouting.identity``)."""
+        return self.model_dump(mode="json", exclude={"name", "description"}) | {"models": self.models.identity()}
+
     def content_hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+        data = self.model_dump(mode="json") | {"models": self.models.identity()}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

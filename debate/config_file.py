@@ -1,4 +1,4 @@
-"""Reading a debate config file: validate the fields, then resolve every name it uses.
+"""Reading a debate config file: apply its routing profile, validate the fields, then resolve every name it uses.
 
 Every role profile, protocol and intervention is looked up here, so a bad name or a template typo fails
 before any model is called. (The scorer's rubric is checked by the layer that owns it: ``scoring``.)
@@ -17,9 +17,13 @@ from madbench.debate.config import DebateConfig
 from madbench.debate.interventions import INTERVENTIONS, parse_intervention
 from madbench.debate.profiles import load_profile
 from madbench.debate.protocols import PROTOCOLS, protocol_options
+from madbench.gateway.routing_profiles import with_profile
 
 
 def parse_debate_config(data: Any, where: str) -> DebateConfig:
+    """``data`` validated as a config, its ``routing:`` profile (if any) applied first, and every name resolved."""
+    if isinstance(data, dict):
+        data = with_profile(data, where)
     try:
         cfg = DebateConfig.model_validate(data)
     except ValidationError as exc:

@@ -113,16 +113,19 @@ class BatchEstimate(BaseModel):
     estimate: Estimate | None
 
 
-def run(batch: str | Path, *, model: str | None = None, results_dir: str | Path | None = None,
+def run(batch: str | Path, *, model: str | None = None, routing: str | None = None, settings: list[str] | None = None,
+        results_dir: str | Path | None = None,
         cache_dir: str | Path | None = None, scenarios: str | Path | None = None, pack: str | Path | None = None,
         evidence: list[str | Path] | None = None, address: str | None = None, provider_batch: bool = False,
         max_runs: int | None = None, retry_failed: bool = False, progress: bool = False) -> BatchRun:
     """Run a batch file (resumable: committed runs are kept), exactly as `madbench run BATCH` with the same options.
 
     ``model`` runs every role on one model (e.g. ``rules/auto``: any batch offline) with results in <batch>@<model>;
+    ``routing`` puts every config on a routing profile (``configs/routing/NAME.yaml``) with results in <batch>@<NAME>;
+    ``settings`` are deployment overrides (``"agents.limits.rpm=200"``), which leave the run ids as they are;
     ``results_dir`` is the parent of the batch's results directory. A local Ray started here stays up for the next
     call (``ray.shutdown()`` stops it). Failed runs are reported in the result, not raised."""
-    return run_with(RunOptions.of(batch=batch, model=model, results_dir=results_dir, cache_dir=cache_dir,
+    return run_with(RunOptions.of(batch=batch, model=model, routing=routing, settings=settings or [], results_dir=results_dir, cache_dir=cache_dir,
                                   scenarios=scenarios, pack=pack, evidence=evidence, address=address,
                                   provider_batch=provider_batch, max_runs=max_runs, retry_failed=retry_failed,
                                   progress=progress))
@@ -159,7 +162,8 @@ def unpriced_calls(root: Path) -> int:
     return int(ResultsDir(root).runs["calls_with_unknown_cost"].fillna(0).sum())
 
 
-def estimate(batch: str | Path, *, model: str | None = None, calibrate_from: str | Path | None = None,
+def estimate(batch: str | Path, *, model: str | None = None, routing: str | None = None,
+             settings: list[str] | None = None, calibrate_from: str | Path | None = None,
              results_dir: str | Path | None = None, cache_dir: str | Path | None = None, scenarios: str | Path | None = None,
              pack: str | Path | None = None, evidence: list[str | Path] | None = None, address: str | None = None,
              provider_batch: bool = False, max_runs: int | None = None, retry_failed: bool = False) -> BatchEstimate:
@@ -167,7 +171,8 @@ def estimate(batch: str | Path, *, model: str | None = None, calibrate_from: str
     ones too unless ``retry_failed``) and their estimated calls, tokens, cost and time, without running anything.
     ``calibrate_from``: a pilot batch's results directory, whose measured rates, tokens and latencies replace the
     declared ones."""
-    return estimate_with(RunOptions.of(batch=batch, model=model, calibrate_from=calibrate_from, results_dir=results_dir,
+    return estimate_with(RunOptions.of(batch=batch, model=model, routing=routing, settings=settings or [],
+                                       calibrate_from=calibrate_from, results_dir=results_dir,
                                        cache_dir=cache_dir, scenarios=scenarios, pack=pack, evidence=evidence, address=address,
                                        provider_batch=provider_batch, max_runs=max_runs, retry_failed=retry_failed))
 

@@ -31,6 +31,7 @@ from madbench.debate.protocols import protocol_options
 from madbench.debate.protocols.self_consistency import MAX_SAMPLES, config_problems, samples_for
 from madbench.gateway import ModelRouting
 from madbench.gateway.models import ModelSpec
+from madbench.gateway.routing_profiles import Deployment, load_routing_profile, with_deployment
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.pipeline import config_identity, run_id_for
 from madbench.runner.provider_batches import ProviderBatchOptions
@@ -92,6 +93,17 @@ class ConfigPair(BaseModel):
     factor: list[str] = Field(min_length=1)
 
 
+class BatchRouting(BaseModel):
+    """How the batch's configs reach their models: a routing profile in place of each config's own routing, and
+    deployment overrides per tier (a run's identity sees neither limits, nor key variables, nor api_base)."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: A name in configs/routing/: every config on it, its own routing replaced (as `model` does with one model).
+    profile: str | None = None
+    #: Tier name → its api_base, api_key_env or limits (field by field), in every config that has the tier.
+    tiers: dict[str, Deployment] = Field(default_factory=dict)
+
+
 class BatchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
@@ -107,6 +119,7 @@ class BatchSpec(BaseModel):
     #: Every role and phase on this model: a model string (e.g. rules/auto) or a full spec with api_base,
     #: api_key_env and rate limits; else each config's own routing.
     model: str | ModelSpec | None = None
+    routing: BatchRouting = Field(default_factory=BatchRouting)
     pack: str | None = None
     evidence: list[str] = Field(default_factory=list)
     #: Parent of the batch's results directory, relative to the batch file like every path here.
@@ -133,6 +146,15 @@ class BatchSpec(BaseModel):
                                  "`execution: sync`")
             return ProviderBatchOptions.model_validate(v)
         return v
+
+    @model_validator(mode="after")
+    def _one_routing(self):
+        if self.model is not None and self.routing.profile is not None:
+            raise ValueError("give `model` (one model everywhere) or `routing.profile` (a routing profile), not both")
+        if "routing" in self.grid:
+            raise ValueError("grid: a routing is no grid axis (a profile is applied as a config file is read): list "
+                             "one config per routing, or run the batch once per `--routing NAME`")
+        return self
 
     @field_validator("replicates")
     @classmethod
@@ -272,17 +294,47 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
             if override:
                 data["name"] = cfg.name + "".join(f"+{k}={v}" for k, v in override.items())
             c = parse_debate_config(data, f"{where}: configs[{i}] with grid {override}" if override else f"{where}: configs[{i}]")
-            if spec.model:
-                c = c.model_copy(update={"models": ModelRouting.single(spec.model)})
+            c = c.model_copy(update={"models": batch_routing(spec, c.models, where)})
             if c.protocol == "self_consistency":
                 c = resolve_samples(c, _rel(base, name).parent, f"{where}: configs[{i}] ({c.name})")
             scorer_for(c)  # its rubric and CRIT prompt exist
             configs.append(c)
+    unused = sorted(set(spec.routing.tiers) - {t for c in configs for t in c.models.tiers})
+    if unused:
+        raise InputError(where, f"routing.tiers.{unused[0]}: no config of the batch has this tier (theirs: "
+                         f"{', '.join(sorted({t for c in configs for t in c.models.tiers}))})",
+                         "name one of their tiers (in the batch file's routing.tiers or in --set)")
     names = [c.name for c in configs]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise InputError(where, f"configs: two configs share the name {', '.join(dupes)}", "give each config a distinct `name`")
     return configs
+
+
+def batch_routing(spec: BatchSpec, own: ModelRouting, where: str) -> ModelRouting:
+    """The routing a config with routing ``own`` runs on in this batch: the batch's `model` or routing profile in
+    its place, if any, and the batch's deployment overrides on the tiers it has."""
+    routing = own
+    if spec.model:
+        routing = ModelRouting.single(spec.model)
+    elif spec.routing.profile:
+        routing = load_routing_profile(spec.routing.profile, f"{where}: routing.profile").routing()
+    return with_deployment(routing, spec.routing.tiers, where)
+
+
+def with_settings(spec: BatchSpec, settings: dict[str, Any], where: str) -> BatchSpec:
+    """``spec`` with ``settings`` ({tier: {field: value}}, e.g. from ``--set``) merged over its ``routing.tiers``."""
+    tiers = {k: v.model_dump(mode="json", exclude_unset=True) for k, v in spec.routing.tiers.items()}
+    for tier, fields in settings.items():
+        mine = tiers.setdefault(tier, {})
+        for key, value in fields.items():
+            mine[key] = mine.get(key, {}) | value if isinstance(value, dict) and isinstance(mine.get(key), dict) else value
+    try:
+        routing = BatchRouting.model_validate({"profile": spec.routing.profile, "tiers": tiers})
+    except ValidationError as exc:
+        raise InputError(where, format_validation_error(exc, "routing"), "set api_base, api_key_env or "
+                         "limits.<rpm|tpm|max_concurrency|…> of a tier") from None
+    return spec.model_copy(update={"routing": routing})
 
 
 def pilot_tokens(pilot: Path, config: str, where: str) -> tuple[float, float, int]:

@@ -9,9 +9,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from madbench.data.errors import InputError
 from madbench.data.market.pack import Pack, load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench.gateway import resolve_cache_dir
+from madbench.gateway.routing_profiles import load_routing_profile
 from madbench.runner.batch import (
     BatchSpec,
     RunSpec,
@@ -22,6 +25,7 @@ from madbench.runner.batch import (
     load_batch,
     resolve_configs,
     resolve_scenarios,
+    with_settings,
 )
 from madbench.runner.execute import HEAD_DIRS, ray_client
 from madbench.runner.options import RunOptions
@@ -45,12 +49,7 @@ class Launch:
 def load(o: RunOptions) -> Launch:
     """Load a batch and everything it names, with the overrides of ``o``."""
     spec, base = load_batch(o.batch)
-    name = spec.name
-    if o.model:  # one model everywhere; its results apart from the batch's own
-        if "/" not in o.model:
-            raise InputError("--model", f"{o.model!r} is not a model string", "write e.g. rules/auto or openai/gpt-4o-mini")
-        spec = spec.model_copy(update={"model": o.model})
-        name = spec.name + "@" + "".join(c if c.isalnum() or c in "_.-" else "-" for c in o.model)
+    spec, name = with_routing(spec, o)
     if o.provider_batch and spec.provider_batches is None:
         spec = spec.model_copy(update={"execution": "batch"})
     check_max_runs(o.max_runs)
@@ -73,6 +72,41 @@ def load(o: RunOptions) -> Launch:
     # results_dir is the user's path (from the working directory); the batch's own is relative to its file
     root = (Path(o.results_dir) if o.results_dir else _rel(base, spec.results_dir)) / name
     return Launch(spec, runs, root, pack, pack_dir, evidence, cache_dir)
+
+
+def with_routing(spec: BatchSpec, o: RunOptions) -> tuple[BatchSpec, str]:
+    """(``spec`` with ``model`` or ``routing`` and ``settings`` applied, the name of its results directory): a model
+    or profile other than the batch's own gives other runs, kept apart under <batch>@<model or profile>."""
+    if o.model and o.routing:
+        raise InputError("--routing", "--model and --routing both replace every config's routing", "give one of them")
+    name = spec.name
+    if o.model:  # one model everywhere
+        if "/" not in o.model:
+            raise InputError("--model", f"{o.model!r} is not a model string", "write e.g. rules/auto or openai/gpt-4o-mini")
+        spec = spec.model_copy(update={"model": o.model, "routing": spec.routing.model_copy(update={"profile": None})})
+    if o.routing:
+        load_routing_profile(o.routing, "--routing")
+        spec = spec.model_copy(update={"model": None, "routing": spec.routing.model_copy(update={"profile": o.routing})})
+    if o.model or o.routing:
+        name = spec.name + "@" + "".join(c if c.isalnum() or c in "_.-" else "-" for c in o.model or o.routing or "")
+    settings = parse_settings(o.settings)
+    return (with_settings(spec, settings, "--set") if settings else spec), name
+
+
+def parse_settings(items: list[str]) -> dict[str, dict]:
+    """``--set TIER.FIELD[.FIELD]=VALUE`` items as {tier: {field: value}}; each value read as YAML (200 is a number)."""
+    out: dict[str, dict] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        path = key.split(".")
+        if not sep or len(path) < 2 or not all(path):
+            raise InputError("--set", f"{item!r} is not TIER.FIELD=VALUE",
+                             "write e.g. --set agents.limits.rpm=200 or --set strong.api_base=http://localhost:8000/v1")
+        node = out.setdefault(path[0], {})
+        for part in path[1:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = yaml.safe_load(value)
+    return out
 
 
 def check_client_cache(address: str | None, cache_cli: str | None) -> None:

@@ -21,6 +21,10 @@ class RunOptions(BaseModel):
     batch: str
     #: Every role and phase on this model (e.g. rules/auto); results go to <batch>@<model>.
     model: str | None = None
+    #: Every config on this routing profile (configs/routing/NAME.yaml); results go to <batch>@<NAME>.
+    routing: str | None = None
+    #: Deployment overrides ``TIER.FIELD=VALUE`` (api_base, api_key_env, limits.<field>); run ids do not change.
+    settings: list[str] = []
     #: Parent of the batch's results directory (default: the batch's results_dir).
     results_dir: str | None = None
     #: The LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm).
@@ -78,9 +82,12 @@ class RunOptions(BaseModel):
         """The exact command that re-runs this batch's failed runs (these options, plus --retry-failed)."""
         words = ["madbench", "run", self.batch]
         for flag, value in (("--results-dir", self.results_dir), ("--cache-dir", self.cache_dir), ("--pack", self.pack),
-                            ("--scenarios", self.scenarios), ("--model", self.model), ("--address", self.address)):
+                            ("--scenarios", self.scenarios), ("--model", self.model), ("--routing", self.routing),
+                            ("--address", self.address)):
             if value:
                 words += [flag, str(value)]
+        for setting in self.settings:
+            words += ["--set", setting]
         if self.provider_batch:
             words.append("--provider-batch")
         for e in self.evidence or []:

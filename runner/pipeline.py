@@ -72,9 +72,10 @@ def prompt_hashes(config: DebateConfig) -> dict[str, str]:
 
 
 def config_identity(config: DebateConfig) -> dict[str, Any]:
-    """What a config puts in its runs' ids: itself (not its name or description) and its prompt texts' hashes. A
-    batch computes it once per config (reading and hashing every template is most of a run id's cost)."""
-    return {"config": config.model_dump(mode="json", exclude={"name", "description"}), "prompts": prompt_hashes(config)}
+    """What a config puts in its runs' ids: ``DebateConfig.identity`` (not its name, description or deployment
+    settings) and its prompt texts' hashes. A batch computes it once per config (reading and hashing every template
+    is most of a run id's cost)."""
+    return {"config": config.identity(), "prompts": prompt_hashes(config)}
 
 
 def run_id_for(scenario: Scenario, config: DebateConfig, sample_index: int, identity: dict[str, Any] | None = None) -> str:

@@ -18,6 +18,9 @@ WeightPolicy = Literal["strict", "normalize"]
 #: How narrowly the JSON schema sent with a turn is fitted (debate.request_schemas): to the turn (its peers' claims,
 #: the critiques it owes answers to) or to the run (its universe and memo IDs only).
 SchemaScope = Literal["turn", "run"]
+#: The ModelSpec fields that say where a model is reached and how fast, not what it answers: a run's identity sees
+#: them at their defaults, and a batch or the command line may override them (``madbench.gateway.routing_profiles``).
+DEPLOYMENT_FIELDS: tuple[str, ...] = ("api_base", "api_key_env", "limits")
 
 
 class RateLimits(BaseModel):
@@ -103,6 +106,18 @@ def as_spec(value: "ModelSpec | str") -> ModelSpec:
     return value if isinstance(value, ModelSpec) else ModelSpec(model=value)
 
 
+def spec_identity(value: "ModelSpec | str") -> dict | str:
+    """``value`` as a run identity sees it: its deployment fields (and its fallbacks') at their defaults, and a spec
+    left with nothing but its model written as that model string, so that a tier given limits or a key variable is
+    the same runs as the bare model string."""
+    if isinstance(value, str):
+        return value
+    data = value.model_dump(mode="json") | {"fallbacks": [spec_identity(f) for f in value.fallbacks]}
+    defaults = ModelSpec(model=value.model).model_dump(mode="json")
+    data |= {f: defaults[f] for f in DEPLOYMENT_FIELDS}
+    return value.model if data == defaults else data
+
+
 class ModelRouting(BaseModel):
     """Models per role and phase, by tier name or inline spec."""
 
@@ -143,6 +158,13 @@ class ModelRouting(BaseModel):
         if spec.model == "rules/auto":
             spec = spec.model_copy(update={"model": f"rules/{role if phase not in ('judge', 'crit', 'rca') else phase}"})
         return spec
+
+    def identity(self) -> dict:
+        """The routing as a run identity sees it: every spec through ``spec_identity``."""
+        data = self.model_dump(mode="json")
+        for table in ("tiers", "roles", "phases", "role_phases"):
+            data[table] = {k: spec_identity(v) for k, v in getattr(self, table).items()}
+        return data
 
     @classmethod
     def single(cls, model: str | ModelSpec) -> "ModelRouting":

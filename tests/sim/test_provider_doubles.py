@@ -373,11 +373,11 @@ def batch(tmp_path_factory):
             spec = {"model": MODEL[api], "api_base": d[api].url, "api_key_env": KEY_ENV[api], "send_context": True}
             over = {"temperature": 1.0, "crit_temperature": 1.0} if api == "openai" else {}
             configs.append(_config(tmp, f"causal-debate-3-{api}", {"deep": spec, "quick": spec}, **over))
-        mix = yaml.safe_load((ROOT / "configs/debate/provider-mix-role.yaml").read_text())
+        mix = yaml.safe_load((ROOT / "configs/routing/multi-provider.yaml").read_text())  # provider-mix-role's tiers
         for prefix, name in (("mix", "provider-mix-role"), ("down", "provider-mix-role-overloaded")):
             urls = {api: d[f"{prefix}-{api}"].url for api in ("anthropic", "gemini", "openai")}
             critic = {"critic": d["down-critic"].url} if prefix == "down" else None
-            configs.append(_config(tmp, name, _rewired(mix["models"]["tiers"], urls, critic), base="provider-mix-role"))
+            configs.append(_config(tmp, name, _rewired(mix["tiers"], urls, critic), base="provider-mix-role"))
         env = {**os.environ, **KEYS, "MADBENCH_CACHE_DIR": str(tmp / "cache"), "PYTHONPATH": str(ROOT)}
         out = subprocess.run([sys.executable, "-m", "madbench.runner.cli", "run", str(_batch(tmp, pack, configs)), "--quiet"],
                              env=env, capture_output=True, text=True, timeout=900)
