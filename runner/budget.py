@@ -33,8 +33,7 @@ from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError
 from madbench.gateway.accounting import Budget, Ledger
 from madbench.gateway.errors import BudgetExhausted
-
-BUDGET_FILE = "budget.json"
+from madbench.results.layout import BUDGET as BUDGET_FILE
 
 
 class BudgetRecord(BaseModel):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 from madbench.gateway.errors import DriverGone
+from madbench.results.layout import LOCK as LOCK_NAME
 
-LOCK_NAME = ".lock"
 #: How long a starting driver retries a taken lock: an orphaned actor of a killed driver checks the lock with a
 #: brief shared ``flock`` (``WriterGuard``), which must not be mistaken for another driver.
 ACQUIRE_PATIENCE_S = 2.0

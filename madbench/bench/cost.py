@@ -26,6 +26,7 @@ from madbench.data.market.pack import load_pack, resolve_evidence_dirs, resolve_
 from madbench.data.paths import CONFIGS_DIR
 from madbench.gateway.models import ModelSpec, RateLimits, SchemaScope, StructuredMode
 from madbench.gateway.providers.litellm_provider import import_litellm, token_cost
+from madbench.results import ResultsDir
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.execute import run_batch
 from madbench.runner.provider_batches import ProviderBatchOptions, journal_summary
@@ -94,8 +95,7 @@ def bench_cost(runs: int = 3, price_model: str = PRICE_MODEL, structured_output:
                           limits=RateLimits(max_concurrency=32))
         spec, batch, pack_dir, evidence_dirs = _runs(runs, model, pack, evidence)
         run_batch(spec, batch, BatchLayout(root), pack_dir, evidence_dirs, str(Path(tmp) / "cache"), quiet=True)
-        calls = pd.read_parquet(root / "calls.parquet")
-        table = pd.read_parquet(root / "runs.parquet")
+        calls, table = ResultsDir(root).calls, ResultsDir(root).runs
         provider_batches = _batch_mode_run(spec, batch, sim, Path(tmp), pack_dir, evidence_dirs, table)
     usd = price_calls(calls, price_model)
     paid = calls[~calls["cached"].astype(bool)]
@@ -123,7 +123,7 @@ def _batch_mode_run(spec, batch, sim: SimProvider, tmp: Path, pack_dir: str, evi
     root = tmp / "results-batch"
     run_batch(spec.model_copy(update={"name": "bench-cost-batch", "execution": options}), batch, BatchLayout(root), pack_dir,
               evidence_dirs, str(tmp / "cache-batch"), quiet=True)
-    runs = pd.read_parquet(root / "runs.parquet")
+    runs = ResultsDir(root).runs
     same = dict(zip(runs.run_id, runs.weights)) == dict(zip(sync_runs.run_id, sync_runs.weights))
     if not same:
         raise RuntimeError("batch mode gave other allocations than the synchronous run on the same answers")

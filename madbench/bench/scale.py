@@ -24,7 +24,6 @@ import threading
 import time
 from pathlib import Path
 
-import pandas as pd
 import psutil
 
 from madbench.bench.local_cluster import LocalCluster, can_hide
@@ -32,6 +31,7 @@ from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.paths import PROJECT_ROOT
 from madbench.data.scenario import load_scenarios
 from madbench.gateway.models import ModelSpec, RateLimits
+from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.batch import BatchSpec, expand, resolve_configs, resolve_scenarios
 from madbench.runner.execute import init_ray, run_batch
 from madbench.runner.store import BatchLayout
@@ -99,7 +99,7 @@ class MemorySampler:
 
 
 def committed(root: Path) -> int:
-    return len(list((root / "runs").glob("*.json"))) if (root / "runs").exists() else 0
+    return len(BatchDirs(root).result_files())
 
 
 def lose_and_join(cluster: LocalCluster, root: Path, at: int, hide: list[Path], events: dict, done: threading.Event) -> None:
@@ -133,8 +133,8 @@ def _runs(n: int, url: str, pack_dir: str, in_flight: int):
 def per_node(root: Path, events: dict, t0: float, wall: float) -> dict:
     """Runs committed per node (result file times), and each node's rate from its first commit to the end of the
     batch, or to its loss."""
-    table = pd.read_parquet(root / "runs.parquet")
-    when = {r: (root / "runs" / f"{r}.json").stat().st_mtime - t0 for r in table.run_id}
+    table = ResultsDir(root).runs
+    when = {r: BatchDirs(root).result_path(r).stat().st_mtime - t0 for r in table.run_id}
     names = {node: name for name, node in events["nodes"].items()}
     out = {}
     for node, group in table.groupby("node_id"):
@@ -148,9 +148,9 @@ def per_node(root: Path, events: dict, t0: float, wall: float) -> dict:
 
 def integrity(root: Path, n: int, stats: dict) -> dict:
     """Every run committed exactly once: a result file each, one table row each, no result settled twice."""
-    table = pd.read_parquet(root / "runs.parquet")
+    table = ResultsDir(root).runs
     attempts = {p.stem: sum(json.loads(line)["event"] == "run_start" for line in p.read_text().splitlines())
-                for p in (root / "traces").glob("*.jsonl")}
+                for p in BatchDirs(root).traces.glob("*.jsonl")}
     return {"runs": n, "result_files": committed(root), "table_rows": len(table), "distinct_run_ids": int(table.run_id.nunique()),
             "ok": int((table.status == "ok").sum()), "settled_twice": len(stats["committed_twice"]),
             "traces_with_more_than_one_attempt": sum(1 for a in attempts.values() if a > 1)}

@@ -22,13 +22,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import psutil
 
 from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.paths import PROJECT_ROOT
 from madbench.data.scenario import load_scenarios
 from madbench.gateway.models import ModelSpec, RateLimits
+from madbench.results import ResultsDir
 from madbench.runner.batch import BatchSpec, expand, resolve_configs, resolve_scenarios
 from madbench.runner.execute import init_ray, run_batch
 from madbench.runner.store import BatchLayout
@@ -114,8 +114,7 @@ def bench_throughput(runs: int = 100, rpm: float = 600, tpm: float | None = None
             wall = time.perf_counter() - t
             requests, rejected = sim.stats.requests, sim.stats.rejected_429
             sustained = sustained_rpm(sim.stats.admitted)
-        calls = pd.read_parquet(tmp / "wide" / "calls.parquet")
-        runs_table = pd.read_parquet(tmp / "wide" / "runs.parquet")
+        calls, runs_table = ResultsDir(tmp / "wide").calls, ResultsDir(tmp / "wide").runs
         admitted = requests - rejected
         # 2. One run at a time (the paper's authors' way; agents within a phase still concurrent) on the first
         #    serial_runs runs, extrapolated to all.
@@ -169,9 +168,9 @@ def bench_cache(runs: int = 100, pack: str | None = None, scenarios: str | None 
         _batch(spec, batch, tmp / "replay", tmp / "cache", pack_dir)
         replay = time.perf_counter() - t
         http = sim.stats.requests - before
-        first = pd.read_parquet(tmp / "first" / "runs.parquet").set_index("run_id")
-        again = pd.read_parquet(tmp / "replay" / "runs.parquet").set_index("run_id")
-        calls = pd.read_parquet(tmp / "replay" / "calls.parquet")
+        first = ResultsDir(tmp / "first").runs.set_index("run_id")
+        again = ResultsDir(tmp / "replay").runs.set_index("run_id")
+        calls = ResultsDir(tmp / "replay").calls
     same = bool((first.loc[again.index, "weights"] == again["weights"]).all())
     return {"runs": runs, "fill_s": round(fill, 1), "fill_http_calls": before, "replay_s": round(replay, 1),
             "replay_http_calls": http, "replay_calls_from_cache": int(calls["cached"].sum()), "replay_calls": int(len(calls)),

@@ -33,6 +33,7 @@ from madbench.debate.events import (
 )
 from madbench.debate.trace import read_trace
 from madbench.gateway import ModelRouting, ResponseCache, resolve_cache_dir
+from madbench.results import DebateDirs
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack
 from madbench.runner.exit_codes import EXIT_INPUT
@@ -78,14 +79,15 @@ def cmd_debate(args) -> int:
     finally:
         if cache:
             cache.close()
-    run_dir = Path(args.out) / result.run_id
+    dirs = DebateDirs(args.out)
+    run_dir = dirs.result_path(result.run_id).parent
     if args.json:
         print(result.model_dump_json(indent=1))
         return 0 if result.status == "ok" else 1
     print(f"run {result.run_id} ({config.name} on {scenario.id}, replicate {args.sample_index}): {result.status}")
     if result.status != "ok":
         print(f"failed: {result.error}")
-        print(f"trace: {run_dir / 'trace.jsonl'}")
+        print(f"trace: {dirs.trace_path(result.run_id)}")
         return 1
     held = {t: w for t, w in result.weights.items() if w > 0}
     print(f"final allocation ({result.method}): " + ", ".join(f"{t} {w:.3f}" for t, w in sorted(held.items(), key=lambda x: -x[1]))
@@ -113,7 +115,7 @@ def _f(x) -> str:
 
 def cmd_trace_show(args) -> int:
     path = Path(args.run_dir)
-    path = path / "trace.jsonl" if path.is_dir() else path
+    path = path / DebateDirs.TRACE if path.is_dir() else path
     if not path.is_file():
         raise InputError(args.run_dir, "no trace.jsonl here", "give a run directory from `madbench debate` or a batch's traces/")
     readout = read_trace(path)
