@@ -39,12 +39,6 @@ def register(sub) -> None:
                    help="override a tier's deployment setting (api_base, api_key_env, limits.<field>) in every config "
                         "with that tier, over the batch's `routing.tiers`; repeatable; run ids do not change, e.g. "
                         "--set agents.limits.rpm=200 --set strong.api_base=http://localhost:8000/v1")
-    p.add_argument("--routing", metavar="NAME", help="every config on the routing profile configs/routing/NAME.yaml, "
-                   "its own routing replaced (e.g. rules, paper-openai); results go to <batch>@<NAME>")
-    p.add_argument("--set", dest="settings", action="append", default=[], metavar="TIER.FIELD=VALUE",
-                   help="override a tier's deployment setting (api_base, api_key_env, limits.<field>) in every config "
-                        "with that tier, over the batch's `routing.tiers`; repeatable; run ids do not change, e.g. "
-                        "--set agents.limits.rpm=200 --set strong.api_base=http://localhost:8000/v1")
     p.add_argument("--provider-batch", action="store_true", help="answer LLM calls through the provider's batch API "
                    "(about half the price, results within hours): one provider batch per debate phase; the same as "
                    "`execution: batch` in the batch file")
