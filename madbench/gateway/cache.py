@@ -36,9 +36,9 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any, NoReturn, Protocol, Self
 from urllib.parse import quote
 
