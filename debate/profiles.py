@@ -22,12 +22,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import jinja2
 from pydantic import BaseModel, ConfigDict, Field
 
 from madbench.data.errors import InputError
 from madbench.data.paths import CONFIGS_DIR
-from madbench.data.templates import compile_template, load_yaml_model
+from madbench.data.templates import BoundedTemplate, compile_template, load_yaml_model
 
 ROLES_DIR = CONFIGS_DIR / "roles"
 TIERS = ("basic", "causal", "enriched")
@@ -74,7 +73,7 @@ class RoleFile(BaseModel):
     phases: dict[str, PhaseTemplate] = Field(default_factory=dict)
 
 
-Template = tuple[frozenset[str], jinja2.Template, str]
+Template = tuple[frozenset[str], BoundedTemplate, str]
 
 
 def _join(blocks: tuple[tuple[str, str], ...]) -> str:

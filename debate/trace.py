@@ -88,7 +88,8 @@ def read_trace(path: str | Path, repair: bool = False) -> TraceReadout:
     if path.exists():
         with os.fdopen(_open(path, os.O_RDONLY), "rb") as fh:
             data = fh.read()
-    events, problems, offset, prev = [], [], 0, GENESIS
+    events: list[dict[str, Any]] = []
+    problems, offset, prev = [], 0, GENESIS
     for raw in data.splitlines(keepends=True):
         if not raw.endswith(b"\n"):
             problems.append(f"{path}: torn last line at byte {offset} ({len(raw)} bytes without a newline)")

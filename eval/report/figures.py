@@ -158,7 +158,7 @@ def realised_saving(calls: pd.DataFrame) -> dict[str, float | None]:
     listed = float(fresh["list_cost_usd"].sum()) if priced else None
     prompt = float(fresh["prompt_tokens"].fillna(0).sum())
     return {"calls_paid": len(fresh), "paid_usd": paid, "list_cost_usd": listed,
-            "saved_share": 1 - paid / listed if priced and listed else None,
+            "saved_share": 1 - paid / listed if paid is not None and listed else None,
             "cached_input_share": float(fresh["cached_tokens"].fillna(0).sum()) / prompt if prompt else None,
             "provider_batch_calls": int(fresh["provider_batch"].fillna(False).astype(bool).sum())}
 

@@ -80,8 +80,8 @@ def _summary(times: list[float]) -> dict:
 
 def bench_cluster_cache(n: int = 500) -> dict:
     hide = can_hide()
-    with tempfile.TemporaryDirectory(prefix="mbcc") as tmp, LocalCluster() as cluster:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="mbcc") as tmp_dir, LocalCluster() as cluster:
+        tmp = Path(tmp_dir)
         head_cache = tmp / "cache"
         head_cache.mkdir()
         cluster.start_head()

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -96,7 +97,7 @@ class LocalCluster:
         self._start(self._ray("h", extra), env)
         return self
 
-    def add_worker(self, name: str, hide: list[Path] = (), env: dict[str, str] | None = None) -> str:
+    def add_worker(self, name: str, hide: Sequence[Path] = (), env: dict[str, str] | None = None) -> str:
         """Start worker raylet ``name``; with ``hide``, in its own mount namespace where those directories are empty."""
         cmd = self._ray(name, [f"--address={self.address}"])
         if hide:

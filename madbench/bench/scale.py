@@ -158,8 +158,8 @@ def integrity(root: Path, n: int, stats: dict) -> dict:
 
 def bench_scale(runs: int = 1000, pack: str | None = None, latency_median: float = 0.05, in_flight: int = 12) -> dict:
     pack_dir = str(resolve_pack_dir(pack))
-    with tempfile.TemporaryDirectory(prefix="mbscale") as tmp, LocalCluster(cpus=1) as cluster:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="mbscale") as tmp_dir, LocalCluster(cpus=1) as cluster:
+        tmp = Path(tmp_dir)
         hide = [tmp / "results", tmp / "cache"] if can_hide() else []
         for d in hide:
             d.mkdir()

@@ -162,7 +162,7 @@ def bench_gateway(n: int = 200, cache_dir=None) -> dict:
             hits.append(c.latency_s * 1e3)
         return raw_ms, uncached, overhead, hits
 
-    with tempfile.TemporaryDirectory() as tmp, SimProvider() as sim, ResponseCache(cache_dir or tmp) as cache:
+    with tempfile.TemporaryDirectory() as tmp, SimProvider() as sim, ResponseCache(Path(cache_dir or tmp)) as cache:
         raw_ms, uncached, overhead, hits = asyncio.run(run(sim.url, cache))
     r = lambda x: round(x, 3)  # noqa: E731
     return {

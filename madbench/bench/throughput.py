@@ -104,8 +104,8 @@ def bench_throughput(runs: int = 100, rpm: float = 600, tpm: float | None = None
     scen = Path(scenarios) if scenarios else SCENARIOS
     init_ray(None)
     out: dict = {"runs": runs, "limit_rpm": rpm, "limit_tpm": tpm, "latency_median_s": latency_median, "concurrency": concurrency}
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
         # 1. The batch at the given concurrency, with a fresh provider (its sliding window starts empty).
         with SimProvider(SimConfig(latency_median_s=latency_median, rpm=rpm, tpm=tpm, seed=1)) as sim, peak_rss_mb() as peak:
             spec, batch = _runs(runs, _model(sim.url, rpm, tpm, concurrency), concurrency, pack_dir, scen)
@@ -157,8 +157,8 @@ def bench_cache(runs: int = 100, pack: str | None = None, scenarios: str | None 
     pack_dir = str(resolve_pack_dir(pack))
     scen = Path(scenarios) if scenarios else SCENARIOS
     init_ray(None)
-    with tempfile.TemporaryDirectory() as tmp, SimProvider(SimConfig()) as sim:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_dir, SimProvider(SimConfig()) as sim:
+        tmp = Path(tmp_dir)
         spec, batch = _runs(runs, _model(sim.url, None, None, 32), 32, pack_dir, scen)
         t = time.perf_counter()
         _batch(spec, batch, tmp / "first", tmp / "cache", pack_dir)

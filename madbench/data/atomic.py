@@ -56,7 +56,7 @@ def dir_mode() -> int:
     return 0o777 & ~current_umask()
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp_path)`` and atomically move the result onto ``path`` (mode ``0o666 & ~umask``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

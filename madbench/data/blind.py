@@ -32,7 +32,7 @@ import random
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal, overload
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
@@ -172,10 +172,11 @@ def _day(a: Anchor, y: str, m: int | None, d: str) -> str | None:
         return None
 
 
-def _date_rules(a: Anchor) -> list[tuple[re.Pattern, Callable[[re.Match], str | None]]]:
-    """(pattern, replacement) in the order they apply: the longest forms first."""
-    def rule(pattern: str, fn: Callable[[re.Match], str | None]):
-        return re.compile(pattern), fn
+def _date_rules(a: Anchor) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]]:
+    """(pattern, replacement) in the order they apply: the longest forms first. A form that names no real date
+    (``fn`` gives None) is left as it is."""
+    def rule(pattern: str, fn: Callable[[re.Match[str]], str | None]) -> tuple[re.Pattern[str], Callable[[re.Match[str]], str]]:
+        return re.compile(pattern), lambda m: fn(m) or m.group(0)
     return [
         rule(rf"(?<!\d){_Y4}-(?P<m>\d\d)-(?P<d>\d\d)(?!\d)", lambda m: _day(a, m["y"], int(m["m"]), m["d"])),
         rule(rf"\b{_MONTH} (?P<d>\d{{1,2}}),? {_Y4}\b", lambda m: _day(a, m["y"], _month_no(m["mon"]), m["d"])),
@@ -192,7 +193,7 @@ def _date_rules(a: Anchor) -> list[tuple[re.Pattern, Callable[[re.Match], str | 
         rule(rf"(?<![\d-]){_Y4} ?Q(?P<q>[1-4])\b", lambda m: a.quarter(Quarter(int(m["y"]), int(m["q"])))),
         rule(rf"\bQ(?P<q>[1-4]),? {_Y4}\b", lambda m: a.quarter(Quarter(int(m["y"]), int(m["q"])))),
         rule(r"\bQ(?P<q>[1-4]) ?'(?P<y>\d\d)\b", lambda m: a.quarter(Quarter(2000 + int(m["y"]), int(m["q"])))),
-        rule(rf"\b{_MONTH},? {_Y4}\b", lambda m: a.month(int(m["y"]), _month_no(m["mon"])) if _month_no(m["mon"]) else None),
+        rule(rf"\b{_MONTH},? {_Y4}\b", lambda m: a.month(int(m["y"]), n) if (n := _month_no(m["mon"])) else None),
         rule(rf"(?<![\d-]){_Y4}-(?P<m>0[1-9]|1[0-2])(?![\d-])", lambda m: a.month(int(m["y"]), int(m["m"]))),
         rule(rf"(?<![\d.,$]){_Y4}(?!\d|[.,]\d)", lambda m: a.year(int(m["y"]))),
     ]
@@ -276,8 +277,8 @@ class Redactor:
                 if len(c.ticker) >= 3:
                     self.exact[c.ticker] = OTHER_COMPANY
         for t in sorted(mapping, reverse=True):  # the universe's names win over another company's same name
-            c = by_ticker.get(t)
-            put([f for n in ((c.name,) if c else ()) + ALIASES.get(t, ()) for f in name_forms(n)], mapping[t])
+            known = by_ticker.get(t)
+            put([f for n in ((known.name,) if known else ()) + ALIASES.get(t, ()) for f in name_forms(n)], mapping[t])
             self.exact[t] = mapping[t]
         keys = sorted(forms | set(self.exact), key=lambda k: (-len(k), k))
         # the lookahead skips a position no name or ticker starts at without trying each of them (10x faster)
@@ -287,10 +288,14 @@ class Redactor:
         self.dates = _date_rules(anchor)
         self.done: dict[str, str] = {}  # labels, units and notes repeat across tickers
 
-    def _replace(self, m: re.Match) -> str:
+    def _replace(self, m: re.Match[str]) -> str:
         found = m.group(0)
         return self.exact[found] if found in self.exact else self.folded[found.casefold()]
 
+    @overload
+    def __call__(self, text: str) -> str: ...
+    @overload
+    def __call__(self, text: None) -> None: ...
     def __call__(self, text: str | None) -> str | None:
         if text is None:
             return None
@@ -299,7 +304,7 @@ class Redactor:
             if self.names is not None:
                 out = self.names.sub(self._replace, out)
             for pattern, fn in self.dates:
-                out = pattern.sub(lambda m, fn=fn: fn(m) or m.group(0), out)
+                out = pattern.sub(fn, out)
             self.done[text] = out
         return self.done[text]
 
@@ -327,7 +332,7 @@ class Blinded:
     def memo_text(self) -> str:
         return self.memo.text
 
-    def data(self, value):
+    def data(self, value: Any) -> Any:
         """``outgoing`` over every string inside ``value`` (a request's context, which a provider may be sent)."""
         if isinstance(value, str):
             return self.outgoing(value)
@@ -361,7 +366,7 @@ def _macro_item(item: EvidenceItem, options: BlindOptions) -> EvidenceItem:
     return item.model_copy(update={"value": round(item.value / step) * step, "note": note})
 
 
-def _ticker_item(item: EvidenceItem, field: str, px, dollar_volume: float | None) -> EvidenceItem:
+def _ticker_item(item: EvidenceItem, field: str, px: object, dollar_volume: float | None) -> EvidenceItem:
     if field in PRICE_LEVELS and isinstance(item.value, float):
         if not isinstance(px, float) or not px > 0:
             return item.model_copy(update={"value": None, "unit": REBASED_UNIT, "note": "n/a (no close at t to rebase to)"})
@@ -404,7 +409,7 @@ def blind_memo(memo: Memo, scenario: Scenario, companies: list[Company], options
     blind_tickers = sorted(mapping.values())
     order = {p: i for i, p in enumerate(blind_tickers)}
     sections.sort(key=lambda s: -1 if s.ticker is None else order[s.ticker])  # stable: a ticker's sections keep their order
-    sector_of = scenario.sectors or {c.ticker: c.sector for c in companies}
+    sector_of = scenario.sectors or {c.ticker: c.sector for c in companies if c.sector}
     sectors = {mapping[t]: sector_of[t] for t in scenario.tickers if options.sectors == "keep" and sector_of.get(t)}
     blind_id = "blind-" + hashlib.sha256(scenario.id.encode()).hexdigest()[:10]
     blind = Memo(blind_id, "Q0", memo.as_of, blind_tickers, sections, blind=True, sectors=sectors,

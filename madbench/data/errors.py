@@ -25,7 +25,7 @@ class InputError(Exception):
             text += f" (fix: {fix})"
         super().__init__(text)
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[InputError], tuple[str | None, str, str | None]]:
         # Rebuilt from its three parts, not from the one text (pickle's default): an InputError raised in a Ray
         # actor or task then reaches the driver as itself.
         return type(self), (self.where, self.problem, self.fix)
@@ -47,9 +47,8 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     union members' names are dropped from the path: `model.api_bse: unknown key`, not `model.function-after[...]`."""
     errors = []
     for e in err.errors():
-        loc = [x for x in e["loc"] if isinstance(x, int) or not _UNION_TAG.match(str(x))]
-        tagged = len(loc) < len(e["loc"])
-        errors.append((loc, e, tagged))
+        kept = [x for x in e["loc"] if isinstance(x, int) or not _UNION_TAG.match(str(x))]
+        errors.append((kept, e, len(kept) < len(e["loc"])))
     specific = {tuple(loc[:1]) for loc, e, tagged in errors if tagged and not e["type"].endswith(_TYPE_MISMATCH)}
     parts = []
     for loc_parts, e, tagged in errors:

@@ -8,7 +8,7 @@ import pandas as pd
 
 
 def markdown_table(df: pd.DataFrame, digits: int = 3) -> str:
-    def cell(v) -> str:
+    def cell(v: object) -> str:
         if isinstance(v, float):
             return "n/a" if math.isnan(v) else f"{v:.{digits}f}"
         return str(v)

@@ -22,6 +22,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -207,6 +208,10 @@ def macro_items(pack: Pack, as_of: pd.Timestamp, prev_as_of: pd.Timestamp | None
 
 # ---------------------------------------------------------------- ticker layer
 
+#: A feature of (prices, SPY's prices, volume); None where its window is not covered.
+FeatureFn = Callable[[np.ndarray, np.ndarray | None, np.ndarray], float | None]
+
+
 @dataclass(frozen=True)
 class FeatureSpec:
     key: str
@@ -214,10 +219,10 @@ class FeatureSpec:
     unit: str
     fmt: str
     section: str
-    compute: Callable[[np.ndarray, np.ndarray | None, np.ndarray], float | None]  # (prices, spy, volume)
+    compute: FeatureFn
 
 
-def _needs_spy(fn):
+def _needs_spy(fn: Callable[[np.ndarray, np.ndarray], float | None]) -> FeatureFn:
     return lambda p, m, v: None if m is None else fn(p, m)
 
 
@@ -599,20 +604,21 @@ def _evidence_sections(pack: Pack, ticker: str, as_of: pd.Timestamp) -> list[Sec
     fundamentals = _fundamentals(ev, ticker, as_of)
     if fundamentals is not None:
         sections.append(fundamentals)
-    call, call_release = None, None
+    latest_call: tuple[Any, Release] | None = None  # the row and its release
     if ev.calls is not None:
         i = _last(ev.call_public, as_of)
         if i is not None:
-            call, call_release = ev.calls.iloc[i], ev.call_releases[i]
+            latest_call = ev.calls.iloc[i], ev.call_releases[i]
     # Without news, the latest call's sentiment stands in.
     sentiment = None
     i = _last(ev.news_public, as_of) if ev.news is not None else None
-    if i is not None:
+    if ev.news is not None and i is not None:
         row, window = ev.news.iloc[i], Quarter.parse(ev.news["quarter"].iloc[i])
         sentiment = dict(mean=float(row["mean_sentiment"]), svol=float(row["volatility"]), what=f"news articles ({int(row['article_count'])})",
                          source=f"news_sentiment:{window}", public=window.end, period=str(window), note=None,
                          header=f"news of {window}, through {window.end.date()}")
-    elif call is not None and pd.notna(call.get("sentiment")):
+    elif latest_call is not None and pd.notna(latest_call[0].get("sentiment")):
+        call, call_release = latest_call
         svol = call.get("sentiment_volatility")
         sentiment = dict(mean=float(call["sentiment"]), svol=float(svol) if pd.notna(svol) else None, what="earnings call",
                          source=f"earnings_calls:{call['quarter']}", public=call_release.date, period=call_release.period,
@@ -626,7 +632,7 @@ def _evidence_sections(pack: Pack, ticker: str, as_of: pd.Timestamp) -> list[Sec
         sections.append(Section("Sentiment", items, ticker, header=sentiment["header"]))
     fl = ev.filings
     i = _last(fl["_date"].to_numpy(dtype="datetime64[ns]"), as_of) if fl is not None else None
-    if i is not None:
+    if fl is not None and i is not None:
         row = fl.iloc[i]
         facts = [s for col in FILING_SECTIONS if col in row.index and pd.notna(row[col]) for s in split_sentences(row[col])]
         form = row.get("form", "filing")
@@ -638,10 +644,10 @@ def _evidence_sections(pack: Pack, ticker: str, as_of: pd.Timestamp) -> list[Sec
         period = f", fiscal period {fiscal_period}" if fiscal_period else ""
         if items:
             sections.append(Section("Filing", items, ticker, header=f"{form} filed {filed}{period}"))
-    if call is not None:
+    if latest_call is not None:
+        call, r = latest_call
         facts = [s for col in ("summary", "outlook", "risks", "drivers") if col in call.index and pd.notna(call[col])
                  for s in split_sentences(call[col])]
-        r = call_release
         note = r.dating("call")
         items = [EvidenceItem(id=f"{ticker}-EC{i}", label=f"Earnings-call fact {i}", value=fact, unit="text",
                               as_of=str(r.date.date()), source=f"earnings_calls:{call['quarter']}", note=note, period=r.period)

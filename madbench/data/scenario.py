@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError, format_validation_error
 from madbench.data.market.calendar import Quarter
+from madbench.data.market.pack import Pack
 from madbench.data.templates import read_yaml
 
 WEIGHT_TOL = 1e-6
@@ -128,7 +129,7 @@ def find_scenario(scenarios: list[Scenario], scenario_id: str, path: str | Path)
     raise InputError(path, f"no scenario with id {scenario_id!r}", f"use one of the file's ids, e.g. {sample}")
 
 
-def check_against_pack(scenario: Scenario, pack, where: str) -> None:
+def check_against_pack(scenario: Scenario, pack: Pack, where: str) -> None:
     """The pack has every ticker and covers the quarter; raise naming what is not."""
     missing = pack.missing_tickers(scenario.tickers)
     if missing:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,7 +107,7 @@ def mean_pairwise_jaccard(sets: list[set[str]]) -> float:
     return float(np.mean([len(a & b) / len(a | b) for a, b in pairs])) if pairs else float("nan")
 
 
-def draw_stats(scenarios: list[Scenario], sector_of) -> DrawStats:
+def draw_stats(scenarios: list[Scenario], sector_of: Callable[[str], str]) -> DrawStats:
     sizes = [len(s.tickers) for s in scenarios]
     sectors: dict[str, int] = {}
     for s in scenarios:

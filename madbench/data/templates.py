@@ -27,9 +27,9 @@ import os
 import re
 import string
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import jinja2
 import yaml
@@ -121,7 +121,7 @@ def _bounded_loop(iterable: Any) -> Any:
     if budget is None:
         return iterable
 
-    def each():
+    def each() -> Iterator[Any]:
         for item in iterable:
             budget.tick()
             yield item
@@ -208,14 +208,14 @@ def _percent_size(fmt: str | bytes, args: Any, cap: int) -> int:
         i += sum(taken)
         width = _number(got.pop(0) if taken[0] and got else m["width"], cap)
         prec = _number(got.pop(0) if taken[1] and got else m["prec"], cap)
-        value = mapping.get(m["key"]) if not taken[2] else got[0] if got else None
+        value = mapping.get(m["key"]) if mapping is not None and not taken[2] else got[0] if got else None
         total += width + prec + _text_size(value, cap)
         if total > cap:
             break
     return total
 
 
-def _format_size(fmt: str, args: tuple, kwargs: Mapping, cap: int) -> int:
+def _format_size(fmt: str, args: tuple[Any, ...], kwargs: Mapping[str, Any], cap: int) -> int:
     """An upper bound on the length of ``fmt.format(*args, **kwargs)``: its text, plus each field's width, precision
     and value. A nested width or precision (``{:>{w}}``) is taken as the largest number among the arguments."""
     numbers = [abs(v) for v in (*args, *kwargs.values()) if isinstance(v, int) and not isinstance(v, bool)]
@@ -233,6 +233,7 @@ def _format_size(fmt: str, args: tuple, kwargs: Mapping, cap: int) -> int:
             width = prec = max(numbers, default=0)
         else:
             m = _SPEC.match(spec or "")
+            assert m is not None  # every part of _SPEC is optional: it matches any spec
             width, prec = _number(m["width"], cap), _number(m["prec"], cap)
         total += width + prec + _text_size(value, cap)
         if total > cap:
@@ -309,7 +310,7 @@ _METHOD_SIZES: dict[str, Callable[..., int]] = {
 }
 
 
-def _bounded_method(obj: Any, args: tuple, kwargs: dict, budget: _Budget) -> tuple:
+def _bounded_method(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any], budget: _Budget) -> tuple[Any, ...]:
     """Check the size of what the bound method ``obj`` will build (``_METHOD_SIZES``); the arguments to call it with."""
     method = getattr(obj, "__wrapped__", obj)  # the sandbox wraps str.format and str.format_map (update_wrapper)
     owner, name = getattr(method, "__self__", None), getattr(method, "__name__", None)
@@ -325,9 +326,11 @@ def _bounded_method(obj: Any, args: tuple, kwargs: dict, budget: _Budget) -> tup
 def _sized_filter(name: str) -> Callable[..., Any]:
     """jinja's filter ``name``, refusing a result over the limit (``_FILTER_SIZES``) before building it. It takes the
     context, so jinja never folds it at compile time (see the module's docstring)."""
-    plain = ENV.filters[name]
-    lead = {_PassArg.context: lambda c: [c], _PassArg.eval_context: lambda c: [c.eval_ctx],
-            _PassArg.environment: lambda c: [c.environment]}.get(_PassArg.from_obj(plain), lambda c: [])
+    plain: Callable[..., Any] = ENV.filters[name]
+    leads: dict[_PassArg | None, Callable[[Context], list[Any]]] = {
+        None: lambda c: [], _PassArg.context: lambda c: [c], _PassArg.eval_context: lambda c: [c.eval_ctx],
+        _PassArg.environment: lambda c: [c.environment]}
+    lead = leads[_PassArg.from_obj(plain)]
 
     @pass_context
     def bounded(context: Context, value: Any, *args: Any, **kwargs: Any) -> Any:
@@ -357,10 +360,12 @@ class BoundedEnvironment(SandboxedEnvironment):
 
     intercepted_binops = frozenset({"*", "+", "**", "%"})  # intercepted operators are never folded at compile time
 
-    def _parse(self, source, name, filename):
-        return _Bound().visit(super()._parse(source, name, filename))
+    def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
+        tree = super()._parse(source, name, filename)
+        _Bound().visit(tree)  # rewrites the tree in place
+        return tree
 
-    def call_binop(self, context, op: str, left: Any, right: Any) -> Any:
+    def call_binop(self, context: Context, op: str, left: Any, right: Any) -> Any:
         budget = _budget()
         if budget is not None:
             budget.tick()
@@ -372,7 +377,7 @@ class BoundedEnvironment(SandboxedEnvironment):
                 budget.size(n)
         return super().call_binop(context, op, left, right)
 
-    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja's own signature)
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (jinja's own signature)
         budget = _budget()
         if budget is not None:
             budget.tick()
@@ -486,6 +491,6 @@ def compile_template(text: str, declared: set[str], where: str, allowed: set[str
         if unused:
             raise InputError(where, f"declared variable(s) not used by the template: {', '.join(unused)}",
                              "remove them from `variables` or use them")
-    template = ENV.from_string(text)
+    template = cast(BoundedTemplate, ENV.from_string(text))  # ENV.template_class
     template.where = where  # every render error names the file and field the template came from
     return template

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from .models import RateLimits
 
@@ -133,6 +134,6 @@ class LimiterCore:
                 self.successes_in_row = 0
                 self.counts["grows"] += 1
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         return {"in_flight": self.in_flight, "concurrency": self.concurrency,
                 "max_concurrency": self.limits.max_concurrency, **self.counts}

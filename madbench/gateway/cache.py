@@ -36,9 +36,10 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol, Self
 from urllib.parse import quote
 
 import diskcache
@@ -62,25 +63,25 @@ class UnsafeEntry(CorruptEntry):
     """A cache row asks to be unpickled; we never do that."""
 
 
-class SafeDisk(diskcache.Disk):
+class SafeDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no types: its Disk is Any
     """A diskcache Disk that only handles str keys, and bytes values or integer counters."""
 
-    def put(self, key):
+    def put(self, key: object) -> Any:
         if not isinstance(key, str):
             raise TypeError(f"cache keys must be str, got {type(key).__name__}")
         return super().put(key)
 
-    def get(self, key, raw):
+    def get(self, key: Any, raw: bool) -> Any:
         if not raw:
             raise UnsafeEntry("cache key stored as a pickle")
         return super().get(key, raw)
 
-    def store(self, value, read, key=diskcache.core.UNKNOWN):
+    def store(self, value: object, read: bool, key: Any = diskcache.core.UNKNOWN) -> Any:
         if not isinstance(value, (bytes, int)) or isinstance(value, bool) or read:
             raise TypeError("cache values must be JSON bytes (or integer counters)")
         return super().store(value, read, key=key)
 
-    def fetch(self, mode, filename, value, read):
+    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> bytes | int:
         if mode not in (MODE_RAW, MODE_BINARY) or read:
             raise UnsafeEntry(f"cache value stored in mode {mode}; only raw JSON bytes are read")
         data = super().fetch(mode, filename, value, read)
@@ -153,13 +154,16 @@ class _ReadIndex:
         db = directory / "cache.db"
         self._con = sqlite3.connect(_read_uri(db), uri=True, timeout=60) if db.is_file() else None
 
-    def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return [] if self._con is None else self._con.execute(sql, args).fetchall()
 
     def get(self, key: str) -> Any:
         rows = self._rows("SELECT mode, filename, value FROM Cache WHERE key = ? AND raw = 1 AND "
                           "(expire_time IS NULL OR expire_time > ?)", (key, time.time()))
-        return None if not rows else self.disk.fetch(*rows[0], False)
+        if not rows:
+            return None
+        mode, filename, value = rows[0]
+        return self.disk.fetch(mode, filename, value, False)
 
     def __contains__(self, key: str) -> bool:
         return self.get(key) is not None
@@ -170,7 +174,7 @@ class _ReadIndex:
             raise KeyError(key)
         return value
 
-    def iterkeys(self):
+    def iterkeys(self) -> Iterator[Any]:
         for key, raw in self._rows("SELECT key, raw FROM Cache ORDER BY rowid"):
             yield self.disk.get(key, raw)
 
@@ -188,6 +192,11 @@ class _ReadIndex:
     def close(self) -> None:
         if self._con is not None:
             self._con.close()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("this cache was opened read_only: get, put, delete and prune write to it")
+
+    incr = decr = add = delete = _refuse  # diskcache.Cache's writes, which ResponseCache calls
 
 
 def write_problem(directory: Path) -> InputError | None:
@@ -221,6 +230,8 @@ class ResponseCache:
 
     def __post_init__(self) -> None:
         self.directory = Path(self.directory).expanduser()
+        self._store: _ReadIndex | diskcache.Cache
+        self._stats: _ReadIndex | diskcache.Cache
         if self.read_only:
             self._store, self._stats = _ReadIndex(self.directory / "responses"), _ReadIndex(self.directory / "stats")
             return
@@ -235,10 +246,10 @@ class ResponseCache:
         self._store.close()
         self._stats.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- lookups
@@ -300,7 +311,7 @@ class ResponseCache:
 
     # -- maintenance (reads the index directly: diskcache has no group-by)
 
-    def _index_rows(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def _index_rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         db = self.directory / "responses" / "cache.db"
         if not db.is_file():
             return []  # a read-only open of a cache that was never written: empty
@@ -341,6 +352,7 @@ class ResponseCache:
 
     def prune(self, older_than_s: float, model: str | None = None) -> int:
         cutoff = time.time() - older_than_s
+        args: tuple[float | str, ...]
         sql, args = "SELECT key FROM Cache WHERE store_time < ?", (cutoff,)
         if model is not None:
             sql, args = sql + " AND tag = ?", (cutoff, model)
@@ -385,28 +397,33 @@ class NodeCache(ResponseCache):
         if self.remote is None:
             raise TypeError("NodeCache needs the remote cache it stands in front of")
 
+    @property
+    def _cluster(self) -> RemoteCache:
+        assert self.remote is not None  # __post_init__ refuses None
+        return self.remote
+
     def get(self, key: str, model: str) -> dict[str, Any] | None:
         body = super().get(key, model)
         if body is not None or not self.read_through:
             return body
-        body = self.remote.fetch(key, model)
+        body = self._cluster.fetch(key, model)
         if body is not None:  # keep the entry as the cluster stored it (its stored_at included)
             self._store.add(key, encode_entry(body), tag=model)
         return body
 
     def contains(self, key: str) -> bool:
-        return super().contains(key) or (self.read_through and self.remote.contains(key))
+        return super().contains(key) or (self.read_through and self._cluster.contains(key))
 
     def put(self, key: str, model: str, body: dict[str, Any]) -> None:
         super().put(key, model, body)
         if self.read_through:
-            self.remote.store(key, model, body)
+            self._cluster.store(key, model, body)
 
     def delete(self, key: str) -> bool:
         here = super().delete(key)
         if self.read_through:
-            self.remote.drop(key)
+            self._cluster.drop(key)
         return here
 
-    def single_flight(self):
-        return self.remote.single_flight()
+    def single_flight(self) -> Any:
+        return self._cluster.single_flight()

@@ -117,10 +117,10 @@ class Gateway:
         if hit is not None:
             return self._answered(hit, account)
         async with self.flight.hold(key):  # identical requests in flight are sent once (single_flight.py)
-            if self.cache.contains(key):  # answered by another caller while this one waited
+            if self._cache.contains(key):  # answered by another caller while this one waited
                 hit = self._from_cache(key, request, spec, validate, attempts, t0)
                 if hit is not None:
-                    self.cache.take_back_miss(spec.model)
+                    self._cache.take_back_miss(spec.model)
                     return self._answered(hit, account)
             return await self._fresh(request, key, spec, provider, validate, account, attempts, t0, cacheable)
 
@@ -156,7 +156,7 @@ class Gateway:
                 attempts=attempts, validation_retries=rounds, weight_policy=cand_spec.weight_policy or "strict", value=value,
             )
             if cacheable:
-                self.cache.put(key, spec.model, {"response": {
+                self._cache.put(key, spec.model, {"response": {
                     "content": raw.content, "model_used": raw.model_used, "is_llm": cand_provider.is_llm,
                     "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
                     "cost_usd": completion.cost_usd, "weight_policy": completion.weight_policy}})
@@ -180,13 +180,19 @@ class Gateway:
             totals.add_failure(records)
         return GatewayFailure(redact(reason), records)
 
+    @property
+    def _cache(self) -> ResponseCache:
+        assert self.cache is not None  # only a gateway with a cache has use_cache, and reads or writes it
+        return self.cache
+
     def _accounts(self, account: Totals | None) -> tuple[Totals, ...]:
         return (self.totals,) if account is None or account is self.totals else (self.totals, account)
 
-    def _from_cache(self, key, request, spec, validate, attempts, t0) -> Completion | None:
-        seen = len(self.cache.corrupt)
-        body = self.cache.get(key, spec.model)
-        for event in self.cache.corrupt[seen:]:
+    def _from_cache(self, key: str, request: LLMRequest, spec: ModelSpec, validate: Validator, attempts: list[Attempt],
+                    t0: float) -> Completion | None:
+        seen = len(self._cache.corrupt)
+        body = self._cache.get(key, spec.model)
+        for event in self._cache.corrupt[seen:]:
             attempts.append(Attempt(model=spec.model, kind="cache_corrupt", reason=event.reason))
         if body is None:
             return None
@@ -195,7 +201,7 @@ class Gateway:
             value = validate(resp["content"], spec)
         except OutputInvalid as exc:
             # Validation rules changed since this answer was stored: recompute rather than serve it.
-            self.cache.delete(key)
+            self._cache.delete(key)
             attempts.append(Attempt(model=spec.model, kind="cache_corrupt", reason=f"cached answer fails validation now: {exc}"))
             return None
         return Completion(
@@ -257,7 +263,7 @@ class Gateway:
             try:
                 self._check_guard()  # after the wait, which may be long: nothing is paid for an orphan
             except BaseException:
-                if limiter:
+                if limiter is not None and lease is not None:
                     await limiter.release(lease["lease_id"], "error")
                 raise
             start = time.perf_counter()
@@ -271,7 +277,7 @@ class Gateway:
                 # 429s honour Retry-After (capped) and tell the limiter; other transient errors back off.
                 kind = exc.kind
                 retry_after = getattr(exc, "retry_after", None)
-                if limiter:
+                if limiter is not None and lease is not None:
                     await limiter.release(lease["lease_id"], "rate_limited" if kind == "rate_limited" else "error",
                                           None, retry_after)
                 tries[kind] += 1
@@ -289,7 +295,7 @@ class Gateway:
                 await asyncio.sleep(pause)
                 continue
             except FatalProviderError as exc:
-                if limiter:
+                if limiter is not None and lease is not None:
                     await limiter.release(lease["lease_id"], "error")
                 attempts.append(Attempt(model=spec.model, kind=exc.kind, reason=redact(exc.reason),  # fatal, refused, truncated
                                         latency_s=time.perf_counter() - start, **exc.billed))  # a refusal is billed
@@ -297,7 +303,7 @@ class Gateway:
                 raise GatewayFailure(redact(named), []) from None
             latency = time.perf_counter() - start
             used = None if raw.prompt_tokens is None else raw.prompt_tokens + (raw.completion_tokens or 0)
-            if limiter:
+            if limiter is not None and lease is not None:
                 await limiter.release(lease["lease_id"], "ok", used)
             attempts.append(self._answer_attempt(spec, provider, raw, latency))
             return raw, waited
@@ -316,4 +322,4 @@ class Gateway:
     @staticmethod
     def _backoff(spec: ModelSpec, n: int) -> float:
         """Exponential backoff with jitter: base·2^(n−1), capped, times U(0.5, 1)."""
-        return min(spec.retry.backoff_max_s, spec.retry.backoff_base_s * 2 ** (n - 1)) * random.uniform(0.5, 1.0)
+        return min(spec.retry.backoff_max_s, spec.retry.backoff_base_s * 2.0 ** (n - 1)) * random.uniform(0.5, 1.0)

@@ -22,7 +22,7 @@ RAY_NAMESPACE = "madbench"
 
 
 class AsyncLimiter:
-    def __init__(self, limits: RateLimits | dict):
+    def __init__(self, limits: RateLimits | dict[str, Any]):
         self.limits = limits if isinstance(limits, RateLimits) else RateLimits.model_validate(limits)
         self.core = LimiterCore(self.limits, time.monotonic())
         self._queue = asyncio.Lock()  # FIFO: asyncio locks wake waiters in arrival order
@@ -54,7 +54,7 @@ class AsyncLimiter:
     async def snapshot(self) -> dict[str, Any]:
         return self.core.snapshot()
 
-    async def configure(self, limits: dict) -> bool:
+    async def configure(self, limits: dict[str, Any]) -> bool:
         """Adopt new limits (a later batch changed them); in-flight leases carry over. Returns whether they changed."""
         new = RateLimits.model_validate(limits)
         if new == self.limits:
@@ -69,18 +69,20 @@ class AsyncLimiter:
 class RayLimiterClient:
     """Awaitable facade over the named limiter actor."""
 
-    def __init__(self, actor):
+    def __init__(self, actor: Any) -> None:
         self.actor = actor
 
     async def acquire(self, est_tokens: float = 0.0) -> dict[str, Any]:
-        return await self.actor.acquire.remote(est_tokens)
+        lease: dict[str, Any] = await self.actor.acquire.remote(est_tokens)
+        return lease
 
     async def release(self, lease_id: int, outcome: str, tokens_used: float | None = None,
                       retry_after: float | None = None) -> None:
         await self.actor.release.remote(lease_id, outcome, tokens_used, retry_after)
 
     async def snapshot(self) -> dict[str, Any]:
-        return await self.actor.snapshot.remote()
+        snapshot: dict[str, Any] = await self.actor.snapshot.remote()
+        return snapshot
 
 
 def actor_name(limit_key: str) -> str:
@@ -97,7 +99,8 @@ def ray_limiter(limit_key: str, limits: RateLimits) -> RayLimiterClient:
     """
     import ray
 
-    actor_cls = ray.remote(num_cpus=0, max_concurrency=10_000)(AsyncLimiter)
+    # ray's stub omits the actor options (max_concurrency) from remote()'s overloads
+    actor_cls = ray.remote(num_cpus=0, max_concurrency=10_000)(AsyncLimiter)  # type: ignore[call-overload]
     # On the head node: a worker node can be lost mid-batch, and every run queues on this actor. A tiny claim
     # on the head's built-in resource places it there wherever the first caller runs.
     actor = actor_cls.options(name=actor_name(limit_key), namespace=RAY_NAMESPACE, get_if_exists=True,
@@ -113,7 +116,7 @@ class LimiterPool:
         self._use_ray = use_ray
         self._limiters: dict[str, AsyncLimiter | RayLimiterClient] = {}
 
-    def get(self, limit_key: str, limits: RateLimits):
+    def get(self, limit_key: str, limits: RateLimits) -> AsyncLimiter | RayLimiterClient:
         if limit_key not in self._limiters:
             use_ray = self._use_ray
             if use_ray is None:

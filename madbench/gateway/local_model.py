@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -43,7 +44,7 @@ def server_dir() -> Path:
     return Path(os.environ.get("MADBENCH_SERVER_DIR") or home_dir()).expanduser()
 
 
-def check_name(name: str) -> dict:
+def check_name(name: str) -> dict[str, Any]:
     if name not in LOCAL_MODELS:
         raise InputError(f"local/{name}", "unknown local model", f"use one of: {', '.join('local/' + n for n in LOCAL_MODELS)}")
     return LOCAL_MODELS[name]
@@ -55,7 +56,7 @@ def ensure_model_file(name: str) -> Path:
         package = __import__(info["package"])
     except ImportError:
         raise InputError(f"local/{name}", f"package {info['package']} is not installed", INSTALL_HINT) from None
-    target = home_dir() / package.MODEL_NAME
+    target: Path = home_dir() / package.MODEL_NAME
     if not target.exists():
         package.assemble(target)
     return target
@@ -64,7 +65,8 @@ def ensure_model_file(name: str) -> Path:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _alive(pid: int) -> bool:

@@ -14,11 +14,12 @@ import argparse
 import os
 import threading
 import time
+from typing import Any
 
 
 def _watch_owner(pid: int) -> None:
 
-    def watch():
+    def watch() -> None:
         while True:
             try:
                 os.kill(pid, 0)
@@ -53,11 +54,11 @@ def main() -> None:
     if not args.reuse_prefix:
         original = llama_cpp.Llama.generate
 
-        def generate_from_scratch(self, tokens, *a, **kw):
+        def generate_from_scratch(self: Any, tokens: Any, *a: Any, **kw: Any) -> Any:
             self.reset()  # n_tokens = 0: no prefix match, the whole prompt is evaluated afresh
             return original(self, tokens, *a, **kw)
 
-        llama_cpp.Llama.generate = generate_from_scratch
+        setattr(llama_cpp.Llama, "generate", generate_from_scratch)  # a method patched for this server process
 
     app = create_app(
         server_settings=ServerSettings(host="127.0.0.1", port=args.port),

@@ -7,7 +7,7 @@ never part of a spec; a spec only names the environment variable holding one.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
 
@@ -92,7 +92,7 @@ class ModelSpec(BaseModel):
         return self.model.split("/", 1)[0] if "/" in self.model else "openai"
 
     @model_validator(mode="after")
-    def _no_key_material(self):
+    def _no_key_material(self) -> "ModelSpec":
         if self.api_key_env is not None and not self.api_key_env.replace("_", "").isalnum():
             raise ValueError("api_key_env must name an environment variable (e.g. OPENAI_API_KEY), not hold a key")
         return self
@@ -106,7 +106,7 @@ def as_spec(value: "ModelSpec | str") -> ModelSpec:
     return value if isinstance(value, ModelSpec) else ModelSpec(model=value)
 
 
-def spec_identity(value: "ModelSpec | str") -> dict | str:
+def spec_identity(value: "ModelSpec | str") -> dict[str, Any] | str:
     """``value`` as a run identity sees it: its deployment fields (and its fallbacks') at their defaults, and a spec
     left with nothing but its model written as that model string, so that a tier given limits or a key variable is
     the same runs as the bare model string."""
@@ -118,11 +118,15 @@ def spec_identity(value: "ModelSpec | str") -> dict | str:
     return value.model if data == defaults else data
 
 
+def _rule_tiers() -> dict[str, ModelSpec | str]:
+    return {"deep": "rules/auto", "quick": "rules/auto"}
+
+
 class ModelRouting(BaseModel):
     """Models per role and phase, by tier name or inline spec."""
 
     model_config = ConfigDict(extra="forbid")
-    tiers: dict[str, ModelSpec | str] = Field(default_factory=lambda: {"deep": "rules/auto", "quick": "rules/auto"})
+    tiers: dict[str, ModelSpec | str] = Field(default_factory=lambda: _rule_tiers())
     default: str = "quick"
     roles: dict[str, str | ModelSpec] = Field(default_factory=dict)
     phases: dict[Phase, str | ModelSpec] = Field(default_factory=dict)
@@ -130,7 +134,7 @@ class ModelRouting(BaseModel):
     role_phases: dict[str, str | ModelSpec] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _check_names(self):
+    def _check_names(self) -> "ModelRouting":
         for where, table in (("roles", self.roles), ("phases", self.phases), ("role_phases", self.role_phases)):
             for name, choice in table.items():
                 if where == "role_phases" and (name.count(".") != 1 or name.split(".")[1] not in PHASES):
@@ -149,7 +153,8 @@ class ModelRouting(BaseModel):
         raise ValueError(f"{where}: {choice!r} is neither a tier ({', '.join(self.tiers)}) nor a model string like openai/gpt-4o-mini")
 
     def resolve(self, role: str, phase: str) -> ModelSpec:
-        for table, name in ((self.role_phases, f"{role}.{phase}"), (self.roles, role), (self.phases, phase)):
+        phases = cast("dict[str, str | ModelSpec]", self.phases)  # keyed by Phase, a str
+        for table, name in ((self.role_phases, f"{role}.{phase}"), (self.roles, role), (phases, phase)):
             if name in table:
                 spec = self._tier_or_spec(table[name], name)
                 break

@@ -65,6 +65,7 @@ class SingleFlight:
         return self.directory / f"{int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % SHARDS:04d}.lock"
 
     async def _flock(self, key: str) -> int:
+        assert self.directory is not None  # hold() takes a flock only with a directory
         self.directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.shard_path(key), os.O_RDWR | os.O_CREAT, 0o644)
         try:

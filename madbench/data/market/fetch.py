@@ -11,6 +11,7 @@ import io
 import socket
 import threading
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -78,7 +79,7 @@ def prices_from_yf(raw: pd.DataFrame, ticker: str) -> pd.DataFrame:
     return out.dropna(subset=["adj_close"])
 
 
-def _cached(cache: Path, name: str, download) -> bytes:
+def _cached(cache: Path, name: str, download: Callable[[], bytes]) -> bytes:
     path = cache / name
     if path.exists():
         return path.read_bytes()
@@ -99,12 +100,13 @@ def fetch_pack(tickers: list[str], start: str, end: str, out: str | Path, cache_
     tickers = sorted(set(tickers) | {"SPY"})
     prices, universe = [], []
     for t in tickers:
-        def dl(t=t) -> bytes:
+        def download_prices(t: str = t) -> bytes:
             raw = yf.Ticker(t).history(start=start, end=end, auto_adjust=False, actions=False)
             if raw.empty:
                 raise InputError(f"--tickers {t}", "yfinance returned no prices", "check the symbol and the date range")
-            return raw.to_csv().encode()
-        raw = pd.read_csv(io.BytesIO(_cached(cache, f"yf_{t}_{start}_{end}.csv", dl)), index_col=0)
+            text: str = raw.to_csv()
+            return text.encode()
+        raw = pd.read_csv(io.BytesIO(_cached(cache, f"yf_{t}_{start}_{end}.csv", download_prices)), index_col=0)
         raw.index = pd.to_datetime(raw.index, utc=True)
         prices.append(prices_from_yf(raw, t))
         info = yf.Ticker(t).get_info()
@@ -116,10 +118,11 @@ def fetch_pack(tickers: list[str], start: str, end: str, out: str | Path, cache_
         })
     macro = []
     for s in FETCH_SERIES:
-        def dl(s=s) -> bytes:
+        def download_series(s: str = s) -> bytes:
             with urllib.request.urlopen(FRED_CSV.format(series=s), timeout=30) as resp:
-                return resp.read()
-        csv = pd.read_csv(io.BytesIO(_cached(cache, f"fred_{s}.csv", dl)))
+                body: bytes = resp.read()
+                return body
+        csv = pd.read_csv(io.BytesIO(_cached(cache, f"fred_{s}.csv", download_series)))
         csv.columns = ["date", "value"]
         csv["value"] = pd.to_numeric(csv["value"], errors="coerce")  # FRED writes "." for no value
         macro.append(csv.dropna().assign(series=s))

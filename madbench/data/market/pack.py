@@ -7,10 +7,10 @@ so loading does the pivots up front and everything downstream is array slicing.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -34,6 +34,7 @@ from madbench.data.paths import PROJECT_ROOT
 PACK_ENV = "MADBENCH_PACK"
 EVIDENCE_ENV = "MADBENCH_EVIDENCE"
 BENCHMARK = "SPY"
+T = TypeVar("T")
 
 #: Where the demo and tests look for the offline pack when nothing else is given.
 REPO_ROOT = PROJECT_ROOT
@@ -112,12 +113,13 @@ class Pack:
         """Rows of an evidence table for one ticker, with ``_qord`` / ``_date`` sort keys."""
         return self._evidence_by_ticker.get(table, {}).get(ticker)
 
-    def derived(self, key: Any, build: Callable[[], Any]) -> Any:
+    def derived(self, key: Any, build: Callable[[], T]) -> T:
         """``build()``, computed once per pack and ``key``: for values that depend only on the pack's
         tables (which never change after loading), such as the dates the memo gives evidence rows."""
         if key not in self._derived:
             self._derived[key] = build()
-        return self._derived[key]
+        value: T = self._derived[key]  # built by this key's one build function
+        return value
 
     @property
     def has_results_dates(self) -> bool:
@@ -204,7 +206,7 @@ def _load_evidence_dir(directory: Path, into: dict[str, pd.DataFrame]) -> bool:
     return found
 
 
-def load_pack(root: str | Path, evidence: list[str | Path] | tuple = ()) -> Pack:
+def load_pack(root: str | Path, evidence: Sequence[str | Path] = ()) -> Pack:
     """Load the pack at ``root`` and attach evidence tables from ``evidence`` dirs."""
     root = Path(root)
     if not root.is_dir():

@@ -48,8 +48,13 @@ class Providers:
         """How narrowly the schema sent to ``spec`` is fitted: its own setting, else its provider's default; "turn"
         when no schema is sent at all (``prompt_only``: the turn's own outline travels in the prompt, there is nothing
         to share)."""
-        prepared = self.for_model(spec.model).prepare(spec)
-        return "turn" if prepared.structured_output == "prompt_only" else prepared.schema_scope
+        provider = self.for_model(spec.model)
+        prepared = provider.prepare(spec)
+        if prepared.structured_output == "prompt_only":
+            return "turn"
+        if prepared.schema_scope is None:  # Provider.prepare fills in its default
+            raise TypeError(f"{type(provider).__name__}.prepare left schema_scope unset for {spec.model}")
+        return prepared.schema_scope
 
 
 __all__ = ["Provider", "Providers", "RawResponse"]

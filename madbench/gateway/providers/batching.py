@@ -22,6 +22,7 @@ Bedrock charge). ``batch_pricing`` says which was used.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -110,7 +111,7 @@ def _ns(value: Any) -> Any:
     return [_ns(v) for v in value] if isinstance(value, list) else value
 
 
-def raw_response(line: dict[str, Any], spec: ModelSpec, cost) -> RawResponse:
+def raw_response(line: dict[str, Any], spec: ModelSpec, cost: Callable[..., float | None]) -> RawResponse:
     """A batch result line as the provider's answer, or the error it stands for, classified as a synchronous call's
     (a refusal and a truncation too, with what they billed: ``cost`` prices them)."""
     if "response" not in line:
@@ -205,7 +206,8 @@ class BatchAPI:
     async def upload(self, lines: list[dict[str, Any]], name: str) -> str:
         data = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines).encode()
         litellm = import_litellm()
-        return (await self._call(litellm.acreate_file(file=(name, data), purpose="batch", **self._kwargs()))).id
+        file_id: str = (await self._call(litellm.acreate_file(file=(name, data), purpose="batch", **self._kwargs()))).id
+        return file_id
 
     async def create(self, input_file_id: str, metadata: dict[str, str]) -> dict[str, Any]:
         litellm = import_litellm()
@@ -233,9 +235,10 @@ class BatchAPI:
 
     async def content(self, file_id: str) -> bytes:
         litellm = import_litellm()
-        return (await self._call(litellm.afile_content(file_id=file_id, **self._kwargs()))).content
+        body: bytes = (await self._call(litellm.afile_content(file_id=file_id, **self._kwargs()))).content
+        return body
 
-    async def _call(self, awaitable):
+    async def _call(self, awaitable: Awaitable[Any]) -> Any:
         litellm = import_litellm()
         try:
             return await awaitable
@@ -251,7 +254,7 @@ class BatchAPI:
             raise cls(redact(f"{status} {type(exc).__name__}: {exc}")[:500]) from None
 
 
-def _plain(batch) -> dict[str, Any]:
+def _plain(batch: Any) -> dict[str, Any]:
     """A litellm batch object as plain JSON (what the journal keeps)."""
     data = batch.model_dump(mode="json") if hasattr(batch, "model_dump") else dict(batch)
     keep = ("id", "status", "input_file_id", "output_file_id", "error_file_id", "request_counts", "errors", "metadata",

@@ -10,6 +10,7 @@ import email.utils
 import os
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import FatalProviderError, Overloaded, RateLimited, Refused, TransientError, Truncated
@@ -22,7 +23,7 @@ from .llama_schema import llama_cpp_schema
 _litellm = None
 
 
-def import_litellm():
+def import_litellm() -> Any:
     """Import litellm once, with its cost map read from the package (no network at import)."""
     global _litellm
     if _litellm is None:
@@ -180,7 +181,7 @@ def _transient(exc: Exception, spec: ModelSpec) -> TransientError:
     return TransientError(reason) if wait is None else Overloaded(reason, min(wait, spec.limits.retry_after_cap_s))
 
 
-async def sent(litellm, kwargs: dict[str, Any], spec: ModelSpec):
+async def sent(litellm: Any, kwargs: dict[str, Any], spec: ModelSpec) -> Any:
     """``litellm.acompletion(**kwargs)``, its errors classified once (``errors``: rate limited, transient, fatal)."""
     try:
         return await litellm.acompletion(**kwargs)
@@ -206,7 +207,7 @@ async def sent(litellm, kwargs: dict[str, Any], spec: ModelSpec):
         raise FatalProviderError(redact(f"{status} {type(exc).__name__}: {exc}")[:500]) from None
 
 
-def unanswered(choice: Any, usage: Any, spec: ModelSpec, cost) -> Refused | Truncated | None:
+def unanswered(choice: Any, usage: Any, spec: ModelSpec, cost: Callable[..., float | None]) -> Refused | Truncated | None:
     """A refusal (OpenAI's ``message.refusal``; ``content_filter``, litellm's name for Anthropic's ``refusal`` and
     Gemini's ``SAFETY`` and other blocks) or a truncation (``length``: OpenAI's, Anthropic's ``max_tokens``, Gemini's
     ``MAX_TOKENS``), with what it billed; None for an answer. Neither is ever handed to validation as an answer."""
@@ -338,7 +339,8 @@ class LiteLLMProvider:
     def count_tokens(self, spec: ModelSpec, text: str) -> int:
         """``litellm.token_counter``: exact for OpenAI's models (tiktoken); for others litellm counts with OpenAI's
         cl100k tokenizer, an estimate (Claude's and Gemini's tokenizers are not available offline)."""
-        return import_litellm().token_counter(model=spec.model, text=text)
+        tokens: int = import_litellm().token_counter(model=spec.model, text=text)
+        return tokens
 
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return spec.api_base

@@ -42,7 +42,7 @@ def bounded_numbers_as_enums(schema: dict[str, Any], steps: int = 20) -> dict[st
     llama.cpp's grammar ignores numeric bounds, so a small model writes a confidence of 3.5 or a stop-loss of
     80% and fails validation; an enum it cannot leave."""
 
-    def walk(node):
+    def walk(node: Any) -> Any:
         if isinstance(node, dict):
             lo, hi = node.get("minimum", node.get("exclusiveMinimum")), node.get("maximum", node.get("exclusiveMaximum"))
             if node.get("type") == "integer" and node.get("minimum") is not None and node.get("maximum") is not None \
@@ -58,7 +58,8 @@ def bounded_numbers_as_enums(schema: dict[str, Any], steps: int = 20) -> dict[st
         if isinstance(node, list):
             return [walk(v) for v in node]
         return node
-    return walk(copy.deepcopy(schema))
+    bounded: dict[str, Any] = walk(copy.deepcopy(schema))
+    return bounded
 
 
 #: Per-ticker lists: the answer must hold exactly one entry per ticker of the universe.
@@ -74,7 +75,7 @@ def ticker_tuples(schema: dict[str, Any]) -> None:
     def tuple_for(prop: dict[str, Any]) -> dict[str, Any] | None:
         item = _item_def(prop, defs)
         tickers = (((item or {}).get("properties") or {}).get("ticker") or {}).get("enum")
-        if not tickers:
+        if item is None or not tickers:
             return None
         entries = [_fixed(item, "ticker", {"const": t}) for t in tickers]
         return {"type": "array", "prefixItems": entries, "minItems": len(tickers), "maxItems": len(tickers)}

@@ -22,7 +22,7 @@ class LocalModelProvider:
     cacheable = True
     rate_limited = True
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._inner = LiteLLMProvider()
         self._servers: dict[str, ServerState] = {}
 
@@ -56,7 +56,8 @@ class LocalModelProvider:
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return spec.api_base or f"local://{Path(ensure_model_file(spec.model.split('/', 1)[1])).name}"
 
-    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, **cache_split: int | None) -> float:
+    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, cached_tokens: int | None = None,
+             cache_write_tokens: int | None = None, batch: bool = False) -> float:
         return 0.0  # runs on this machine; nothing is billed
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:

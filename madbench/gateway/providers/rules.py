@@ -7,6 +7,7 @@ The gateway knows nothing of what they answer: whoever composes the system hands
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -16,7 +17,7 @@ from ..request import LLMRequest
 from .base import RawResponse
 
 #: (name after ``rules/``, the request's structured context) → the answer. Raises KeyError for an unknown name.
-RuleAnswer = Callable[[str, dict], BaseModel]
+RuleAnswer = Callable[[str, dict[str, Any]], BaseModel]
 
 
 class RulesProvider:
