@@ -128,6 +128,7 @@ TREE = ("pyproject.toml", "README.md", "madbench", "runner", "debate", "scoring"
 
 def build_wheel(dest: Path) -> Path:
     src = dest / "src"
+    src.mkdir()
     for name in TREE:  # a copy, so that the build leaves nothing in the checkout
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
         copy(ROOT / name, src / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}))
