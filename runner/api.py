@@ -6,6 +6,7 @@ Bad input raises ``InputError`` (naming the file or argument and the fix), as th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,7 @@ class BatchEstimate(BaseModel):
 def run(batch: str | Path, *, model: str | None = None, routing: str | None = None, settings: list[str] | None = None,
         results_dir: str | Path | None = None,
         cache_dir: str | Path | None = None, scenarios: str | Path | None = None, pack: str | Path | None = None,
-        evidence: list[str | Path] | None = None, address: str | None = None, provider_batch: bool = False,
+        evidence: Sequence[str | Path] | None = None, address: str | None = None, provider_batch: bool = False,
         max_runs: int | None = None, retry_failed: bool = False, progress: bool = False) -> BatchRun:
     """Run a batch file (resumable: committed runs are kept), exactly as `madbench run BATCH` with the same options.
 
@@ -165,7 +166,7 @@ def unpriced_calls(root: Path) -> int:
 def estimate(batch: str | Path, *, model: str | None = None, routing: str | None = None,
              settings: list[str] | None = None, calibrate_from: str | Path | None = None,
              results_dir: str | Path | None = None, cache_dir: str | Path | None = None, scenarios: str | Path | None = None,
-             pack: str | Path | None = None, evidence: list[str | Path] | None = None, address: str | None = None,
+             pack: str | Path | None = None, evidence: Sequence[str | Path] | None = None, address: str | None = None,
              provider_batch: bool = False, max_runs: int | None = None, retry_failed: bool = False) -> BatchEstimate:
     """What `madbench run BATCH --dry-run` computes: the runs a run would do now (committed ones are skipped, failed
     ones too unless ``retry_failed``) and their estimated calls, tokens, cost and time, without running anything.
@@ -182,7 +183,7 @@ def estimate_with(o: RunOptions) -> BatchEstimate:
     b = load_checked(o)
     layout = BatchLayout(b.root)
     stored = {r.run_id: layout.stored_result(r.run_id) for r in b.runs}
-    todo = [r for r in b.runs if stored[r.run_id] is None or (o.retry_failed and stored[r.run_id].status == "failed")]
+    todo = [r for r in b.runs if (done := stored[r.run_id]) is None or (o.retry_failed and done.status == "failed")]
     figures = dry_run(b, todo, o.calibrate_from) if todo else None
     return BatchEstimate(batch=b.spec.name, results_dir=b.root, runs=len(b.runs), committed=len(b.runs) - len(todo),
                          estimate=figures)

@@ -23,7 +23,7 @@ from madbench.data.atomic import atomic_write_text
 from madbench.data.markdown import markdown_table
 from madbench.data.paths import PROJECT_ROOT
 from madbench.eval.report.page import build_report
-from madbench.results import BatchDirs, ResultsDir
+from madbench.results import BatchDirs, ResultsDir, read_manifest
 from madbench.runner import api
 from madbench.runner.api import BatchRun
 
@@ -64,7 +64,7 @@ def summarise(roots: list[Path]) -> str:
     runs = pd.concat([ResultsDir(r).runs for r in roots if BatchDirs(r).table("runs").exists()], ignore_index=True)
     ok = runs[runs.status == "ok"]
     # Count against the manifests: a run that crashed has no row in runs.parquet, but it is not ok.
-    planned = sum(len(m.runs) for m in (ResultsDir(r).manifest for r in roots if BatchDirs(r).manifest.exists()))
+    planned = sum(len(read_manifest(r).runs) for r in roots if BatchDirs(r).manifest.exists())
     lines = [f"# madbench demo: {len(ok)} of {planned} runs ok", "",
              "Mean (SEM) over scenarios. Rule-based runs are non-LLM; the local model is a 270M base model.", ""]
     rows = []

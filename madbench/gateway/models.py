@@ -164,7 +164,7 @@ class ModelRouting(BaseModel):
             spec = spec.model_copy(update={"model": f"rules/{role if phase not in ('judge', 'crit', 'rca') else phase}"})
         return spec
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """The routing as a run identity sees it: every spec through ``spec_identity``."""
         data = self.model_dump(mode="json")
         for table in ("tiers", "roles", "phases", "role_phases"):
