@@ -118,12 +118,12 @@ def check_client_cache(address: str | None, cache_cli: str | None) -> None:
 def expected_calls(config, scenario, memo, rates=None) -> float:
     """LLM calls (one ``llm_call`` event each) one run of ``config`` on ``scenario`` makes, from its protocol's
     phase structure with interventions and early stop at ``rates`` (default: the declared expected case);
-    ``memo`` is the scenario's ``Memo`` (its desk slices decide how many desks are called). See runner/estimate.py."""
+    ``memo`` is the scenario's ``Memo`` (its desk slices decide how many desks are called). See runner/estimate/."""
     return estimate_run(config, scenario, MemoInfo.from_memo(memo), rates or EXPECTED_RATES).calls
 
 
 def dry_run(spec, runs, pack, calibrate_from: str | None = None) -> dict:
-    """The batch's size and its estimated calls, tokens, cost and time (runner/estimate.py), without running
+    """The batch's size and its estimated calls, tokens, cost and time (runner/estimate/), without running
     anything: expected and worst case per config, and the batch's wall time on its max_in_flight and rate limits.
     With ``calibrate_from`` (a pilot batch's results directory), its rates, tokens and latencies replace the
     declared ones."""
