@@ -16,6 +16,11 @@ DEFAULT_NUDGE = ("Your causal claims outrun their evidence. For each claim, eith
                  "have to hold for it, or relabel it as observational or pattern. Do not claim causes from price statistics.")
 
 
+#: Its place in a protocol's call plan (``madbench.debate.protocols.plan``): the rates (fields of the estimate's
+#: ``Rates``) at which an agent falls below the threshold, and stays below after a re-revision.
+FIRING_RATES = ("cc_fire", "cc_refire")
+
+
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
     p4_threshold: float = Field(0.8, ge=0, le=1)

@@ -32,6 +32,13 @@ DEFAULT_NUDGES = {
 GENERIC_NUDGE = "The desk's views are collapsing into one. Restore the positions your own evidence supports."
 
 
+#: Its place in a protocol's call plan (``madbench.debate.protocols.plan``): the rates (fields of the estimate's
+#: ``Rates``) at which it fires after a round's revisions and fires again after a re-revision.
+FIRING_RATES = ("js_fire", "js_refire")
+#: Divergence needs two allocations: with fewer agents it never checks.
+MIN_AGENTS = 2
+
+
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
     threshold: float = Field(0.8, gt=0, le=1)
@@ -77,7 +84,7 @@ def _within_limits(before: dict[str, float], p: Params) -> Callable[[Validated],
 
 async def after_revise_round(debate: Debate, p: Params, round_: int) -> None:
     """Check for a collapse of divergence; on one, nudge every agent and revise again under revision limits."""
-    if len(debate.agents) < 2:
+    if len(debate.agents) < MIN_AGENTS:
         return
     collapsed, reason = triggered(debate.js_in, debate.js_rev, p)
     debate.ctx.trace.write(InterventionCheck(name="js_collapse", round=round_, fired=collapsed, reason=reason,

@@ -26,6 +26,12 @@ OPTIMISATION_FRAMING = ("Treat this as an optimisation problem: choose weights t
                         "and make every claim and every critique response consistent with those weights.")
 
 
+#: Its place in a protocol's call plan (``madbench.debate.protocols.plan``): the phase of its judge's check, and the
+#: rate (a field of the estimate's ``Rates``) at which a check fails.
+CHECK_PHASE = "rca"
+FIRING_RATES = ("rca_fail",)
+
+
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: The turn types checked: only ``revise`` is implemented (see the module docstring).

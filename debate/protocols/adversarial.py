@@ -12,10 +12,11 @@ import json
 
 from pydantic import BaseModel, ConfigDict
 
-from madbench.debate.config import AgentConfig
+from madbench.debate.config import AgentConfig, DebateConfig
 from madbench.debate.context import RunContext
 from madbench.debate.outcome import Outcome
 from madbench.debate.protocols.desks import stage_task
+from madbench.debate.protocols.plan import Call, Plan, Step, stage
 from madbench.debate.protocols.staged import ask_stage, known_ids_check
 from madbench.debate.schemas import Claim, PositionRationale, Proposal
 from madbench.debate.stage_schemas import Attack, CIOVerdict, FactBase, Rebuttal, RiskScorecard, Thesis
@@ -27,6 +28,36 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: The author's "what I would change": a second bear turn on the rebuttal.
     extra_bear_round: bool = False
+
+
+# The committee's stages, in order: what each is asked, by whom, and which earlier answers its prompt shows.
+PLANNER = stage("planner", "planner", FactBase)
+BULL_THESIS = stage("bull_thesis", "bull", Thesis, ("planner",))
+#: The thesis is the part with a claim graph: CRIT grades it (the bull, round 1).
+THESIS_CRIT = Call(kind="crit", role="bull", phase="crit", sees=("bull_thesis",), round=1)
+BEAR_ATTACK = stage("bear_attack", "bear", Attack, ("planner", "bull_thesis"))
+BULL_REBUTTAL = stage("bull_rebuttal", "bull", Rebuttal, ("bull_thesis", "bear_attack"))
+BEAR_CHANGES = stage("bear_changes", "bear", Attack, ("bull_thesis", "bull_rebuttal"), round=2)
+#: Independent of the debate: the memo and the proposed book, not the arguments.
+RISK_AUDITOR = stage("risk_auditor", "risk_auditor", RiskScorecard, context=("book",))
+
+
+def cio(opt: Options) -> Call:
+    """The CIO sees the whole debate (with the bear's second turn when there is one) and the risk scorecard."""
+    debate = ("bull_thesis", "bear_attack", "bull_rebuttal") + (("bear_changes",) if opt.extra_bear_round else ())
+    return stage("cio", "cio", CIOVerdict, debate + ("risk_auditor",))
+
+
+def stages(opt: Options) -> list[Call]:
+    """The stages one run asks, one after another."""
+    second = [BEAR_CHANGES] if opt.extra_bear_round else []
+    return [PLANNER, BULL_THESIS, THESIS_CRIT, BEAR_ATTACK, BULL_REBUTTAL, *second, RISK_AUDITOR, cio(opt)]
+
+
+def plan(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+    """Every stage once, one after another (``stages``)."""
+    steps = tuple(Step(c.kind, (c,)) for c in stages(Options.model_validate(cfg.options)))
+    return Plan(protocol=P, prompts="stages", rounds=0, steps=steps)
 
 
 def strongest_claim(thesis: Thesis) -> str:
@@ -57,22 +88,24 @@ def thesis_as_proposal(thesis: Thesis, universe: list[str]):
 async def run(ctx: RunContext) -> Outcome:
     opt = Options.model_validate(ctx.config.options)
     memo_ids = ctx.memo_ids
-    facts, _, _ = await ask_stage(ctx, stage_task(ctx, P, "planner", "planner"), FactBase, {"memo": ctx.memo_text},
+    facts, _, _ = await ask_stage(ctx, stage_task(ctx, P, PLANNER.kind, PLANNER.role), PLANNER.schema, {"memo": ctx.memo_text},
                                   lambda f: known_ids_check(f, memo_ids, "the memo"))
     fact_json = facts.model_dump_json(indent=1)
     thesis, thesis_w, _ = await ask_stage(
-        ctx, stage_task(ctx, P, "bull_thesis", "bull", inputs={"facts": facts.model_dump(mode="json")}), Thesis,
+        ctx, stage_task(ctx, P, BULL_THESIS.kind, BULL_THESIS.role, inputs={"facts": facts.model_dump(mode="json")}),
+        BULL_THESIS.schema,
         {"facts": fact_json}, lambda t: known_ids_check(t, memo_ids, "the memo"), allocation=_alloc)
     target = strongest_claim(thesis)
-    # The thesis is the part with a claim graph: the deterministic audit and CRIT grade it (the bull, round 1).
-    crit = await ctx.crit(AgentConfig(role="bull"), 1, thesis_as_proposal(thesis, ctx.universe), [])
+    # The thesis is the part with a claim graph: the deterministic audit and CRIT grade it.
+    crit = await ctx.crit(AgentConfig(role=THESIS_CRIT.role), THESIS_CRIT.round, thesis_as_proposal(thesis, ctx.universe), [])
 
     def check_attack(a: Attack) -> list[str]:
         wrong = [] if a.target_claim == target else [f"target_claim must be the bull's strongest claim, {target} "
                                                       f"(highest strength), not {a.target_claim!r}"]
         return wrong + known_ids_check(a, memo_ids, "the memo")
     attack_inputs = {"facts": facts.model_dump(mode="json"), "thesis": thesis.model_dump(mode="json"), "target": target}
-    attack, _, _ = await ask_stage(ctx, stage_task(ctx, P, "bear_attack", "bear", inputs=attack_inputs), Attack,
+    attack, _, _ = await ask_stage(ctx, stage_task(ctx, P, BEAR_ATTACK.kind, BEAR_ATTACK.role, inputs=attack_inputs),
+                                   BEAR_ATTACK.schema,
                                    {"facts": fact_json, "thesis": thesis.model_dump_json(indent=1), "target": target}, check_attack,
                                    enums={"target_claim": [target]})
     debated_ids = {i for c in thesis.claims for i in c.evidence_ids} | set(attack.evidence_ids)
@@ -80,25 +113,27 @@ async def run(ctx: RunContext) -> Outcome:
     def check_rebuttal(r: Rebuttal) -> list[str]:  # the rebuttal may not bring new evidence
         return known_ids_check(r, debated_ids, "the evidence already cited by the thesis and the attack (no new evidence)")
     rebuttal, rebuttal_w, _ = await ask_stage(
-        ctx, stage_task(ctx, P, "bull_rebuttal", "bull", inputs={**attack_inputs, "attack": attack.model_dump(mode="json")}),
-        Rebuttal, {"thesis": thesis.model_dump_json(indent=1), "attack": attack.model_dump_json(indent=1)}, check_rebuttal,
+        ctx, stage_task(ctx, P, BULL_REBUTTAL.kind, BULL_REBUTTAL.role,
+                        inputs={**attack_inputs, "attack": attack.model_dump(mode="json")}),
+        BULL_REBUTTAL.schema, {"thesis": thesis.model_dump_json(indent=1), "attack": attack.model_dump_json(indent=1)}, check_rebuttal,
         allocation=_alloc, visible_ids=debated_ids)
     second = None
     if opt.extra_bear_round:
         second, _, _ = await ask_stage(
-            ctx, stage_task(ctx, P, "bear_changes", "bear", inputs={"thesis": thesis.model_dump(mode="json"),
-                                                                    "rebuttal": rebuttal.model_dump(mode="json")}, round_=2),
-            Attack, {"thesis": thesis.model_dump_json(indent=1), "rebuttal": rebuttal.model_dump_json(indent=1), "target": target},
-            check_attack, label="bear_changes", enums={"target_claim": [target]})
-    # The auditor is independent of the debate: it sees the memo and the proposed book, not the arguments.
+            ctx, stage_task(ctx, P, BEAR_CHANGES.kind, BEAR_CHANGES.role, inputs={
+                "thesis": thesis.model_dump(mode="json"), "rebuttal": rebuttal.model_dump(mode="json")},
+                round_=BEAR_CHANGES.round),
+            BEAR_CHANGES.schema, {"thesis": thesis.model_dump_json(indent=1), "rebuttal": rebuttal.model_dump_json(indent=1), "target": target},
+            check_attack, label=BEAR_CHANGES.kind, enums={"target_claim": [target]})
     proposed = json.dumps(rebuttal_w, indent=1)
-    card, _, _ = await ask_stage(ctx, stage_task(ctx, P, "risk_auditor", "risk_auditor", inputs={"proposed": rebuttal_w}),
-                                 RiskScorecard, {"memo": ctx.memo_text, "proposed": proposed},
+    card, _, _ = await ask_stage(ctx, stage_task(ctx, P, RISK_AUDITOR.kind, RISK_AUDITOR.role, inputs={"proposed": rebuttal_w}),
+                                 RISK_AUDITOR.schema, {"memo": ctx.memo_text, "proposed": proposed},
                                  lambda c: known_ids_check(c, memo_ids, "the memo"))
     debate = {"thesis": thesis.model_dump(mode="json"), "attack": attack.model_dump(mode="json"),
               "rebuttal": rebuttal.model_dump(mode="json"), "changes": second.model_dump(mode="json") if second else None}
+    last = cio(opt)
     verdict, weights, cash = await ask_stage(
-        ctx, stage_task(ctx, P, "cio", "cio", inputs={**debate, "scorecard": card.model_dump(mode="json")}), CIOVerdict,
+        ctx, stage_task(ctx, P, last.kind, last.role, inputs={**debate, "scorecard": card.model_dump(mode="json")}), last.schema,
         {"debate": json.dumps(debate, indent=1), "scorecard": card.model_dump_json(indent=1)}, allocation=_alloc)
     scores = {k: getattr(card, k).score for k in ("valuation", "liquidity", "macro_exposure", "regulatory", "execution")}
     return Outcome(weights=weights, cash=cash, method=f"adversarial:cio:{verdict.decision}", rounds_run=2 if second else 1,

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from madbench.debate.config import DebateConfig
 from madbench.debate.context import RunContext, gather_turns
 from madbench.debate.events import Conviction
 from madbench.debate.outcome import Outcome
+from madbench.debate.protocols.plan import Call, Plan, Step, stage
 from madbench.debate.protocols.staged import SLICES, ask_stage, known_ids_check, memo_slice, record_local, tickers_check
 from madbench.debate.rules.analyst import fix_rounding
 from madbench.debate.stage_schemas import Argument, DebateMap, DeskReport, Ruling, Synthesis, TickerSignal, TickerView
@@ -97,6 +100,48 @@ class Options(BaseModel):
     no_conviction: Literal["equal", "cash"] = "equal"
 
 
+#: The debate's two sides, in the order they speak each round.
+SIDES = ("bull", "bear")
+DEBATE_MAP = stage("debate_map", "moderator", DebateMap)
+RESEARCH_MANAGER = stage("research_manager", "research_manager", Ruling)
+SYNTHESISER = stage("synthesiser", "synthesiser", Synthesis)
+
+
+def desk_role(desk: str) -> str:
+    return f"desk_{desk}"
+
+
+def debate_steps(first: str, desks: tuple[str, ...], rounds: int) -> tuple[list[Step], tuple[str, ...], tuple[str, ...]]:
+    """The desks (stage ``first``) with evidence in their slice, concurrently (a desk without evidence answers
+    without a call), then each round the sides in turn, each seeing the reports and every argument so far:
+    (steps, the reports' kinds, the history's kinds)."""
+    steps = [Step(first, tuple(stage(first, desk_role(d), DeskReport, desk=d) for d in desks))] if desks else []
+    reports = (first,) * len(desks)
+    history: tuple[str, ...] = ()
+    for r in range(1, rounds + 1):
+        for side in SIDES:
+            steps.append(Step(side, (stage(side, side, Argument, reports + history, round=r),)))
+            history += (side,)
+    return steps, reports, history
+
+
+def _after(call: Call, sees: tuple[str, ...]) -> Step:
+    return Step(call.kind, (replace(call, sees=sees),))
+
+
+def plan(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+    """desks → bull, bear per round → debate map → [research manager] → synthesiser, one step after another."""
+    opt = Options.model_validate(cfg.options)
+    steps, reports, history = debate_steps("desk", desks, opt.debate_rounds)
+    steps.append(_after(DEBATE_MAP, reports + history))
+    ruling: tuple[str, ...] = ()
+    if opt.enable_research_manager:
+        steps.append(_after(RESEARCH_MANAGER, reports + history + ("debate_map",)))
+        ruling = ("research_manager",)
+    steps.append(_after(SYNTHESISER, reports + ("debate_map",) + ruling))
+    return Plan(protocol="desks", prompts="stages", rounds=0, steps=tuple(steps))
+
+
 def neutral_report(universe: list[str], desk: str) -> DeskReport:
     return DeskReport(signals=[TickerSignal(ticker=t, signal="neutral", confidence="low") for t in universe], key_points=[],
                       evidence_ids=[], summary=f"No {desk} evidence in the memo: neutral, low confidence, no model called.")
@@ -123,7 +168,7 @@ async def run_desks(ctx: RunContext, protocol: str, stage: str = "desk") -> dict
     """Every desk concurrently, each prompted with its own slice of the memo only."""
     async def one(desk: str) -> DeskReport:
         evidence = memo_slice(ctx.memo.items, desk)
-        task = stage_task(ctx, protocol, stage, f"desk_{desk}", evidence, params={"desk": desk})
+        task = stage_task(ctx, protocol, stage, desk_role(desk), evidence, params={"desk": desk})
         if not evidence:
             report = neutral_report(ctx.universe, desk)
             record_local(ctx, task, report, f"no {desk} evidence in the memo: neutral report without a model call")
@@ -148,7 +193,7 @@ async def bull_bear(ctx: RunContext, protocol: str, reports: dict[str, DeskRepor
     allowed = {i for r in reports.values() for i in r.evidence_ids}
     history: list[dict] = []
     for r in range(1, rounds + 1):
-        for side in ("bull", "bear"):
+        for side in SIDES:
             task = stage_task(ctx, protocol, side, side, [], {"reports": {d: x.model_dump(mode="json") for d, x in reports.items()},
                                                              "history": history}, r)
 
@@ -168,7 +213,8 @@ async def run(ctx: RunContext) -> Outcome:
     history = await bull_bear(ctx, "desks", reports, opt.debate_rounds)
     shared = {"reports": {d: r.model_dump(mode="json") for d, r in reports.items()}, "history": history}
     text = {"reports": reports_json(reports), "history": json.dumps(history, indent=1)}
-    dmap, _, _ = await ask_stage(ctx, stage_task(ctx, "desks", "debate_map", "moderator", [], shared), DebateMap, text)
+    dmap, _, _ = await ask_stage(ctx, stage_task(ctx, "desks", DEBATE_MAP.kind, DEBATE_MAP.role, [], shared), DEBATE_MAP.schema,
+                                 text)
     ruling = None
     if opt.enable_research_manager:
         memo_ids = ctx.memo_ids
@@ -176,14 +222,14 @@ async def run(ctx: RunContext) -> Outcome:
         def check_ruling(r: Ruling) -> list[str]:
             bad = sorted({c.metric_id for c in r.invalidation_conditions} - memo_ids)
             return [f"invalidation_conditions: metric_id {', '.join(bad)} not in the memo; name a memo evidence ID"] if bad else []
-        ruling, _, _ = await ask_stage(ctx, stage_task(ctx, "desks", "research_manager", "research_manager", [],
+        ruling, _, _ = await ask_stage(ctx, stage_task(ctx, "desks", RESEARCH_MANAGER.kind, RESEARCH_MANAGER.role, [],
                                                        {**shared, "debate_map": dmap.model_dump(mode="json")}),
-                                       Ruling, {**text, "debate_map": dmap.model_dump_json(indent=1)}, check_ruling)
+                                       RESEARCH_MANAGER.schema, {**text, "debate_map": dmap.model_dump_json(indent=1)}, check_ruling)
     ruling_json = ruling.model_dump_json(indent=1) if ruling else "(no research manager in this configuration)"
     synth, _, _ = await ask_stage(
-        ctx, stage_task(ctx, "desks", "synthesiser", "synthesiser", [],
+        ctx, stage_task(ctx, "desks", SYNTHESISER.kind, SYNTHESISER.role, [],
                         {**shared, "debate_map": dmap.model_dump(mode="json"), "ruling": ruling.model_dump(mode="json") if ruling else None}),
-        Synthesis, {**text, "debate_map": dmap.model_dump_json(indent=1), "ruling": ruling_json},
+        SYNTHESISER.schema, {**text, "debate_map": dmap.model_dump_json(indent=1), "ruling": ruling_json},
         lambda s: covers_universe([v.ticker for v in s.views], ctx.universe, "views"))
     per_ticker = {t: [s for r in reports.values() for s in r.signals if s.ticker == t] for t in ctx.universe}
     convergence = {t: signal_convergence(per_ticker[t]) for t in ctx.universe}

@@ -15,14 +15,15 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from madbench.debate.config import AgentConfig
+from madbench.debate.config import AgentConfig, DebateConfig
 from madbench.debate.context import RunContext, gather_turns
 from madbench.debate.control import PIDState, PIDStep, cash_spread, jsd, pairwise_js, pid_step
 from madbench.debate.events import ControllerStep, Divergence, EarlyStop
 from madbench.debate.grading import CritScore
-from madbench.debate.interventions import configured, hooks_at
+from madbench.debate.interventions import INTERVENTIONS, configured, hooks_at
 from madbench.debate.interventions.hooks import HOOKS, RevisionRequest
 from madbench.debate.outcome import Outcome
+from madbench.debate.protocols.plan import Call, Check, Firing, Plan, Step
 from madbench.debate.schemas import CritiqueItem
 from madbench.debate.task import ReceivedCritique
 from madbench.debate.validation import Validated, cap_weights
@@ -31,6 +32,63 @@ from madbench.debate.validation import Validated, cap_weights
 class Options(BaseModel):
     """The paper protocol's knobs are the config's own fields (rounds, pid, interventions …)."""
     model_config = ConfigDict(extra="forbid")
+
+
+def scores_proposals(cfg: DebateConfig) -> bool:
+    """With no debate round, CRIT grades the proposals (round 0) when rounds are scored."""
+    return cfg.rounds == 0 and cfg.score_rounds
+
+
+def judged(cfg: DebateConfig) -> bool:
+    return cfg.aggregation == "judge"
+
+
+def _firing(name: str, p: BaseModel) -> Firing:
+    """The intervention's chance to act, at the rates its module names (it fires; it fires again)."""
+    rates = INTERVENTIONS[name].FIRING_RATES
+    return Firing(name, rates[0], p.max_retries, rates[1] if len(rates) > 1 else None)
+
+
+def _turn(a: AgentConfig, phase: str, variant: str = "", check: Check | None = None) -> Call:
+    return Call(kind=phase, role=a.role, phase=phase, agent=a.agent_id, variant=variant, check=check)
+
+
+def _revision(a: AgentConfig, checks: list[tuple[str, BaseModel]], variant: str = "") -> Call:
+    """A revise turn and the check of every ``after_revision`` intervention, which re-asks it nudged on a failure."""
+    if len(checks) > 1:
+        raise ValueError(f"the call plan models one after_revision check, got {', '.join(n for n, _ in checks)}")
+    check = None
+    for name, p in checks:
+        phase = INTERVENTIONS[name].CHECK_PHASE
+        check = Check(_turn(a, phase), _turn(a, "revise", "nudged"), _firing(name, p))
+    return _turn(a, "revise", variant, check)
+
+
+def plan(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+    """propose → [CRIT on the proposals, ``scores_proposals``] → each round: critique (the agents with targets) →
+    revise (each revision checked by the ``after_revision`` interventions) → each ``after_revise_round``
+    intervention's re-revision of every agent → [CRIT → each ``after_crit`` intervention's re-revision and re-score,
+    one agent after another] → [judge]: the hook points of ``PaperDebate``."""
+    agents, active = cfg.agents, configured(cfg.interventions)
+    at = {point: [(n, p) for n, p in active if hasattr(INTERVENTIONS[n], point)] for point in HOOKS}
+    steps = [Step("propose", tuple(_turn(a, "propose") for a in agents))]
+    if scores_proposals(cfg):
+        steps.append(Step("crit", tuple(_turn(a, "crit", "proposal") for a in agents)))
+    if cfg.rounds:
+        steps.append(Step("critique", tuple(_turn(a, "critique") for a in agents if cfg.targets_of(a.agent_id)), each_round=True))
+        steps.append(Step("revise", tuple(_revision(a, at["after_revision"]) for a in agents), each_round=True))
+        for name, p in at["after_revise_round"]:
+            if len(agents) >= getattr(INTERVENTIONS[name], "MIN_AGENTS", 1):
+                steps.append(Step(name, tuple(_revision(a, at["after_revision"], "nudged") for a in agents), each_round=True,
+                                  when=_firing(name, p)))
+        if cfg.score_rounds:
+            steps.append(Step("crit", tuple(_turn(a, "crit") for a in agents), each_round=True))
+            for name, p in at["after_crit"]:
+                chain = tuple(c for a in agents for c in (_revision(a, at["after_revision"], "nudged"), _turn(a, "crit")))
+                steps.append(Step(name, chain, each_round=True, sequential=True, when=_firing(name, p)))
+    if judged(cfg):
+        steps.append(Step("judge", (Call(kind="judge", role="judge", phase="judge", agent="judge"),)))
+    return Plan(protocol="paper", prompts="profiles", rounds=cfg.rounds, steps=tuple(steps))
 
 
 def _peer_view(ctx: RunContext, outputs: dict[str, Validated], agent: AgentConfig) -> list[dict]:
@@ -112,7 +170,7 @@ class PaperDebate:
         outs = await gather_turns(*[self._propose(a) for a in self.agents])
         self.current = dict(zip(self.ids, outs))
         self.js_log["propose"] = _divergence(self.ctx, "propose", 0, self.current) if len(self.agents) > 1 else 0.0
-        if self.cfg.rounds == 0 and self.cfg.score_rounds:
+        if scores_proposals(self.cfg):
             scores = await gather_turns(*[self.ctx.crit(a, 0, self.current[a.agent_id].value, []) for a in self.agents])
             self.rho_by_round.append(sum(s.rho for s in scores) / len(scores))
 
@@ -220,7 +278,7 @@ class PaperDebate:
     # -- aggregation
 
     async def aggregate(self) -> Outcome:
-        if self.cfg.aggregation == "judge":
+        if judged(self.cfg):
             weights, cash, notes = await self.judge()
             method = "judge"
         else:
@@ -244,4 +302,4 @@ async def run(ctx: RunContext) -> Outcome:
     return await PaperDebate(ctx).run()
 
 
-__all__ = ["PaperDebate", "mean_allocation", "run"]
+__all__ = ["PaperDebate", "mean_allocation", "plan", "run"]

@@ -43,6 +43,7 @@ from madbench.debate.control import cash_spread, jsd, pairwise_js
 from madbench.debate.events import Divergence
 from madbench.debate.outcome import Outcome
 from madbench.debate.protocols.paper import mean_allocation
+from madbench.debate.protocols.plan import Call, Plan, Step
 from madbench.debate.task import AgentTask
 from madbench.debate.validation import Validated, cap_weights
 
@@ -145,6 +146,16 @@ def majority_allocation(samples: list[dict[str, float]], cash: list[float], univ
     total = sum(held.values())
     weights = cap_weights({t: held.get(t, 0.0) / total * (1 - c_med) for t in universe}, c.max_weight)
     return weights, c_med, notes
+
+
+def plan(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+    """N proposals of the one agent (the paper's propose prompt), asked concurrently; nothing else is called."""
+    n = Options.model_validate(cfg.options).samples
+    if n is None:
+        raise ValueError(f"config {cfg.name}: match_tokens_of is unresolved (runner.batch.resolve_samples resolves it)")
+    agent = cfg.agents[0]
+    draws = Call(kind="propose", role=agent.role, phase="propose", agent=agent.agent_id, count=n)
+    return Plan(protocol="self_consistency", prompts="profiles", rounds=0, steps=(Step("propose", (draws,)),))
 
 
 async def _draw(ctx: RunContext, i: int) -> Validated:

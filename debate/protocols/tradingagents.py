@@ -15,10 +15,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from madbench.debate.config import DebateConfig
 from madbench.debate.context import RunContext, gather_turns
 from madbench.debate.events import Reflection
 from madbench.debate.outcome import Outcome
-from madbench.debate.protocols.desks import bull_bear, reports_json, run_desks, stage_task
+from madbench.debate.protocols.desks import bull_bear, debate_steps, reports_json, run_desks, stage_task
+from madbench.debate.protocols.plan import Plan, Step, stage
 from madbench.debate.protocols.staged import ask_stage, known_ids_check, tickers_check
 from madbench.debate.stage_schemas import PMDecision, RiskView, TradePlan
 
@@ -31,6 +33,22 @@ class Options(BaseModel):
     model_config = ConfigDict(extra="forbid")
     debate_rounds: int = Field(2, ge=0, le=6)
     reflection: bool = True
+
+
+def risk_role(stance: str) -> str:
+    return f"risk_{stance}"
+
+
+def plan(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+    """analysts → bull, bear per round → trader → the risk stances concurrently → portfolio manager. The trader
+    and the manager are also shown the reflection line; the risk team the trader's proposed book."""
+    opt = Options.model_validate(cfg.options)
+    steps, reports, history = debate_steps("analyst", desks, opt.debate_rounds)
+    steps.append(Step("trader", (stage("trader", "trader", TradePlan, reports + history, context=("reflection",)),)))
+    steps.append(Step("risk", tuple(stage("risk", risk_role(s), RiskView, reports, context=("book",)) for s in STANCES)))
+    steps.append(Step("portfolio_manager", (stage("portfolio_manager", "portfolio_manager", PMDecision,
+                                                  ("trader",) + ("risk",) * len(STANCES), context=("reflection",)),)))
+    return Plan(protocol=P, prompts="stages", rounds=0, steps=tuple(steps))
 
 
 def _alloc(a):
@@ -95,7 +113,7 @@ async def run(ctx: RunContext) -> Outcome:
     allowed = {i for r in reports.values() for i in r.evidence_ids}
     text = {"reports": reports_json(reports), "history": json.dumps(history, indent=1), "reflection": reflection}
     inputs = {"reports": {d: r.model_dump(mode="json") for d, r in reports.items()}, "history": history, "reflection": reflection}
-    plan, plan_w, _ = await ask_stage(ctx, stage_task(ctx, P, "trader", "trader", [], inputs), TradePlan, text,
+    trade, plan_w, _ = await ask_stage(ctx, stage_task(ctx, P, "trader", "trader", [], inputs), TradePlan, text,
                                       lambda t: known_ids_check(t, allowed, "the analyst reports"), allocation=_alloc,
                                       visible_ids=allowed)
 
@@ -103,7 +121,7 @@ async def run(ctx: RunContext) -> Outcome:
         def check(v: RiskView) -> list[str]:
             wrong = [] if v.stance == stance else [f"stance must be {stance!r}"]
             return wrong + tickers_check([c.ticker for c in v.caps], ctx.universe, "caps")
-        view, _, _ = await ask_stage(ctx, stage_task(ctx, P, "risk", f"risk_{stance}", [], {"plan": plan_w, "stance": stance}),
+        view, _, _ = await ask_stage(ctx, stage_task(ctx, P, "risk", risk_role(stance), [], {"plan": plan_w, "stance": stance}),
                                      RiskView, {"plan": json.dumps(plan_w, indent=1), "stance": stance,
                                                 "reports": text["reports"]}, check, label=f"risk:{stance}", enums={"stance": [stance]})
         return view
@@ -112,7 +130,7 @@ async def run(ctx: RunContext) -> Outcome:
     decision, weights, cash = await ask_stage(
         ctx, stage_task(ctx, P, "portfolio_manager", "portfolio_manager", [],
                         {"plan": plan_w, "risk": [v.model_dump(mode="json") for v in views], "reflection": reflection}),
-        PMDecision, {"plan": plan.model_dump_json(indent=1), "risk": risk_json, "reflection": reflection}, allocation=_alloc)
+        PMDecision, {"plan": trade.model_dump_json(indent=1), "risk": risk_json, "reflection": reflection}, allocation=_alloc)
     append_log(log_path, {"run_id": ctx.run_id, "universe": universe_key(ctx.universe), "invest_quarter": str(ctx.scenario.quarter),
                           "config": ctx.config.name, "replicate": ctx.sample_index, "weights": weights, "cash": cash,
                           "decision": decision.decision})
