@@ -46,8 +46,8 @@ class RunResult(BaseModel):
     totals: dict[str, Any] = Field(default_factory=dict)
 
 
-_RERUN = ("delete it and run the command that wrote it again (for a batch, its `madbench run`): that run is re-run, "
-          "resuming from its trace with its paid calls served from the cache")
+_RERUN = ("delete it and run the batch's `madbench run` command again: that run is re-run, resuming from its trace "
+          "(kept in traces/) with its paid calls served from the cache")
 
 
 def read_result(p: Path, run_id: str | None = None) -> RunResult:
