@@ -9,7 +9,7 @@ Unknown fields are rejected: a trace that does not match its model is an error, 
 from __future__ import annotations
 
 from collections.abc import Container
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -225,8 +225,7 @@ class RunEnd(Event):
     totals: dict[str, Any] | None = None
 
 
-AnyEvent = Annotated[Union[RunStart, MemoShown, LLMCall, LLMFailure, Turn, Crit, RCA, Divergence, Intervention,
-                           InterventionCheck, ControllerStep, EarlyStop, Conviction, Reflection, BlindMap, Final, Backtest, RunEnd],
+AnyEvent = Annotated[RunStart | MemoShown | LLMCall | LLMFailure | Turn | Crit | RCA | Divergence | Intervention | InterventionCheck | ControllerStep | EarlyStop | Conviction | Reflection | BlindMap | Final | Backtest | RunEnd,
                      Field(discriminator="event")]
 EVENT_ADAPTER: TypeAdapter[AnyEvent] = TypeAdapter(AnyEvent)
 

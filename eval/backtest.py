@@ -98,7 +98,7 @@ def weight_vector(weights: dict[str, float], tickers: tuple[str, ...] | list[str
     w = np.array([float(weights.get(t, 0.0)) for t in tickers])
     if not np.isfinite(w).all():
         raise InputError(where, "weights must be finite numbers", "fix the weights")
-    neg = [t for t, x in zip(tickers, w) if x < 0]
+    neg = [t for t, x in zip(tickers, w, strict=True) if x < 0]
     if neg:
         raise InputError(where, f"negative weights for {', '.join(neg)}", "weights are long-only: use 0 or more")
     total = float(w.sum())
@@ -231,7 +231,7 @@ def backtest_positions(window: Window, shares: dict[str, float], cash: float, wh
 def _result(window: Window, w: np.ndarray, curve: np.ndarray, arrays, capital: float, whole_shares: bool) -> BacktestResult:
     return BacktestResult(
         quarter=str(window.quarter), as_of=str(window.dates[0].date()), end=str(window.dates[-1].date()),
-        tickers=list(window.tickers), weights={t: float(x) for t, x in zip(window.tickers, w)}, capital=capital,
+        tickers=list(window.tickers), weights={t: float(x) for t, x in zip(window.tickers, w, strict=True)}, capital=capital,
         whole_shares=whole_shares, rf_annual=window.rf_annual, rf_source=window.rf_source, price_basis=window.price_basis,
         metrics=metrics_row(arrays, 0, spy_missing=window.spy is None),
         dates=[str(d.date()) for d in window.dates], equity_curve=[float(x) for x in curve],

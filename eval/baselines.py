@@ -30,7 +30,7 @@ def _history_returns(pack: Pack, quarter: Quarter, tickers: list[str], days: int
     if i < days:
         raise InputError(what, f"needs {days} daily returns before {as_of.date()}, the pack has {i}", "use a later quarter")
     p = pack.px_np[i - days : i + 1, [pack.tickers.index(t) for t in tickers]]
-    short = [t for t, bad in zip(tickers, np.isnan(p).any(axis=0)) if bad]
+    short = [t for t, bad in zip(tickers, np.isnan(p).any(axis=0), strict=True) if bad]
     if short:
         raise InputError(what, f"{', '.join(short)} lack {days} days of prices before {as_of.date()}", "drop them or use a later quarter")
     return p[1:] / p[:-1] - 1.0

@@ -54,10 +54,10 @@ def backtest_sequence(pack: Pack, steps: list[QuarterAllocation], rf: str = "dff
     value, holdings = capital, {"CASH": capital}  # dollar value per position at the current mark
     curve, rf_d_days, turnovers, costs = [capital], [], [], 0.0
     spy_returns: list[np.ndarray] | None = []
-    for i, (q, step) in enumerate(zip(quarters, steps)):
+    for i, (q, step) in enumerate(zip(quarters, steps, strict=True)):
         win = holding_window(pack, q, list(step.weights), rf, where=f"{where}[{i}]")
         w, cash_w = weight_vector(step.weights, win.tickers, step.allow_cash, where=f"{where}[{i}].weights")
-        target = {t: value * x for t, x in zip(win.tickers, w)}
+        target = {t: value * x for t, x in zip(win.tickers, w, strict=True)}
         traded = sum(abs(target.get(n, 0.0) - holdings.get(n, 0.0)) for n in (set(target) | set(holdings)) - {"CASH"})
         turnovers.append(traded / value)
         cost = cost_bps / 1e4 * traded
@@ -68,7 +68,7 @@ def backtest_sequence(pack: Pack, steps: list[QuarterAllocation], rf: str = "dff
         rf_d_days.extend([win.rf_d] * win.trading_days)
         spy_returns = spy_returns + [win.spy[1:] / win.spy[:-1]] if spy_returns is not None and win.spy is not None else None
         growth = win.prices[-1] / win.prices[0]
-        holdings = {t: value * x * g for t, x, g in zip(win.tickers, w, growth)}
+        holdings = {t: value * x * g for t, x, g in zip(win.tickers, w, growth, strict=True)}
         holdings["CASH"] = value * cash_w * (1.0 + win.rf_d) ** win.trading_days
         value = float(seg[0, -1])
     c = np.array(curve)[None, :]

@@ -289,7 +289,7 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
         cfg = load_debate_config(_rel(base, name))
         keys = sorted(spec.grid)
         for values in itertools.product(*(spec.grid[k] for k in keys)) if keys else [()]:
-            override = dict(zip(keys, values))
+            override = dict(zip(keys, values, strict=True))
             data = cfg.model_dump(mode="json") | override
             if override:
                 data["name"] = cfg.name + "".join(f"+{k}={v}" for k, v in override.items())

@@ -58,7 +58,7 @@ class RecallProbeSpec(BaseModel):
     @field_validator("edges_pct")
     @classmethod
     def _increasing(cls, v: list[float]) -> list[float]:
-        if any(b <= a for a, b in zip(v, v[1:])):
+        if any(b <= a for a, b in zip(v, v[1:], strict=False)):
             raise ValueError(f"edges must increase strictly, got {v}")
         return v
 
@@ -84,8 +84,8 @@ class RecallPrompt:
     def buckets(self) -> list[dict[str, str]]:
         """Each bucket's label and its range in words, from the edges (lower edge included)."""
         e = self.spec.edges_pct
-        ranges = [f"below {e[0]:+g}%", *[f"from {a:+g}% to below {b:+g}%" for a, b in zip(e, e[1:])], f"{e[-1]:+g}% or more"]
-        return [{"label": label, "range": text} for label, text in zip(BUCKETS, ranges)]
+        ranges = [f"below {e[0]:+g}%", *[f"from {a:+g}% to below {b:+g}%" for a, b in zip(e, e[1:], strict=False)], f"{e[-1]:+g}% or more"]
+        return [{"label": label, "range": text} for label, text in zip(BUCKETS, ranges, strict=True)]
 
 
 def load_recall_prompt(path: str | Path | None = None) -> RecallPrompt:
@@ -115,7 +115,7 @@ def realised_returns(pack: Pack, quarter: str, tickers: list[str], where: str) -
     """(as-of date, last date, ticker -> total return in %) over the backtest's holding window of ``quarter``."""
     window = holding_window(pack, Quarter.parse(quarter), tickers, rf="0", where=where)
     change = (window.prices[-1] / window.prices[0] - 1.0) * 100.0
-    return str(window.dates[0].date()), str(window.dates[-1].date()), {t: float(x) for t, x in zip(tickers, change)}
+    return str(window.dates[0].date()), str(window.dates[-1].date()), {t: float(x) for t, x in zip(tickers, change, strict=True)}
 
 
 def quarter_items(scenarios: list[Scenario], pack: Pack, where: str) -> list[QuarterItems]:
@@ -193,12 +193,12 @@ async def ask_model(gateway: Gateway, spec: ModelSpec, prompt: RecallPrompt, ite
     for outcome in settled:  # a bug is a bug: re-raised as it is
         if isinstance(outcome, BaseException) and not isinstance(outcome, GatewayFailure):
             raise outcome
-    failed = [(item, o) for (item, _), o in zip(jobs, settled) if isinstance(o, GatewayFailure)]
+    failed = [(item, o) for (item, _), o in zip(jobs, settled, strict=True) if isinstance(o, GatewayFailure)]
     if failed:
         item, first = failed[0]
         raise ProbeFailed(f"{spec.model}: {len(failed)} of {len(jobs)} requests got no valid answer; the first "
                           f"({item.quarter}): {first.reason}")
-    return [(item, c) for (item, _), c in zip(jobs, settled)]
+    return [(item, c) for (item, _), c in zip(jobs, settled, strict=True)]
 
 
 def observation_rows(model: str, item: QuarterItems, completion: Completion, prompt: RecallPrompt,

@@ -3,13 +3,13 @@ the dispatch loop acts on its status (runner/dispatch.py), the progress display 
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     OK = "ok"
     FAILED = "failed"
     #: Not run: the batch's budget is reached. The run stays pending, and no attempt of it is counted.

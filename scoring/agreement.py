@@ -61,7 +61,7 @@ def undefined_because(x: np.ndarray, y: np.ndarray, names: tuple[str, str] = ("a
     if np.ptp(np.concatenate([x, y])) == 0:
         same = f"both give {x[0]:.3f} on all {turns}: no variance, nothing to agree on"
         return {"correlation": same, "icc": same}
-    constant = [f"{name} gives {v[0]:.3f} on all {turns}" for name, v in zip(names, (x, y)) if np.ptp(v) == 0]
+    constant = [f"{name} gives {v[0]:.3f} on all {turns}" for name, v in zip(names, (x, y), strict=True) if np.ptp(v) == 0]
     correlation = (f"{turns} in common: correlations need 3" if n < 3
                    else f"{' and '.join(constant)}: correlations undefined" if constant else None)
     return {"correlation": correlation, "icc": f"{turns} in common: ICC needs 2" if n < 2 else None}

@@ -181,7 +181,7 @@ async def score_run(run: StoredRun, label: str, spec: ModelSpec, rubric: Rubric,
 
     results = await asyncio.gather(*[one(e) for e in run.crit_events], return_exceptions=True)
     out = RunScores(run.run_id, totals=totals.model_dump())
-    for event, r in zip(run.crit_events, results):
+    for event, r in zip(run.crit_events, results, strict=True):
         if isinstance(r, reraise):
             raise r
         if isinstance(r, BaseException):

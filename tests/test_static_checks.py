@@ -63,3 +63,11 @@ def test_the_type_checker_finds_no_error():
     for link in sorted(renamed, key=len, reverse=True):
         report = report.replace(link, renamed[link])
     assert out.returncode == 0, report[-6000:]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ruff") is None, reason="ruff is not installed (pip install -e '.[test]' installs it)")
+def test_the_linter_finds_nothing():
+    """ruff with the rule set of pyproject.toml (pyflakes, isort, bugbear, pyupgrade, simplify) over the whole tree."""
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-6000:]

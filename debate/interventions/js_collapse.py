@@ -98,7 +98,7 @@ async def after_revise_round(debate: Debate, p: Params, round_: int) -> None:
         outs = await gather_turns(*[
             debate.revise(a, [nudge(a.role, p)], f"revise:js{attempt}", _within_limits(debate.current[a.agent_id].weights, p), caps)
             for a in debate.agents])
-        debate.revisions = dict(zip([a.agent_id for a in debate.agents], outs))
+        debate.revisions = dict(zip([a.agent_id for a in debate.agents], outs, strict=True))
         debate.js_rev = debate.revision_divergence(round_)
         if not triggered(debate.js_in, debate.js_rev, p)[0]:
             break

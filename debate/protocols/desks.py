@@ -181,7 +181,7 @@ async def run_desks(ctx: RunContext, protocol: str, stage: str = "desk") -> dict
         report, _, _ = await ask_stage(ctx, task, DeskReport, {"desk": desk}, check, visible_ids=allowed)
         return report
     reports = await gather_turns(*(one(d) for d in SLICES))
-    return dict(zip(SLICES, reports))
+    return dict(zip(SLICES, reports, strict=True))
 
 
 def reports_json(reports: dict[str, DeskReport]) -> str:

@@ -168,7 +168,7 @@ class PaperDebate:
 
     async def propose(self) -> None:
         outs = await gather_turns(*[self._propose(a) for a in self.agents])
-        self.current = dict(zip(self.ids, outs))
+        self.current = dict(zip(self.ids, outs, strict=True))
         self.js_log["propose"] = _divergence(self.ctx, "propose", 0, self.current) if len(self.agents) > 1 else 0.0
         if scores_proposals(self.cfg):
             scores = await gather_turns(*[self.ctx.crit(a, 0, self.current[a.agent_id].value, []) for a in self.agents])
@@ -197,7 +197,7 @@ class PaperDebate:
     async def critique_round(self, t: int) -> None:
         self.received = {a.agent_id: [] for a in self.agents}
         crits = await gather_turns(*[self.critique(a, t) for a in self.agents])
-        for a, c in zip(self.agents, crits):
+        for a, c in zip(self.agents, crits, strict=True):
             if c is None:
                 continue
             for item in c.value.critiques:
@@ -216,7 +216,7 @@ class PaperDebate:
 
     async def revise_round(self, t: int) -> None:
         outs = await gather_turns(*[self.revise(a, [], "revise") for a in self.agents])
-        self.revisions = dict(zip(self.ids, outs))
+        self.revisions = dict(zip(self.ids, outs, strict=True))
         self.js_rev = self.revision_divergence(t)
 
     async def revise(self, a: AgentConfig, nudges: list[str], label: str,

@@ -183,13 +183,13 @@ async def run(ctx: RunContext) -> Outcome:
     cash = [v.value.cash_weight for v in outs]
     ids = [f"sample{i}" for i in range(len(outs))]
     spread = jsd(weights, cash)
-    ctx.trace.write(Divergence(phase="propose", round=0, jsd=spread, pairwise=pairwise_js(dict(zip(ids, weights))),
+    ctx.trace.write(Divergence(phase="propose", round=0, jsd=spread, pairwise=pairwise_js(dict(zip(ids, weights, strict=True))),
                                cash_spread=cash_spread(cash)))
     if opt.combine == "mean":
-        final, final_cash, notes = mean_allocation(ctx, dict(zip(ids, outs)))
+        final, final_cash, notes = mean_allocation(ctx, dict(zip(ids, outs, strict=True)))
     else:
         final, final_cash, notes = majority_allocation(weights, cash, ctx.universe, ctx.constraints)
-    distinct = len({tuple(round(w[t], 6) for t in ctx.universe) + (round(c, 6),) for w, c in zip(weights, cash)})
+    distinct = len({tuple(round(w[t], 6) for t in ctx.universe) + (round(c, 6),) for w, c in zip(weights, cash, strict=True)})
     return Outcome(weights=final, cash=final_cash, method=f"self_consistency:{opt.combine}", rounds_run=0, rho_bar=None,
                    js={"propose": spread}, notes=notes,
                    extras={"samples": opt.samples, "combine": opt.combine, "distinct_samples": distinct,

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 import jinja2
 from pydantic import BaseModel, ConfigDict

@@ -195,7 +195,7 @@ class RuleAnalyst:
             peer_w = {h.ticker: h.weight for h in peer.allocation}
             if peer.claims:
                 # Attack the claim behind the peer's most weighted position that this role likes least.
-                def badness(claim):
+                def badness(claim, peer_w=peer_w):
                     return min((scores.get(t, 0.0) - peer_w.get(t, 0.0) for t in claim.impacts_positions), default=0.0)
                 claim = min(peer.claims, key=lambda c: (badness(c), c.claim_id))
                 target = claim.claim_id

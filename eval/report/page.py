@@ -80,7 +80,7 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
     metrics = [m for m in FIGURE_METRICS if m in ok.columns]
     context = {
         "batch": data.batch, "n_runs": len(runs), "n_ok": len(ok), "n_failed": len(failed), "configs": configs,
-        "n_scenarios": runs["scenario_id"].nunique(), "generated": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "n_scenarios": runs["scenario_id"].nunique(), "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "notes": notes, "correction": correction, "plotly_js": get_plotlyjs(),
         "table_html": analysis.table.html(),
         "pairs_html": _html_table(pd.DataFrame([p.record() for p in analysis.pairs])),

@@ -83,5 +83,5 @@ def recall_table(observations: pd.DataFrame, by: list[str], n_buckets: int, answ
     rows = []
     for keys, group in observations.groupby(by, sort=False, dropna=False):
         keys = keys if isinstance(keys, tuple) else (keys,)
-        rows.append({**dict(zip(by, keys)), **recall_test(group[answer].to_numpy(), group[truth].to_numpy(), n_buckets)})
+        rows.append({**dict(zip(by, keys, strict=True)), **recall_test(group[answer].to_numpy(), group[truth].to_numpy(), n_buckets)})
     return pd.DataFrame(rows, columns=[*by, *SUMMARY_COLUMNS])

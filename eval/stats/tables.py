@@ -107,7 +107,7 @@ def comparison_table(summaries: list[dict], pairs: list[PairedComparison], confi
     letters = {c: _letter(i) for i, c in enumerate(configs)}
     for m in metrics:
         family = [p for p in pairs if p.metric == m]
-        for comp, p in zip(family, adjust([c.p for c in family], correction)):
+        for comp, p in zip(family, adjust([c.p for c in family], correction), strict=True):
             if np.isnan(p) or p >= WEAK:
                 continue
             cells[(m, comp.a)].differs.append((letters[comp.b], p < STRONG))

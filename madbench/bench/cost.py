@@ -62,7 +62,7 @@ def price_calls(calls: pd.DataFrame, model: str) -> dict[str, float]:
     paid = calls[~calls["cached"].astype(bool)]
     out = {"sync": 0.0, "sync_cached": 0.0, "batch": 0.0, "batch_cached": 0.0}
     for p, c, k in zip(paid["prompt_tokens"].fillna(0).astype(int), paid["completion_tokens"].fillna(0).astype(int),
-                       paid["cached_tokens"].fillna(0).astype(int)):
+                       paid["cached_tokens"].fillna(0).astype(int), strict=True):
         out["sync"] += token_cost(model, p, c)
         out["sync_cached"] += token_cost(model, p, c, cached_tokens=k)
         out["batch"] += token_cost(model, p, c, batch=True)
@@ -124,7 +124,7 @@ def _batch_mode_run(spec, batch, sim: SimProvider, tmp: Path, pack_dir: str, evi
     run_batch(spec.model_copy(update={"name": "bench-cost-batch", "execution": options}), batch, BatchLayout(root), pack_dir,
               evidence_dirs, str(tmp / "cache-batch"), quiet=True)
     runs = ResultsDir(root).runs
-    same = dict(zip(runs.run_id, runs.weights)) == dict(zip(sync_runs.run_id, sync_runs.weights))
+    same = dict(zip(runs.run_id, runs.weights, strict=True)) == dict(zip(sync_runs.run_id, sync_runs.weights, strict=True))
     if not same:
         raise RuntimeError("batch mode gave other allocations than the synchronous run on the same answers")
     return int(journal_summary(root)["provider_batches"])

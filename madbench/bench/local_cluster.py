@@ -12,6 +12,7 @@ machine gives it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -142,8 +143,8 @@ class LocalCluster:
     def node_ids(self) -> dict[str, str]:
         """Alive raylet name ("h", or a worker's) → Ray node id, asked from a short-lived driver (this process need
         not be connected); a raylet is known by its object store socket, under its own temp dir."""
-        code = ("import json, ray; ray.init(address=%r, log_to_driver=False); "
-                "print(json.dumps({n['NodeID']: n['ObjectStoreSocketName'] for n in ray.nodes() if n['Alive']}))" % self.address)
+        code = (f"import json, ray; ray.init(address={self.address!r}, log_to_driver=False); "
+                "print(json.dumps({n['NodeID']: n['ObjectStoreSocketName'] for n in ray.nodes() if n['Alive']}))")
         out = subprocess.run([sys.executable, "-c", code], env=self.env, capture_output=True, text=True, timeout=120)
         if out.returncode != 0:
             raise RuntimeError(f"could not list the nodes: {out.stderr[-1000:]}")
@@ -167,10 +168,8 @@ class LocalCluster:
     def stop(self) -> None:
         procs = self.processes()
         for p in procs:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
-            except psutil.NoSuchProcess:
-                pass
         psutil.wait_procs(procs, timeout=30)
         shutil.rmtree(self.dir, ignore_errors=True)
 

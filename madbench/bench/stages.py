@@ -83,7 +83,7 @@ def bench_backtest(pack_dir, n: int = 10_000, tickers: int = 20, windows: int = 
     t0 = time.perf_counter()
     for i in range(sample):
         q, universe, W = setups[i % windows]
-        backtest(holding_window(pack, q, universe), dict(zip(universe, W[i % per])))
+        backtest(holding_window(pack, q, universe), dict(zip(universe, W[i % per], strict=True)))
     per_call_s = (time.perf_counter() - t0) / sample
     return {"backtests": done, "tickers": tickers, "windows": windows, "vectorised_s": round(vec_s, 3),
             "per_backtest_us_vectorised": round(vec_s / done * 1e6, 1), "per_call_ms_single": round(per_call_s * 1e3, 3),

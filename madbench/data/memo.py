@@ -544,10 +544,10 @@ def _date_evidence(pack: Pack, ticker: str) -> TickerEvidence:
     snapshots = []
     if features is not None:
         has_date = "as_of" in features.columns
-        for q, d in zip(features["quarter"].astype(str), features["as_of"] if has_date else [None] * len(features)):
+        for q, d in zip(features["quarter"].astype(str), features["as_of"] if has_date else [None] * len(features), strict=True):
             snapshots.append(pd.Timestamp(d).normalize() if d is not None and pd.notna(d) else Quarter.parse(q, where="asset_features.quarter").end)
     esurp_releases = [results.last_release_by(s) for s in snapshots]
-    esurp_public = _dates([r.date if r is not None else s for r, s in zip(esurp_releases, snapshots)])
+    esurp_public = _dates([r.date if r is not None else s for r, s in zip(esurp_releases, snapshots, strict=True)])
     fund_releases = [results.release(results.fiscal.latest_ended(s)) for s in snapshots]
     return TickerEvidence(results, calls, call_releases, news, news_public, features, esurp_releases, esurp_public,
                           fund_releases, in_order("filings", "_date"))

@@ -32,7 +32,7 @@ class Constraints(BaseModel):
     max_tickers: int | None = Field(None, ge=1, description="most tickers with weight > 0")
 
     @model_validator(mode="after")
-    def _align_cash_flags(self) -> "Constraints":
+    def _align_cash_flags(self) -> Constraints:
         if self.fully_invested is not None:
             if "allow_cash" in self.model_fields_set and self.allow_cash == self.fully_invested:
                 raise ValueError("allow_cash and fully_invested contradict each other; give only one")
@@ -86,7 +86,7 @@ class Scenario(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _feasible(self) -> "Scenario":
+    def _feasible(self) -> Scenario:
         problems = self.constraints.problems(len(self.tickers))
         if problems:
             raise ValueError("infeasible constraints: " + "; ".join(problems))
@@ -102,7 +102,7 @@ class ScenarioFile(BaseModel):
     scenarios: list[Scenario] = Field(min_length=1)
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "ScenarioFile":
+    def _unique_ids(self) -> ScenarioFile:
         ids = [s.id for s in self.scenarios]
         dups = sorted({i for i in ids if ids.count(i) > 1})
         if dups:

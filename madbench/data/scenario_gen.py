@@ -34,7 +34,7 @@ def eligible_tickers(pack: Pack, quarter: Quarter) -> list[str]:
     cols = [pack.tickers.index(t) for t in stocks]
     block = pack.px_np[start : end + 1, cols]
     ok = ~np.isnan(block).any(axis=0)
-    return [t for t, good in zip(stocks, ok) if good]
+    return [t for t, good in zip(stocks, ok, strict=True) if good]
 
 
 def draw_scenarios(pack: Pack, quarters: list[Quarter], count: int, min_tickers: int, max_tickers: int, seed: int) -> list[Scenario]:

@@ -323,7 +323,7 @@ class ResponseCache:
 
     def stats(self) -> dict[str, Any]:
         by_model: dict[str, dict[str, Any]] = {}
-        for tag, count, size in self._index_rows("SELECT tag, COUNT(*), SUM(size) FROM Cache GROUP BY tag"):
+        for tag, count, _size in self._index_rows("SELECT tag, COUNT(*), SUM(size) FROM Cache GROUP BY tag"):
             by_model.setdefault(str(tag), {"entries": 0, "hits": 0, "misses": 0})["entries"] = count
         counters = self._counters()
         for key, count in counters.items():

@@ -9,6 +9,7 @@ budget; outside Ray (``madbench llm ask``, unit tests) it runs in-process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
 import sys
@@ -39,10 +40,8 @@ class AsyncLimiter:
                     return {"lease_id": lease.lease_id, "waited_s": now - start}
                 if math.isinf(wait):
                     self._slot_freed.clear()
-                    try:  # the timeout lets stale leases be reclaimed
+                    with contextlib.suppress(TimeoutError):  # the timeout lets stale leases be reclaimed
                         await asyncio.wait_for(self._slot_freed.wait(), timeout=self.limits.lease_timeout_s / 10)
-                    except asyncio.TimeoutError:
-                        pass
                 else:
                     await asyncio.sleep(wait)
 

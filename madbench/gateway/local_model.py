@@ -12,6 +12,7 @@ end to end; their content is not research-grade.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import json
 import os
@@ -74,10 +75,8 @@ def _alive(pid: int) -> bool:
     a signal-0 probe still finds it, so the process status is read as well (and the zombie reaped)."""
     try:
         if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-            try:
+            with contextlib.suppress(ChildProcessError):  # not our child: its own parent reaps it
                 os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass  # not our child: its own parent reaps it
             return False
     except psutil.NoSuchProcess:
         return False

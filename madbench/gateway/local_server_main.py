@@ -58,7 +58,8 @@ def main() -> None:
             self.reset()  # n_tokens = 0: no prefix match, the whole prompt is evaluated afresh
             return original(self, tokens, *a, **kw)
 
-        setattr(llama_cpp.Llama, "generate", generate_from_scratch)  # a method patched for this server process
+        # setattr: a method patched for this server process, which a type checker rightly refuses as an assignment
+        setattr(llama_cpp.Llama, "generate", generate_from_scratch)  # noqa: B010
 
     app = create_app(
         server_settings=ServerSettings(host="127.0.0.1", port=args.port),

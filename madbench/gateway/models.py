@@ -70,7 +70,7 @@ class ModelSpec(BaseModel):
     limits: RateLimits = Field(default_factory=RateLimits)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     #: Tried in order on persistent rate limits or provider errors.
-    fallbacks: list["ModelSpec | str"] = Field(default_factory=list)
+    fallbacks: list[ModelSpec | str] = Field(default_factory=list)
     #: None: the provider's default (strict for real providers, normalize for the local base model).
     weight_policy: WeightPolicy | None = None
     structured_output: StructuredMode | None = None
@@ -92,7 +92,7 @@ class ModelSpec(BaseModel):
         return self.model.split("/", 1)[0] if "/" in self.model else "openai"
 
     @model_validator(mode="after")
-    def _no_key_material(self) -> "ModelSpec":
+    def _no_key_material(self) -> ModelSpec:
         if self.api_key_env is not None and not self.api_key_env.replace("_", "").isalnum():
             raise ValueError("api_key_env must name an environment variable (e.g. OPENAI_API_KEY), not hold a key")
         return self
@@ -102,11 +102,11 @@ class ModelSpec(BaseModel):
         return f"{self.provider}|{self.model}|{self.api_base or ''}"
 
 
-def as_spec(value: "ModelSpec | str") -> ModelSpec:
+def as_spec(value: ModelSpec | str) -> ModelSpec:
     return value if isinstance(value, ModelSpec) else ModelSpec(model=value)
 
 
-def spec_identity(value: "ModelSpec | str") -> dict[str, Any] | str:
+def spec_identity(value: ModelSpec | str) -> dict[str, Any] | str:
     """``value`` as a run identity sees it: its deployment fields (and its fallbacks') at their defaults, and a spec
     left with nothing but its model written as that model string, so that a tier given limits or a key variable is
     the same runs as the bare model string."""
@@ -134,7 +134,7 @@ class ModelRouting(BaseModel):
     role_phases: dict[str, str | ModelSpec] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _check_names(self) -> "ModelRouting":
+    def _check_names(self) -> ModelRouting:
         for where, table in (("roles", self.roles), ("phases", self.phases), ("role_phases", self.role_phases)):
             for name, choice in table.items():
                 if where == "role_phases" and (name.count(".") != 1 or name.split(".")[1] not in PHASES):
@@ -172,6 +172,6 @@ class ModelRouting(BaseModel):
         return data
 
     @classmethod
-    def single(cls, model: str | ModelSpec) -> "ModelRouting":
+    def single(cls, model: str | ModelSpec) -> ModelRouting:
         """Every role and phase on one model (the CLI's --model)."""
         return cls(tiers={"deep": model, "quick": model}, default="quick")

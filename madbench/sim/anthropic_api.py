@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from madbench.sim.api_double import ApiDouble, Billed, Request, WireError, cut, tokens
@@ -115,7 +115,7 @@ class AnthropicDouble(ApiDouble):
         return WireError(500, error("api_error", "Internal server error"))
 
     def rate_headers(self) -> dict[str, str]:
-        reset = (datetime.now(timezone.utc) + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        reset = (datetime.now(UTC) + timedelta(seconds=60)).strftime("%Y-%m-%dT%H:%M:%SZ")
         return {"anthropic-ratelimit-requests-limit": str(self.rpm),
                 "anthropic-ratelimit-requests-remaining": str(self.remaining_requests()),
                 "anthropic-ratelimit-requests-reset": reset,

@@ -75,7 +75,7 @@ class PrefixCache:
         cached = 0
         with self._lock:
             seen = self._seen.setdefault(model, OrderedDict())
-            for n, d in zip(steps, digests):
+            for n, d in zip(steps, digests, strict=True):
                 if d not in seen:
                     break  # a longer prefix extends this one, so it cannot have been seen either
                 cached = n

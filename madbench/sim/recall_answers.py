@@ -38,7 +38,7 @@ class RecallAnswerer:
         if self.pack is not None:
             _, _, returns = realised_returns(self.pack, quarter, tickers, where=f"sim recall {quarter}")
             index = bucket_index([returns[t] for t in tickers], context["edges_pct"])
-            truth = {t: labels[int(i)] for t, i in zip(tickers, index)}
+            truth = {t: labels[int(i)] for t, i in zip(tickers, index, strict=True)}
         answers = []
         for t in tickers:
             rng = random.Random(f"{self.seed}|{quarter}|{t}")

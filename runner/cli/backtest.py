@@ -70,7 +70,7 @@ def cmd_backtest(args) -> int:
         result = backtest_positions(window, read_json_map(args.positions, "share counts"), args.cash, where=args.positions)
     else:
         if args.weights in BASELINES:
-            w = dict(zip(tickers, baseline_weights(pack, quarter, tickers, args.weights).tolist()))
+            w = dict(zip(tickers, baseline_weights(pack, quarter, tickers, args.weights).tolist(), strict=True))
             where = f"--weights {args.weights}"
         else:
             w, where = read_json_map(args.weights, "weights"), args.weights

@@ -66,7 +66,7 @@ def make_job(args) -> Job:
     spec = _scorer_spec(args)
     rubric = load_rubric(args.rubric)
     label = args.label or re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{spec.model}.{rubric.name}")
-    if label == ORIGINAL or label == FAILED or not re.fullmatch(r"[A-Za-z0-9_.-]+", label) or label.startswith("."):
+    if label in (ORIGINAL, FAILED) or not re.fullmatch(r"[A-Za-z0-9_.-]+", label) or label.startswith("."):
         raise InputError("--label", f"{label!r} is reserved or not a plain name", "choose a name of letters, digits, _ . -")
     for name, value in (("--workers", args.workers), ("--max-in-flight", args.max_in_flight), ("--concurrency", args.concurrency)):
         if value < 1:

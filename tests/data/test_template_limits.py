@@ -118,7 +118,7 @@ def test_templates_that_would_allocate_without_bound_are_refused_before_allocati
     proc = subprocess.run([sys.executable, "-c", ISOLATED, json.dumps(RUNAWAY)], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env=os.environ | {"PYTHONPATH": str(ROOT), MAX_PROMPT_CHARS_ENV: "2000000"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    for text, (kind, message, seconds) in zip(RUNAWAY, json.loads(proc.stdout)):
+    for text, (kind, message, seconds) in zip(RUNAWAY, json.loads(proc.stdout), strict=True):
         assert kind == "InputError", (text, kind, message)
         assert message.startswith("roles/x.yaml: phases.propose: the template ") and (
             "renders over 2,000,000 characters" in message or "writes over 8,000,000 characters in all" in message), text

@@ -45,7 +45,7 @@ def test_rca_feedback_escalates_with_beta_and_ends_with_optimisation():
 
 
 def test_params_reject_unknown_keys():
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="treshold"):
         js_collapse.Params(treshold=0.8)
 
 

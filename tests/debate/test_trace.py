@@ -84,7 +84,7 @@ def test_a_trace_written_by_version_0_1_still_reads_as_typed_events(tmp_path, ol
     assert isinstance(events[0], RunStart) and events[-1].event == "run_end"
     assert any(isinstance(e, LLMCall) for e in events)
     # every field of the old lines survives the typed round trip
-    for raw, typed in zip(r.events, r.typed()):
+    for raw, typed in zip(r.events, r.typed(), strict=True):
         assert typed.model_dump(mode="json", exclude_unset=True) == raw
     crits = [e for e in events if isinstance(e, Crit)]
     assert all(0 <= c.score.rho <= 1 for c in crits)

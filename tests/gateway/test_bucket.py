@@ -34,7 +34,7 @@ def test_rpm_spacing_matches_limit_less_headroom(headroom):
         t += w
         starts.append(t)
         core.grant(0, t)
-    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
     assert all(g == pytest.approx(0.5 / (1 - headroom)) for g in gaps)  # 120/min = one every 0.5 s, less headroom
 
 

@@ -59,7 +59,7 @@ def test_overlapping_callers_each_see_only_their_own_calls():
         results = asyncio.run(main())
     assert sum(isinstance(r, GatewayFailure) for r in results) == 5
     for k, account in enumerate(accounts):
-        mine = [r for r, (who, _) in zip(results, plan) if who == k]
+        mine = [r for r, (who, _) in zip(results, plan, strict=True) if who == k]
         ok = [r for r in mine if not isinstance(r, GatewayFailure)]
         failed = [r for r in mine if isinstance(r, GatewayFailure)]
         assert (account.calls, account.failed, account.cached) == (len(ok), len(failed), 0)

@@ -266,7 +266,7 @@ def test_llama_cpp_form_allocations_hold_something_on_a_weight_grid():
 
     def allowed(weights):  # does some alternative admit this book?
         return any(all(e["properties"]["weight"].get("const", None) == w if "const" in e["properties"]["weight"]
-                       else w in e["properties"]["weight"]["enum"] for e, w in zip(alt["prefixItems"], weights))
+                       else w in e["properties"]["weight"]["enum"] for e, w in zip(alt["prefixItems"], weights, strict=True))
                    for alt in book["anyOf"])
     books = list(itertools.product(WEIGHT_GRID, repeat=3))
     assert not allowed((0, 0, 0)) and all(allowed(b) for b in books if any(b))  # exactly the non-empty books

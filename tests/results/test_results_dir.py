@@ -82,7 +82,7 @@ def test_a_newer_manifest_is_refused_by_name(old):
     body = json.loads((old / "manifest.json").read_text()) | {"format_version": FORMAT_VERSION + 1}
     (old / "manifest.json").write_text(json.dumps(body))
     with pytest.raises(InputError, match=f"manifest.json: the manifest is in results format {FORMAT_VERSION + 1}"):
-        ResultsDir(old).manifest
+        _ = ResultsDir(old).manifest
 
 
 def test_a_newer_trace_is_refused_by_name(tmp_path):
@@ -101,7 +101,7 @@ def test_a_newer_table_is_refused_by_name(old):
     table = pq.read_table(old / "runs.parquet").replace_schema_metadata({VERSION_KEY: str(FORMAT_VERSION + 1).encode()})
     pq.write_table(table, old / "runs.parquet")
     with pytest.raises(InputError, match="runs.parquet: the runs table is in results format"):
-        ResultsDir(old).runs
+        _ = ResultsDir(old).runs
 
 
 def _call_row(**over) -> dict:

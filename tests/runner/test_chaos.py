@@ -41,7 +41,7 @@ def run_cli(batch: Path, *extra: str, timeout: int = 600) -> subprocess.Complete
 def weights_by_run(root: Path) -> dict[str, str]:
     runs = pd.read_parquet(root / "runs.parquet")
     assert runs.run_id.is_unique
-    return dict(zip(runs.run_id, runs.weights))
+    return dict(zip(runs.run_id, runs.weights, strict=True))
 
 
 @pytest.fixture

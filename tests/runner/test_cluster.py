@@ -1,6 +1,7 @@
 """cluster.yaml is a valid Ray cluster-launcher config; a batch spreads over a real 2-node local cluster and
 survives the loss of its worker node."""
 
+import contextlib
 import json
 import os
 import re
@@ -70,10 +71,8 @@ def _stop_cluster(temp_dir: str) -> None:
     import psutil
     procs = [p for p in psutil.process_iter(["cmdline"]) if any(temp_dir in a for a in (p.info["cmdline"] or []))]
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
     psutil.wait_procs(procs, timeout=30)
 
 

@@ -62,7 +62,7 @@ def node_of_runs(root: Path) -> dict[str, str]:
     runs = pd.read_parquet(root / "runs.parquet")
     assert len(runs) == 4 and runs.run_id.is_unique and (runs.status == "ok").all(), runs[["run_id", "status", "error"]]
     assert sorted(p.stem for p in (root / "runs").glob("*.json")) == sorted(runs.run_id)  # committed on the head
-    return dict(zip(runs.run_id, runs.node_id))
+    return dict(zip(runs.run_id, runs.node_id, strict=True))
 
 
 def test_a_job_commits_on_the_head_and_the_worker_is_served_what_the_head_paid_for(make_pack, tmp_path):

@@ -1,5 +1,7 @@
 """Preflight: every problem a batch would hit is named before Ray starts and before any model call."""
 
+from pathlib import Path
+
 import yaml
 
 from madbench.runner.cli import main
@@ -16,9 +18,9 @@ def test_missing_key_bad_parameter_and_unbacktestable_scenario_are_all_named_bef
     batch = write_batch(tmp_path, pack, model={"model": "openai/gpt-4o-mini", "api_key_env": "MADBENCH_TEST_KEY",
                                                 "fallbacks": ["openai/o3-mini"]})
     spec = yaml.safe_load(batch.read_text())
-    scen = yaml.safe_load(open(spec["scenarios"]["file"]))
+    scen = yaml.safe_load(Path(spec["scenarios"]["file"]).read_text())
     scen["scenarios"].append({"id": "too-late", "invest_quarter": "2027Q1", "tickers": TICKERS[:2]})
-    open(spec["scenarios"]["file"], "w").write(yaml.safe_dump(scen))
+    Path(spec["scenarios"]["file"]).write_text(yaml.safe_dump(scen))
     assert main(["run", str(batch)]) == 2
     err = capsys.readouterr().err
     assert "problem(s) found before any model call" in err
@@ -73,14 +75,13 @@ def test_eta_comes_from_observed_run_durations():
 
 
 def test_progress_off_a_terminal_is_one_plain_line_per_interval(tmp_path):
-    log = open(tmp_path / "log", "w")
-    p = Progress(3, BatchLine(budget=1.0), stream=log, interval_s=3600)
-    p.show(2)                     # within the interval: nothing
-    p.add(RunReport(run_id="r", status="ok", totals={"calls": 4, "cached": 1, "prompt_tokens": 10, "completion_tokens": 5,
-                                                     "cost_usd": 0.01}, wall_s=2.0))
-    p.show(2, force=True)
-    p.close(0)
-    log.close()
+    with open(tmp_path / "log", "w") as log:
+        p = Progress(3, BatchLine(budget=1.0), stream=log, interval_s=3600)
+        p.show(2)                     # within the interval: nothing
+        p.add(RunReport(run_id="r", status="ok", totals={"calls": 4, "cached": 1, "prompt_tokens": 10,
+                                                         "completion_tokens": 5, "cost_usd": 0.01}, wall_s=2.0))
+        p.show(2, force=True)
+        p.close(0)
     lines = (tmp_path / "log").read_text().splitlines()
     assert len(lines) == 2 and "\r" not in "".join(lines)
     assert "1/3 runs: 1 ok, 0 failed" in lines[0] and "of $1.00" in lines[0] and "ETA" in lines[0]

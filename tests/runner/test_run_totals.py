@@ -131,7 +131,7 @@ def test_tokens_cost_and_failures_are_the_runs_own_and_a_replay_costs_nothing(pa
         failure_cost += sum(a.get("cost_usd") or 0.0 for e in events if isinstance(e, LLMFailure) for a in e.attempts)
     assert failure_cost > 0  # the judge's rejected answers were paid for: the budget counts them, the run's table not
     assert gw.budget.spent_usd == pytest.approx(sum(r.totals["cost_usd"] for r in first) + failure_cost)
-    for a, b in zip(first, replay):
+    for a, b in zip(first, replay, strict=True):
         assert_run_accounts_for_its_trace(b, tmp_path / "replay" / b.run_id / "trace.jsonl")
         assert b.run_id == a.run_id and b.totals["cached"] == b.totals["calls"] == a.totals["calls"]
         assert b.totals["cost_usd"] == 0.0 and b.totals["failed"] == a.totals["failed"]

@@ -126,7 +126,8 @@ def test_a_task_stored_in_a_trace_comes_back_whole():
 @pytest.mark.parametrize("name", ["a7", "causal-debate-3-rca"])
 def test_crit_tasks_of_v0_1_traces_still_validate_render_and_score(name):
     """Traces written before ``before`` and ``evidence`` were stored: their crit tasks still re-score."""
-    lines = [json.loads(x) for x in gzip.open(TRACES / f"trace-v0.1-{name}.jsonl.gz", "rt")]
+    with gzip.open(TRACES / f"trace-v0.1-{name}.jsonl.gz", "rt") as f:
+        lines = [json.loads(x) for x in f]
     memo_ids = next(e for e in lines if e["event"] == "memo")["ids"]
     crits = [e for e in lines if e["event"] == "crit"]
     assert crits and all(set(e["task"]) == {"argument", "critiques"} for e in crits)

@@ -183,9 +183,8 @@ def test_a_truncated_answer_is_recorded_as_truncated_with_what_it_billed(keys, a
 
 
 def test_a_reasoning_model_whose_budget_goes_to_reasoning_is_truncated_not_answered(keys):
-    with OpenAIDouble(hidden_tokens=5000) as d:
-        with pytest.raises(GatewayFailure) as failed:
-            ask(spec_for(d, "openai"), max_tokens=400)
+    with OpenAIDouble(hidden_tokens=5000) as d, pytest.raises(GatewayFailure) as failed:
+        ask(spec_for(d, "openai"), max_tokens=400)
     (attempt,) = failed.value.attempts
     assert attempt["kind"] == "truncated" and "400 of them reasoning" in attempt["reason"]
     assert attempt["completion_tokens"] == 400 and d.billed[0].hidden_tokens == 400
@@ -394,9 +393,9 @@ def test_causal_debate_3_completes_on_each_provider_with_the_tokens_and_cost_it_
     assert (calls.provider == api).all() and (calls.model_used == MODEL[api]).all() and not calls.cached.any()
     assert (calls.validation_retries == 0).all() and all(b.turn for b in double.billed)
     # Each call is one answered request: its tokens are the double's, its cost the cost map's for them.
-    assert sorted(zip(calls.prompt_tokens, calls.completion_tokens)) == sorted(
+    assert sorted(zip(calls.prompt_tokens, calls.completion_tokens, strict=True)) == sorted(
         (b.prompt_tokens, b.completion_tokens) for b in double.billed)
-    expected = [price(MODEL[api], p, c) for p, c in zip(calls.prompt_tokens, calls.completion_tokens)]
+    expected = [price(MODEL[api], p, c) for p, c in zip(calls.prompt_tokens, calls.completion_tokens, strict=True)]
     assert calls.cost_usd.tolist() == pytest.approx(expected, rel=1e-9)
     assert run.cost_usd == pytest.approx(sum(expected), rel=1e-9)
     if api == "openai":  # reasoning: billed in completion_tokens, asked with max_completion_tokens at temperature 1
@@ -420,7 +419,7 @@ def test_provider_mix_role_records_the_model_and_provider_of_every_turn(batch):
     for api in ("anthropic", "gemini", "openai"):  # every call on a double is one it answered and billed
         mine = calls[calls.provider == api]
         double = batch.doubles[f"mix-{api}"]
-        assert sorted(zip(mine.prompt_tokens, mine.completion_tokens)) == sorted(
+        assert sorted(zip(mine.prompt_tokens, mine.completion_tokens, strict=True)) == sorted(
             (b.prompt_tokens, b.completion_tokens) for b in double.billed)
 
 

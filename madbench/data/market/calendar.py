@@ -25,7 +25,7 @@ class Quarter:
     q: int
 
     @classmethod
-    def parse(cls, text: str, where: str = "quarter") -> "Quarter":
+    def parse(cls, text: str, where: str = "quarter") -> Quarter:
         m = _QUARTER.match(str(text).strip())
         if not m:
             raise InputError(where, f"{text!r} is not a quarter", "write it as YYYYQn, e.g. 2022Q2")
@@ -42,14 +42,14 @@ class Quarter:
     def end(self) -> pd.Timestamp:
         return (self.start + pd.offsets.QuarterEnd(0)).normalize()
 
-    def previous(self) -> "Quarter":
+    def previous(self) -> Quarter:
         return Quarter(self.year - 1, 4) if self.q == 1 else Quarter(self.year, self.q - 1)
 
-    def next(self) -> "Quarter":
+    def next(self) -> Quarter:
         return Quarter(self.year + 1, 1) if self.q == 4 else Quarter(self.year, self.q + 1)
 
     @classmethod
-    def of(cls, date: pd.Timestamp) -> "Quarter":
+    def of(cls, date: pd.Timestamp) -> Quarter:
         return cls(date.year, (date.month - 1) // 3 + 1)
 
 
