@@ -11,12 +11,13 @@ from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack
 from madbench.data.scenario import Scenario
 from madbench.debate.config_file import load_debate_config
-from madbench.gateway import Gateway, ModelRouting
+from madbench.gateway import ModelRouting
 from madbench.results import read_manifest
 from madbench.runner.batch import BatchSpec, expand
 from madbench.runner.execute import run_batch
 from madbench.runner.pipeline import check_run_id, run_debate, run_id_for
 from madbench.runner.store import BatchLayout
+from madbench.runner.wiring import build_gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 TICKERS = ["AAA", "BBB", "CCC", "DDD"]
@@ -33,12 +34,12 @@ def test_a_run_handed_an_id_its_content_does_not_hash_to_is_refused_before_writi
     true_id = run_id_for(SCENARIO, cfg, 0)
     for wrong, sample_index in (("0123456789abcdef", 0), (true_id, 1)):  # a made-up id; the id of another replicate
         with pytest.raises(InputError) as caught:
-            asyncio.run(run_debate(SCENARIO, pack, cfg, Gateway(), tmp_path / "out", sample_index, run_id=wrong))
+            asyncio.run(run_debate(SCENARIO, pack, cfg, build_gateway(), tmp_path / "out", sample_index, run_id=wrong))
         message = str(caught.value)
         assert message.startswith(f"run {wrong}: the id does not match the run's content")
         assert f"replicate {sample_index} hash to {run_id_for(SCENARIO, cfg, sample_index)}" in message
     assert not (tmp_path / "out").exists()  # no trace, no result under the wrong id
-    result = asyncio.run(run_debate(SCENARIO, pack, cfg, Gateway(), tmp_path / "out", 0, run_id=true_id))
+    result = asyncio.run(run_debate(SCENARIO, pack, cfg, build_gateway(), tmp_path / "out", 0, run_id=true_id))
     assert result.status == "ok" and result.run_id == true_id
     assert (tmp_path / "out" / true_id / "result.json").exists()
 
@@ -50,7 +51,7 @@ def test_the_expansion_gives_a_run_the_id_its_debate_checks_even_with_a_constrai
     (run,) = expand(spec, [SCENARIO], [cfg])
     assert check_run_id(run.run_id, SCENARIO, cfg, 0) == run.run_id
     assert run.run_id != run_id_for(SCENARIO, rules_config(), 0)  # the override is part of the run's content
-    result = asyncio.run(run_debate(SCENARIO, pack, cfg, Gateway(), tmp_path / "out", 0, run_id=run.run_id))
+    result = asyncio.run(run_debate(SCENARIO, pack, cfg, build_gateway(), tmp_path / "out", 0, run_id=run.run_id))
     assert result.run_id == run.run_id
 
 
