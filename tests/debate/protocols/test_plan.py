@@ -10,9 +10,9 @@ from madbench.debate.config import InterventionConfig
 from madbench.debate.protocols import protocol_plan
 from madbench.debate.protocols.staged import SLICES, slice_of
 from madbench.debate.trace import read_trace
-from madbench.gateway import Gateway
 from madbench.runner.estimate import kind_of
 from madbench.runner.pipeline import run_debate
+from madbench.runner.wiring import build_gateway
 from tests.debate.test_engine import config, world  # noqa: F401  (fixture)
 
 CONFIGS = {
@@ -25,7 +25,7 @@ CONFIGS = {
 def run_offline(world, tmp_path, name):  # noqa: F811
     pack, scenario = world
     cfg = config(name, **CONFIGS[name])
-    result = asyncio.run(run_debate(scenario, pack, cfg, Gateway(), tmp_path))
+    result = asyncio.run(run_debate(scenario, pack, cfg, build_gateway(), tmp_path))
     assert result.status == "ok", result.error
     events = read_trace(tmp_path / result.run_id / "trace.jsonl").events
     memo = next(e for e in events if e["event"] == "memo")
