@@ -83,7 +83,9 @@ class Analysis:
             return f"None of the {total} correlations could be computed"
         return f"Not computed: {n} of {total} correlations"
 
-    def write_csvs(self, out: Path) -> list[Path]:
+    def write_csvs(self, out: str | Path) -> list[Path]:
+        """Each table as ``<out>/<table>.csv`` (the folder made if missing); the paths written."""
+        out = Path(out)
         frames = {"summary": pd.DataFrame(self.summaries), "paired": pd.DataFrame([p.record() for p in self.pairs]),
                   "beats_1n": pd.DataFrame(self.beats), "correlations": pd.DataFrame(self.correlations)}
         if len(self.dynamics):
