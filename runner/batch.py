@@ -103,6 +103,12 @@ class BatchRouting(BaseModel):
     #: Tier name → its api_base, api_key_env or limits (field by field), in every config that has the tier.
     tiers: dict[str, Deployment] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _a_bare_name_is_a_profile(cls, value: Any) -> Any:
+        # `routing: rules` is how a debate config names its profile; in a batch it means the same
+        return {"profile": value} if isinstance(value, str) else value
+
 
 class BatchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -90,6 +90,7 @@ class Results(ResultsDir):
         self.path = self.root
         if not self.dirs.manifest.is_file():
             raise InputError(str(path), "no manifest.json here", "give a batch results directory such as results/rules-35")
+        _ = self.manifest  # read now: a manifest of another format version, or a damaged one, is refused before any table
 
     def __repr__(self) -> str:
         return f"Results({str(self.path)!r})"

@@ -111,6 +111,13 @@ def test_a_folder_without_a_manifest_is_not_a_results_directory(tmp_path):
         madbench.open_results(tmp_path)
 
 
+def test_a_results_directory_of_another_format_is_refused_when_opened(tmp_path):
+    (tmp_path / "manifest.json").write_text(json.dumps({"format_version": 99, "spec": {"name": "b"}, "versions": {},
+                                                        "state": "finished", "updated": "now", "runs": []}))
+    with pytest.raises(madbench.InputError, match="results format 99"):
+        madbench.open_results(tmp_path)
+
+
 def test_importing_madbench_loads_neither_ray_nor_pandas():
     code = ("import json, sys, madbench, madbench.data.paths; "
             "print(json.dumps([sorted(m for m in ('ray', 'pandas', 'pydantic') if m in sys.modules), madbench.__all__]))")

@@ -39,8 +39,11 @@ def profile_names() -> list[str]:
 def load_routing_profile(name: str, where: str) -> RoutingProfile:
     """The profile ``name``; an ``InputError`` at ``where`` (a file and its field) naming the known ones when there is
     none."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name:
+        raise InputError(where, f"{name!r} is not a routing profile's name",
+                         f"name one of the profiles in {ROUTING_DIR}: {', '.join(profile_names())}")
     path = ROUTING_DIR / f"{name}.yaml"
-    if not isinstance(name, str) or "/" in name or not path.is_file():
+    if not path.is_file():
         raise InputError(where, f"unknown routing profile {name!r} (no {ROUTING_DIR}/{name}.yaml)",
                          f"use one of: {', '.join(profile_names())}, or add configs/routing/{name}.yaml")
     return load_yaml_model(path, RoutingProfile)

@@ -126,3 +126,14 @@ def test_a_batch_cannot_name_both_a_model_and_a_profile_nor_grid_over_routing(tm
                            ({"grid": {"routing": ["local", "rules"]}}, "no grid axis")):
         with pytest.raises(InputError, match=expected):
             load_batch(write_batch(tmp_path, [CONFIGS / "demo-local.yaml"], **over))
+
+
+@pytest.mark.parametrize("bad", [{"tiers": {"quick": "rules/auto"}}, 123, "", "../debate/single-causal"])
+def test_a_routing_that_is_not_a_profile_name_is_refused_as_such(bad):
+    with pytest.raises(InputError, match=r"is not a routing profile's name \(fix: name one of the profiles in .*rules"):
+        load_routing_profile(bad, "cfg.yaml: routing")
+
+
+def test_a_batch_naming_its_profile_bare_means_the_profile():
+    from madbench.runner.batch import BatchRouting
+    assert BatchRouting.model_validate("rules") == BatchRouting(profile="rules")
