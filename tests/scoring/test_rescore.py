@@ -13,6 +13,7 @@ from madbench.data.market.pack import load_pack
 from madbench.data.scenario import Scenario
 from madbench.debate.config_file import load_debate_config
 from madbench.gateway import ModelRouting, ModelSpec, ResponseCache
+from madbench.results import ScoreDirs
 from madbench.runner.cli import main
 from madbench.runner.pipeline import run_debate
 from madbench.runner.wiring import build_gateway
@@ -94,7 +95,7 @@ def test_score_run_twice_second_from_cache_and_a_failing_turn_fails_the_run(fini
     assert failed.totals["failed"] == 1 and failed.totals["cached"] == 0
     scores = finished / "scores"
     rs.write_failure(scores, "sim", other, failed, "openai/sim-scorer", "uniform")
-    [record] = [json.loads(p.read_text()) for p in (scores / "sim" / rs.FAILED).glob("*.json")]
+    [record] = [json.loads(p.read_text()) for p in ScoreDirs(scores).failures("sim")]
     assert record["run_id"] == other.run_id and record["failed_turns"][0]["agent_id"] == other.crit_events[2].agent
     write_part(scores / "sim" / f"{run.run_id}.parquet", first.rows)
     assert len(read_scores(scores, "sim")) == 6  # the failure record is not a part

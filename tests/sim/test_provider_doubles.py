@@ -338,13 +338,13 @@ class Batch:
         return read_trace(self.root / "traces" / f"{self.run(config).run_id}.jsonl").typed()
 
 
-def _rewired(tiers: dict, urls: dict[str, str], tier_urls: dict[str, str] | None = None) -> dict:
+def _rewired(tiers: dict, urls: dict[str, str], tier_urls: dict[str, str] | None = None, backoff_s: float = 0.01) -> dict:
     """The config's tiers, each spec (and its fallbacks) sent to the double of its provider, without the accounts'
     rate limits (the doubles enforce none: pacing a debate at 50 requests a minute proves nothing here)."""
     def one(spec, url=None):
         provider = spec["model"].split("/")[0]
         return {**spec, "api_base": url or urls[provider], "send_context": True, "limits": {"max_concurrency": 8},
-                "retry": {"backoff_base_s": 0.01, "max_transient_retries": 1, "outage_patience_s": 0},
+                "retry": {"backoff_base_s": backoff_s, "max_transient_retries": 1, "outage_patience_s": 0},
                 "fallbacks": [one(f) for f in spec.get("fallbacks", [])]}
     return {name: one(spec, (tier_urls or {}).get(name)) for name, spec in tiers.items()}
 
@@ -376,7 +376,10 @@ def batch(tmp_path_factory):
         for prefix, name in (("mix", "provider-mix-role"), ("down", "provider-mix-role-overloaded")):
             urls = {api: d[f"{prefix}-{api}"].url for api in ("anthropic", "gemini", "openai")}
             critic = {"critic": d["down-critic"].url} if prefix == "down" else None
-            configs.append(_config(tmp, name, _rewired(mix["tiers"], urls, critic), base="provider-mix-role"))
+            # Where a model is reached is no part of a run's identity, so the same debate on other endpoints would be
+            # the same run: the overloaded arm differs in its retry backoff, which is.
+            backoff = 0.02 if prefix == "down" else 0.01
+            configs.append(_config(tmp, name, _rewired(mix["tiers"], urls, critic, backoff), base="provider-mix-role"))
         env = {**os.environ, **KEYS, "MADBENCH_CACHE_DIR": str(tmp / "cache"), "PYTHONPATH": str(ROOT)}
         out = subprocess.run([sys.executable, "-m", "madbench.runner.cli", "run", str(_batch(tmp, pack, configs)), "--quiet"],
                              env=env, capture_output=True, text=True, timeout=900)
