@@ -154,6 +154,9 @@ def conform(found: pa.Table, table: str, where: str | Path) -> pa.Table:
         if f.name not in found.column_names:
             continue
         column = found.column(f.name)
+        if not _same_kind(column.type, f.type):  # a text column read as numbers would be a repair, not a reading
+            raise InputError(where, f"{table} column {f.name} is {column.type}, declared {f.type}",
+                             "regenerate it with this madbench")
         try:
             columns[f.name] = column.cast(f.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
@@ -161,6 +164,20 @@ def conform(found: pa.Table, table: str, where: str | Path) -> pa.Table:
                              "regenerate it with this madbench") from None
     columns |= {name: found.column(name) for name in found.column_names if name not in columns}
     return pa.table(columns)
+
+
+def _same_kind(found: pa.DataType, declared: pa.DataType) -> bool:
+    """Whether a column stored as ``found`` holds what ``declared`` says, only wider or narrower: all nulls (an older
+    writer's type for a column with no value yet), numbers for numbers, text for text, the same nested kind."""
+    kinds = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_timestamp, pa.types.is_date,
+             lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+             lambda t: pa.types.is_list(t) or pa.types.is_large_list(t), pa.types.is_struct, pa.types.is_map)
+    if found == declared or pa.types.is_null(found):
+        return True
+    numeric = (pa.types.is_integer, pa.types.is_floating)
+    if any(k(found) for k in numeric) and any(k(declared) for k in numeric):
+        return True
+    return any(k(found) and k(declared) for k in kinds)
 
 
 def concat(tables: list[pa.Table], table: str) -> pa.Table:

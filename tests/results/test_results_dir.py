@@ -104,6 +104,15 @@ def test_a_newer_table_is_refused_by_name(old):
         _ = ResultsDir(old).runs
 
 
+def test_numbers_stored_as_text_are_refused_not_read_as_numbers(old):
+    table = pq.read_table(old / "runs.parquet")
+    i = table.schema.get_field_index("sharpe")
+    as_text = pa.array([None if v is None else str(v) for v in table.column("sharpe").to_pylist()], pa.string())
+    pq.write_table(table.set_column(i, "sharpe", as_text), old / "runs.parquet")
+    with pytest.raises(InputError, match="runs column sharpe is string, declared double"):
+        _ = ResultsDir(old).runs
+
+
 def _call_row(**over) -> dict:
     row = dict.fromkeys(SPECS["calls"].schema.names)
     return row | {"run_id": "r", "seq": 3, "cached": False} | over
