@@ -14,8 +14,9 @@ from madbench.data.errors import InputError
 FORMAT_VERSION = 1
 
 
-def check_version(version: int | None, where: str | Path, what: str) -> None:
-    """A ``version`` this code reads (this one, or None: written before versions were recorded), else an InputError."""
-    if version is not None and version != FORMAT_VERSION:
-        raise InputError(where, f"{what} is in results format {version}; this madbench reads format {FORMAT_VERSION}",
+def check_version(version: object, where: str | Path, what: str) -> None:
+    """A ``version`` this code reads (this one, or None: written before versions were recorded), else an InputError.
+    Only the integer counts: a version written as text ("1") is not one madbench wrote."""
+    if version is not None and (type(version) is not int or version != FORMAT_VERSION):
+        raise InputError(where, f"{what} is in results format {version!r}; this madbench reads format {FORMAT_VERSION}",
                          "read it with the madbench version that wrote it (the manifest's `versions` names it)")
