@@ -119,12 +119,11 @@ class Results(ResultsDir):
         ``all_pairs``), the comparison table, correlations and OLS. ``compare``: configs in column order (default: the
         batch's); ``correction``: none, holm or bh. Its ``markdown()`` is the printed text, ``write_csvs(dir)`` the CSVs."""
         check_committed(self.path)
-        runs_file = self.dirs.table("runs")
-        runs = load_runs(runs_file)
+        runs = load_runs(self.path)  # the runs table as declared, checked for pairing as `madbench stats` reads it
         rounds = self.rounds if self.dirs.table("rounds").exists() else None
         compare = compare or batch_order(self.path, runs)
         declared = None if all_pairs else batch_pairs(self.path)
-        return analyse(runs, str(runs_file), compare, metrics, correction, rounds, declared)
+        return analyse(runs, str(self.dirs.table("runs")), compare, metrics, correction, rounds, declared)
 
     def report(self, out: str | Path | None = None, compare: list[str] | None = None, correction: str = "none",
                max_traces: int = 500) -> Path:
