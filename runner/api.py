@@ -75,8 +75,8 @@ class BatchRun(BaseModel):
 
 
 class Estimate(BaseModel):
-    """The dry run's figures for the runs left (runner/estimate.py): expected and worst case per config and in all."""
-    model_config = ConfigDict(extra="forbid")  # a figure runner/estimate.py adds is declared here, never dropped
+    """The dry run's figures for the runs left (runner/estimate/): expected and worst case per config and in all."""
+    model_config = ConfigDict(extra="forbid")  # a figure runner/estimate/ adds is declared here, never dropped
     batch: str
     runs: int
     expected_calls: Number
@@ -190,7 +190,7 @@ def estimate_with(o: RunOptions) -> BatchEstimate:
 
 
 def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimate:
-    """The size of ``todo`` (runs of ``b``) and its estimated calls, tokens, cost and time (runner/estimate.py):
+    """The size of ``todo`` (runs of ``b``) and its estimated calls, tokens, cost and time (runner/estimate/):
     expected and worst case per config, and the batch's wall time on its max_in_flight and rate limits."""
     spec = b.spec
     calib = calibrate(calibrate_from) if calibrate_from else None

@@ -1,4 +1,4 @@
-"""The dry run's estimate (runner/estimate.py): its call counts against real offline runs, its formulas, its
+"""The dry run's estimate (runner/estimate/): its call counts against real offline runs, its formulas, its
 prices, and its calibration from a pilot batch against a larger batch on the simulated provider."""
 
 from __future__ import annotations
