@@ -57,7 +57,9 @@ def minvar_weights(pack: Pack, quarter: Quarter, tickers: list[str]) -> np.ndarr
     if n == 1:
         return np.ones(1)
     res = minimize(lambda w: w @ cov @ w, equal_weights(n), jac=lambda w: 2 * cov @ w, method="SLSQP",
-                   bounds=[(0.0, 1.0)] * n, constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0}],
+                   bounds=[(0.0, 1.0)] * n,
+                   # analytic gradients: SLSQP otherwise differences the constraint numerically at every step
+                   constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1.0, "jac": lambda w: np.ones_like(w)}],
                    options={"ftol": 1e-12, "maxiter": 500})
     if not res.success:
         raise RuntimeError(f"minimum-variance optimisation failed for {quarter} {tickers}: {res.message}")

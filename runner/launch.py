@@ -31,6 +31,7 @@ from madbench.runner.execute import HEAD_DIRS, ray_client
 from madbench.runner.options import RunOptions
 from madbench.runner.preflight import preflight, preflight_error, reachable_models
 from madbench.runner.provider_batches import batch_problems
+from madbench.runner.store import BatchLayout
 
 
 @dataclass(frozen=True)
@@ -128,8 +129,12 @@ def check_client_cache(address: str | None, cache_cli: str | None) -> None:
 def load_checked(o: RunOptions) -> Launch:
     """``load``, then the preflight: every problem the batch would hit, named at once (an InputError)."""
     b = load(o)
+    # Runs committed ok are never run again, so their scenarios and configs need no check (a finished batch resumes
+    # at once); failed ones may be retried, so they are checked with the pending ones.
+    layout = BatchLayout(b.root)
+    todo = [r for r in b.runs if (stored := layout.stored_result(r.run_id)) is None or stored.status != "ok"]
     # Through the Ray client the cache is on the head (check_client_cache): not this machine's to check.
-    problems = preflight(b.runs, b.pack, o.batch, None if ray_client(o.address) else Path(b.cache_dir), b.root,
+    problems = preflight(todo, b.pack, o.batch, None if ray_client(o.address) else Path(b.cache_dir), b.root,
                          b.spec.max_cost_usd)
     if not problems and b.spec.provider_batches is not None:
         configs = {r.config.name: r.config for r in b.runs}.values()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 
 from madbench.data.market.write import write_pack
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
 SHARED_MARKET = SHARED / "market"
 SHARED_PAPER = SHARED / "paper"
 
@@ -79,3 +81,103 @@ def ray_local():
                  runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}})
     yield ray
     ray.shutdown()
+
+
+def readme_example() -> str:
+    """The first Python block of the README's "Python API" section."""
+    import re
+    section = (ROOT / "README.md").read_text().split("## Python API", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture(scope="session")
+def readme_rules35(tmp_path_factory):
+    """The README's Python API example, run verbatim once per session from a working directory that holds the
+    checkout's configs/: the `rules-35` batch (105 runs), which several tests read. Returns the working directory
+    and the example's namespace; the finished batch is ``<dir>/results/rules-35`` (copy it before writing to it).
+    The example's Ray is stopped at once, so that its cache setting reaches no later test's workers."""
+    import ray
+    here = tmp_path_factory.mktemp("notebook")
+    (here / "configs").symlink_to(ROOT / "configs")
+    saved_cwd, saved_cache = Path.cwd(), os.environ.get("MADBENCH_CACHE_DIR")
+    was_running = ray.is_initialized()
+    if was_running:
+        ray.shutdown()
+    os.chdir(here)
+    os.environ["MADBENCH_CACHE_DIR"] = str(here / "cache")
+    try:
+        namespace: dict = {}
+        exec(compile(readme_example(), "README.md", "exec"), namespace)
+    finally:
+        os.chdir(saved_cwd)
+        if saved_cache is None:
+            os.environ.pop("MADBENCH_CACHE_DIR")
+        else:
+            os.environ["MADBENCH_CACHE_DIR"] = saved_cache
+        if ray.is_initialized():
+            ray.shutdown()
+    return here, namespace
+
+
+@pytest.fixture
+def finished_rules35(readme_rules35, tmp_path) -> Path:
+    """A private copy of the finished `rules-35` batch, at ``tmp_path/rules-35``."""
+    import shutil
+    return Path(shutil.copytree(readme_rules35[0] / "results" / "rules-35", tmp_path / "rules-35", symlinks=True))
+
+
+# --- The suite's own hygiene: it leaves the user's home as it found it ------------------------------------------
+# Tests write only under their temporary directories. A test that forgets `--cache-dir` (or a default that
+# points at the user's cache) would quietly fill ~/.cache/madbench; the session fails instead, naming the paths.
+
+#: Watched whole: madbench's own cache. Watched at the top level only: $HOME and ~/.cache (a new or replaced entry
+#: there is a write outside the tests' directories; their subtrees, such as pip's cache, are other tools' business).
+HOME = Path.home()
+
+
+def _tree_state(root: Path) -> dict[str, tuple[int, int]]:
+    if not root.exists():
+        return {}
+    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size if p.is_file() else 0)
+            for p in [root, *root.rglob("*")] if not p.is_symlink()}
+
+
+def _top_state(root: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in root.iterdir() if not p.is_symlink()} if root.is_dir() else {}
+
+
+def home_state() -> dict[str, object]:
+    return {"madbench": _tree_state(HOME / ".cache" / "madbench"), "home": _top_state(HOME),
+            "cache": _top_state(HOME / ".cache")}
+
+
+def home_changes(before: dict[str, object], after: dict[str, object]) -> list[str]:
+    """The paths that were added, removed or changed between two `home_state` snapshots."""
+    changed = []
+    for part in before:
+        old, new = before[part], after[part]
+        changed += sorted(p for p in set(old) | set(new) if old.get(p) != new.get(p))
+    return changed
+
+
+def pytest_configure(config):
+    # The user's own settings must not send the tests' answers into the user's cache or pack.
+    for name in ("MADBENCH_CACHE_DIR", "MADBENCH_CACHE_SHARED", "RAY_ADDRESS"):
+        os.environ.pop(name, None)
+
+
+def pytest_sessionstart(session):
+    session.config._madbench_home = home_state()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = getattr(session.config, "_madbench_home", None)
+    if before is None or os.environ.get("MADBENCH_TEST_HOME_CHECK") == "0":
+        return
+    changed = home_changes(before, home_state())
+    if changed:
+        shown = "\n  ".join(changed[:20]) + (f"\n  … and {len(changed) - 20} more" if len(changed) > 20 else "")
+        session.config.get_terminal_writer().line(
+            f"\nFAILED the suite's hygiene: tests changed {len(changed)} path(s) in the user's home "
+            f"(tests must write under their temporary directories only):\n  {shown}", red=True, bold=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -24,33 +23,16 @@ ROOT = Path(__file__).resolve().parents[1]
 RULES_35 = ROOT / "configs" / "batches" / "rules-35.yaml"
 
 
-def readme_example() -> str:
-    """The first Python block of the README's "Python API" section."""
-    section = (ROOT / "README.md").read_text().split("## Python API", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
-
-
-@pytest.fixture(scope="module")
-def readme_run(tmp_path_factory):
-    """The README's example, run verbatim from a working directory that holds the checkout's configs/."""
+@pytest.fixture
+def readme_run(readme_rules35, monkeypatch):
+    """The README's example (run once per session), seen from its working directory."""
+    here, namespace = readme_rules35
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("MADBENCH_CACHE_DIR", str(here / "cache"))
+    yield here, namespace
     import ray
-    here = tmp_path_factory.mktemp("notebook")
-    (here / "configs").symlink_to(ROOT / "configs")
-    saved_cwd, saved_cache = Path.cwd(), os.environ.get("MADBENCH_CACHE_DIR")
-    os.chdir(here)
-    os.environ["MADBENCH_CACHE_DIR"] = str(here / "cache")
-    try:
-        namespace: dict = {}
-        exec(compile(readme_example(), "README.md", "exec"), namespace)
-        yield here, namespace
-    finally:
-        os.chdir(saved_cwd)
-        if saved_cache is None:
-            os.environ.pop("MADBENCH_CACHE_DIR")
-        else:
-            os.environ["MADBENCH_CACHE_DIR"] = saved_cache
-        if ray.is_initialized():
-            ray.shutdown()
+    if ray.is_initialized():  # a test that ran the API again here: its Ray holds this cache setting
+        ray.shutdown()
 
 
 @requires_shared

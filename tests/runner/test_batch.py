@@ -27,7 +27,7 @@ def write_batch(tmp_path, pack, **over) -> Path:
     spec = {"name": "t", "scenarios": {"file": str(scen)},
             "configs": [str(ROOT / "configs/debate/single-causal.yaml"), str(ROOT / "configs/debate/causal-debate-3.yaml")],
             "model": "rules/auto", "replicates": 2, "pack": str(pack), "results_dir": str(tmp_path / "results"),
-            "max_in_flight": 4, "workers": 2} | over
+            "max_in_flight": 4, "workers": 2, "cache_dir": str(tmp_path / "cache")} | over
     path = tmp_path / "batch.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

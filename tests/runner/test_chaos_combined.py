@@ -1,4 +1,4 @@
-"""Everything at once: two drivers started together, the driver killed with SIGKILL at five points, and a
+"""Everything at once: two drivers started together, the driver killed with SIGKILL at three depths, and a
 provider answering 30% 429, 5% 500, 5% stalls and 5% garbage. The batch must end with every run committed
 exactly once, every table complete, every trace chain intact, and no answer paid for twice except those
 in flight at a kill. Calls are counted at the server (a real HTTP server on 127.0.0.1)."""
@@ -22,7 +22,7 @@ from tests.runner.test_chaos import run_cli
 pytestmark = pytest.mark.slow
 
 MAX_IN_FLIGHT = 4
-KILLS = 5
+KILLS = 3
 
 
 def chaos_batch(tmp_path: Path, pack: Path, server: FaultServer) -> Path:
@@ -56,7 +56,7 @@ def committed(root: Path) -> int:
     return len(list((root / "runs").glob("*.json"))) if (root / "runs").exists() else 0
 
 
-def test_two_drivers_five_kills_and_a_fault_mix_lose_nothing_and_pay_once(make_pack, tmp_path):
+def test_two_drivers_three_kills_and_a_fault_mix_lose_nothing_and_pay_once(make_pack, tmp_path):
     pack = make_pack(tickers=tuple(TICKERS))
     faults = Faults(rate_limit=0.30, server_error=0.05, timeout=0.05, invalid_json=0.05, retry_after="0", stall_s=1.2)
     with FaultServer(faults, seed=11, latency_s=0.02) as server:

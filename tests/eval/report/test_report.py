@@ -10,7 +10,7 @@ from madbench.eval.report.page import _script_json, build_report
 from madbench.runner.cli import main
 from tests.browser import ARTIFACTS, open_page, requires_chromium
 from tests.conftest import requires_shared
-from tests.runner.test_batch import ROOT, TICKERS, write_batch
+from tests.runner.test_batch import TICKERS, write_batch
 
 
 @pytest.fixture(scope="module")
@@ -87,11 +87,10 @@ def test_report_renders_in_chromium_without_console_errors(batch_results, tmp_pa
 @pytest.mark.slow
 @requires_shared
 @requires_chromium
-def test_rules_35_report_screenshot(tmp_path):
+def test_rules_35_report_screenshot(finished_rules35, tmp_path):
     """The report of the rules-35 batch in Chromium; the screenshots are kept as test artifacts."""
     from playwright.sync_api import sync_playwright
-    assert main(["run", str(ROOT / "configs/batches/rules-35.yaml"), "--results", str(tmp_path), "--quiet"]) == 0
-    path = build_report(tmp_path / "rules-35")
+    path = build_report(finished_rules35)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         context, page, errors = open_page(pw, tmp_path / "profile")
