@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from madbench.debate.envelope import envelope_schema
-from madbench.debate.schemas import critique_targets, schema_for
+from madbench.debate.schemas import critique_targets, json_schema, schema_for
 from madbench.debate.validation import TurnRules
 from madbench.gateway.models import SchemaScope
 
@@ -44,7 +44,7 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
     ID outside the memo (for large memos: an ID of this memo's shape);
     validation still checks both exactly (not every provider enforces schemas).
     """
-    schema = copy.deepcopy(schema_for(phase, rules.tier).model_json_schema())
+    schema = json_schema(schema_for(phase, rules.tier))
     defs = schema.get("$defs", {})
     tickers = ticker_enum(rules.universe)
     for name in ("Holding", "PositionRationale"):
@@ -161,7 +161,7 @@ def constrained_schema(schema_model: type[BaseModel], universe: list[str], evide
     """The stage's JSON schema with the universe's tickers and the visible evidence IDs as enums, and arrays
     bounded, so a constrained decoder cannot name an outside ticker or an unseen ID. Validation still checks
     both exactly (not every provider enforces schemas)."""
-    schema = copy.deepcopy(schema_model.model_json_schema())
+    schema = json_schema(schema_model)
     tickers = ticker_enum(universe)
     id_enum = evidence_id_enum(evidence_ids)
     ids = {"type": "array", "items": id_enum} if id_enum is not None else None

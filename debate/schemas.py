@@ -16,7 +16,9 @@ decoders handle enum-valued fields far better than free-form keys.
 
 from __future__ import annotations
 
-from typing import Literal
+import copy
+import functools
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -199,6 +201,17 @@ def schema_for(phase: str, tier: str = "causal") -> type[BaseModel]:
     if tier not in TIER_SCHEMAS:
         raise KeyError(f"unknown tier {tier!r}; known: {', '.join(TIER_SCHEMAS)}")
     return TIER_SCHEMAS[tier][phase]
+
+
+def json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema, a fresh copy the caller may edit: pydantic builds it anew on every call (tens of
+    milliseconds), and every request of a run sends one."""
+    return copy.deepcopy(_json_schema(model))
+
+
+@functools.cache
+def _json_schema(model: type[BaseModel]) -> dict[str, Any]:
+    return model.model_json_schema()
 
 
 def critique_targets(claim_ids: set[str] | list[str]) -> list[str]:

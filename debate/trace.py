@@ -114,7 +114,11 @@ def read_trace(path: str | Path, repair: bool = False) -> TraceReadout:
 
 
 class TraceWriter:
-    def __init__(self, path: str | Path, fsync: bool = True):
+    def __init__(self, path: str | Path, fsync_each: bool = False):
+        """Each event is flushed to the operating system as it is written, so a killed process loses none of it; the
+        file is fsynced on ``sync()`` and ``close()`` (before a run commits), or after every event with
+        ``fsync_each`` (an fsync per event costs milliseconds, and only a machine that loses power needs it: there
+        a torn tail is cut off on resume and its calls are served again from the response cache)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         existing = read_trace(self.path)
@@ -123,22 +127,28 @@ class TraceWriter:
         self.seq = len(existing.events)
         self.prev = hashlib.sha256(_line_of(self.path, existing)).hexdigest() if existing.events else GENESIS
         self._fh = os.fdopen(_open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
-        self._fsync = fsync
+        self._fsync_each = fsync_each
 
     def write(self, event: Event) -> Event:
-        """Append ``event`` (its seq, prev and t are set here), fsynced, chained to the previous line."""
+        """Append ``event`` (its seq, prev and t are set here), flushed, chained to the previous line."""
         event = event.model_copy(update={"seq": self.seq, "prev": self.prev, "t": round(time.time(), 6)})
         line = redact_known(_line(event.model_dump(mode="json")).decode(), named=False).encode()
         self._fh.write(line)
         self._fh.flush()
-        if self._fsync:
+        if self._fsync_each:
             os.fsync(self._fh.fileno())
         self.seq += 1
         self.prev = hashlib.sha256(line).hexdigest()
         return event
 
+    def sync(self) -> None:
+        """Make every event written so far durable (before the run's result is committed)."""
+        os.fsync(self._fh.fileno())
+
     def close(self) -> None:
-        self._fh.close()
+        if not self._fh.closed:
+            self.sync()
+            self._fh.close()
 
     def __enter__(self):
         return self

@@ -68,6 +68,14 @@ def minvar_weights(pack: Pack, quarter: Quarter, tickers: list[str]) -> np.ndarr
 
 
 def baseline_weights(pack: Pack, quarter: Quarter, tickers: list[str], name: str) -> np.ndarray:
+    """The weights of baseline ``name``: a function of the pack's prices alone, so computed once per pack, scenario
+    and name (every config and replicate of a scenario holds the same baselines; minvar is an optimisation)."""
+    weights = pack.derived(("baseline_weights", name, str(quarter), tuple(tickers)),
+                           lambda: _baseline_weights(pack, quarter, tickers, name))
+    return weights.copy()
+
+
+def _baseline_weights(pack: Pack, quarter: Quarter, tickers: list[str], name: str) -> np.ndarray:
     if name == "equal":
         return equal_weights(len(tickers))
     if name == "ivol":

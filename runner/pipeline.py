@@ -172,6 +172,7 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
             error = redact(str(exc))
             result = RunResult(**base, status="failed", error=error, totals=_totals(ctx))
             trace.write(RunEnd(status="failed", error=error, totals=result.totals))
+            trace.sync()
             layout.commit(result, read_history(trace_path))
             return result
         trace.write(Final(weights=outcome.weights, cash=outcome.cash, method=outcome.method, notes=outcome.notes))

@@ -33,6 +33,7 @@ from madbench.data.market.pack import Pack
 from madbench.data.paths import CONFIGS_DIR
 from madbench.data.scenario import Scenario, check_against_pack
 from madbench.data.templates import compile_template, load_yaml_model
+from madbench.debate.schemas import json_schema
 from madbench.debate.validation import parse_json, schema_outline
 from madbench.eval.backtest import holding_window
 from madbench.eval.stats.recall import bucket_index, recall_table
@@ -142,9 +143,9 @@ def recall_request(model: str, prompt: RecallPrompt, item: QuarterItems, tickers
     """The request for ``tickers`` of one quarter. Its context (the quarter, tickers and buckets, never the returns)
     is what the simulated provider answers from; a real provider never sees it."""
     user = prompt.template.render(quarter=item.quarter, as_of=item.as_of, end=item.end, tickers=tickers,
-                                  buckets=prompt.buckets(), schema=schema_outline(RecallAnswer.model_json_schema()))
+                                  buckets=prompt.buckets(), schema=schema_outline(json_schema(RecallAnswer)))
     return LLMRequest(model=model, temperature=temperature, max_tokens=max_tokens,
-                      response_schema=RecallAnswer.model_json_schema(),
+                      response_schema=json_schema(RecallAnswer),
                       messages=[Message(role="system", content=prompt.spec.system), Message(role="user", content=user)],
                       context={"probe": "recall", "quarter": item.quarter, "as_of": item.as_of, "end": item.end,
                                "tickers": tickers, "buckets": list(BUCKETS), "edges_pct": prompt.spec.edges_pct})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from madbench.debate.grading import CritScore
-from madbench.debate.schemas import BasicRevision, Revision
+from madbench.debate.schemas import BasicRevision, Revision, json_schema
 from madbench.gateway import LLMRequest, Message
 from madbench.scoring.crit import CritAnswer, apply_caps
 from madbench.scoring.prompts import ScorerPrompt, load_scorer_prompt
@@ -62,6 +62,6 @@ def crit_request(task: CritTask, rubric: Rubric, model: str, temperature: float 
     """The gateway request for one CRIT call: identical for every model; providers adapt only the transport."""
     system, user = render_crit(task, rubric)
     return LLMRequest(model=model, temperature=temperature, max_tokens=max_tokens,
-                      response_schema=CritAnswer.model_json_schema(),
+                      response_schema=json_schema(CritAnswer),
                       messages=[Message(role="system", content=system), Message(role="user", content=user)],
                       context=task.model_dump(mode="json"))

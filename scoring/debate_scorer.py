@@ -8,6 +8,7 @@ from madbench.debate.config import AgentConfig, DebateConfig
 from madbench.debate.context import RunContext
 from madbench.debate.events import RCA, Crit
 from madbench.debate.grading import CritScore, RCAVerdict
+from madbench.debate.schemas import json_schema
 from madbench.debate.validation import parse_json
 from madbench.scoring.audit import audit_turn
 from madbench.scoring.crit import CritAnswer
@@ -59,7 +60,7 @@ class DebateScorer:
                              critiques=[{"from_agent": a, "target_claim": i.target_claim, "critique_text": i.critique_text}
                                         for a, i in received])
         c = await ctx.complete(who=agent.agent_id, role=agent.role, phase="rca", round_=round_, system=prompt.system,
-                               user=user, schema=RCAVerdict.model_json_schema(), context=task.model_dump(mode="json"),
+                               user=user, schema=json_schema(RCAVerdict), context=task.model_dump(mode="json"),
                                temperature=ctx.config.crit_temperature,
                                validate=lambda content, spec: parse_json(content, RCAVerdict), label=f"rca:{phase}")
         ctx.trace.write(RCA(agent=agent.agent_id, phase=phase, round=round_, verdict=c.value))

@@ -27,7 +27,7 @@ from madbench.data.templates import PromptSpec, compile_template, load_yaml_mode
 from madbench.debate.context import RunContext, constraints_text, raise_if
 from madbench.debate.events import Turn
 from madbench.debate.request_schemas import constrained_schema
-from madbench.debate.schemas import Holding
+from madbench.debate.schemas import Holding, json_schema
 from madbench.debate.task import StageTask
 from madbench.debate.validation import check_allocation, parse_json, schema_outline
 
@@ -129,7 +129,7 @@ async def ask_stage(ctx: RunContext, task: StageTask, schema: type[BaseModel], v
     stage = prompts.stages[task.stage]
     supplied = {"universe": ", ".join(task.universe), "constraints": constraints_text(task.constraints),
                 "evidence": render_items(task.evidence), "role": task.role, "round": task.round,
-                "schema": schema_outline(schema.model_json_schema()), **variables}
+                "schema": schema_outline(json_schema(schema)), **variables}
     missing = sorted(set(stage.variables) - set(supplied))
     if missing:
         raise RuntimeError(f"protocol {task.protocol} stage {task.stage}: the engine did not supply {', '.join(missing)} (a bug)")

@@ -9,6 +9,7 @@ from madbench.debate.config import DebateConfig
 from madbench.debate.context import constraints_text
 from madbench.debate.protocols.plan import Call, Plan
 from madbench.debate.protocols.staged import load_prompts
+from madbench.debate.schemas import json_schema
 from madbench.debate.validation import schema_outline
 from madbench.runner.estimate.assumptions import (
     ANSWER_TOKENS,
@@ -54,7 +55,7 @@ def _stage_shape(cfg: DebateConfig, call: Call, scenario: Scenario, memo: MemoIn
     spec_t = prompts.stages[call.kind]
     supplied = {"universe": ", ".join(scenario.tickers),
                 "constraints": constraints_text(cfg.effective_constraints(scenario.constraints, "estimate")),
-                "evidence": "", "role": call.role, "round": call.round, "schema": schema_outline(call.schema.model_json_schema()),
+                "evidence": "", "role": call.role, "round": call.round, "schema": schema_outline(json_schema(call.schema)),
                 "desk": call.desk, "stance": call.role.removeprefix("risk_")}
     user = compiled[call.kind].render(**{k: supplied.get(k, "") for k in spec_t.variables})
     prompt = text_tokens(spec_t.system, user) + sum(CONTEXT_TOKENS[c](n) for c in call.context)

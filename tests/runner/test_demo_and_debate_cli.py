@@ -81,7 +81,7 @@ def test_trace_show_renders_every_typed_event_of_stored_traces(tmp_path, capsys,
 
 def test_trace_show_reports_an_event_that_matches_no_model(tmp_path, capsys):
     trace = tmp_path / "trace.jsonl"
-    with TraceWriter(trace, fsync=False) as w:
+    with TraceWriter(trace) as w:
         w.write(MemoShown(sha256="ab" * 32, as_of="2021-06-30", n_items=3, ids=[]))
         w.write(Divergence(phase="propose", round=0, jsd=0.25, cash_spread=None))
     lines = trace.read_text().splitlines(keepends=True)
