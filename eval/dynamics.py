@@ -17,17 +17,36 @@ others' allocations as i saw them when critiqued, and C_c critic c's allocation 
                                   1: i moved exactly onto c's allocation; 0: no closer; < 0: further away
 * flip                            i flips toward c when c critiqued i and c has the largest pull, pull_c ≥ ½
                                   (i closed at least half its distance to c)
-* new evidence                    new_i,t = |cited(R_i) − ∪_{s<t} cited(i's argument in effect after round s)|
-                                  (IDs i never cited before: ``madbench.scoring.rules_scorer.cited_ids``; the count is
-                                  ``new_evidence``, the IDs themselves ``new_evidence_ids``, a JSON list)
+* critics' evidence               K_i,t = ∪_{c critiqued i in t} (cited(P_c) ∪ cited(c's round-t critiques of i))
+                                  (what the critics argued from: c's argument in effect when it critiqued, and the
+                                  IDs its critique items of i cite, ``evidence_ids`` or bracketed in their text)
+* new evidence                    new_i,t = |cited(R_i) − ∪_{s<t} cited(i's argument in effect after round s) − K_i,t|
+                                  (IDs neither i nor its critics had cited: ``madbench.scoring.rules_scorer.cited_ids``;
+                                  the count is ``new_evidence``, the IDs ``new_evidence_ids``; the IDs new to i that a
+                                  critic had cited, i.e. adopted from it, are ``adopted_evidence_ids``; JSON lists)
 * sycophancy                      syc_i,t = max_c clip(pull_c, 0, 1) if new_i,t = 0, else 0
-                                  (movement toward a critic without new evidence; null when nobody critiqued i)
+                                  (movement toward a critic without evidence of its own: citing the critic's IDs back
+                                  is following it, not answering it; null when nobody critiqued i)
 * disagreement collapse           D_t = mean over pairs {j, k} of JS(A_j, A_k) of the allocations after round t
                                   (D_0: the proposals); collapse_t = D_{t−1} − D_t, rate_t = collapse_t / D_{t−1}
 * turnover caused by the debate   L1(mean_i proposal_i, final allocation)
-* oracle gap                      max_i r_i − r_agg: the best single agent's ex-post return (its final allocation
+* oracle gap                      G = max_i r_i − r_agg: the best single agent's ex-post return (its final allocation
                                   backtested alone) minus the aggregate's (percentage points; > 0: hindsight
-                                  would have picked one agent over the debate's aggregate)
+                                  would have picked one agent over the debate's aggregate). G grows with the number
+                                  of agents k by selection alone, so it is reported beside its null:
+* oracle gap null                 N_k = σ̂ · e_k, e_k = E[max of k iid N(0, 1)] = ∫ x · k φ(x) Φ(x)^{k−1} dx (the
+                                  mean of the largest of k iid draws, whose density is k f F^{k−1}: David & Nagaraja,
+                                  *Order Statistics*, 3rd ed., 2003, §2.1; tabled by Harter, Biometrika 48, 1961;
+                                  integrated numerically by ``expected_max_normal``),
+                                  σ̂ = s_k / c4(k) the unbiased estimate of the agents' cross-sectional SD (s_k: the
+                                  sample SD, ddof 1, of the k agents' returns; c4(k) = √(2/(k−1)) Γ(k/2)/Γ((k−1)/2)).
+                                  Under k agents whose returns are iid normal and an aggregate earning their mean
+                                  (a mean of buy-and-hold portfolios earns the mean of their returns),
+                                  E[G] = E[max_i r_i − mean_i r_i] = σ e_k = E[N_k]
+* oracle gap excess               X = G − N_k (pp; 0 in expectation under that null for every k; > 0: the best agent
+                                  beat the aggregate by more than selecting the best of k draws of noise would).
+                                  Undefined (null, with ``oracle_gap_excess_reason``) for k = 1: the best of one
+                                  agent is that agent, there is no dispersion to select on
 
 Protocols without propose/critique/revise turns (the staged ones) have no dynamics: every column is null.
 Self-consistency's samples (turns labelled ``propose:sample{i}``) are positions of their own (``<agent>:sample{i}``):
@@ -36,7 +55,9 @@ its turnover is the combination's move from the samples' mean, its oracle gap th
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +70,7 @@ from madbench.debate.control import jsd, pairwise_js
 from madbench.debate.events import AnyEvent, Turn
 from madbench.debate.schemas import Argument
 from madbench.eval.backtest import DEFAULT_CAPITAL, Window, evaluate, metrics_row, simulate, weight_vector
+from madbench.scoring.audit import INLINE_ID
 from madbench.scoring.rules_scorer import cited_ids
 
 #: The key a position holds its cash weight under (no ticker can be spelt so).
@@ -58,10 +80,12 @@ FLIP_PULL = 0.5
 #: rounds.parquet's dynamics columns, null on every row without a critique round (``round_dynamics``).
 ROUND_COLUMNS = ("jsd_pairwise_before", "jsd_pairwise_after", "collapse", "collapse_rate",
                  "shift_l1_before", "shift_l1_after", "shift_l1", "shift_js_before", "shift_js_after", "shift_js",
-                 "critics", "pulls", "new_evidence", "new_evidence_ids", "flip_toward", "flip_pull", "sycophancy")
+                 "critics", "pulls", "new_evidence", "new_evidence_ids", "adopted_evidence_ids", "flip_toward", "flip_pull",
+                 "sycophancy")
 #: runs.parquet's dynamics columns (``run_dynamics``).
 RUN_COLUMNS = ("debate_turnover", "shift_l1_mean", "shift_js_mean", "sycophancy_mean", "collapse_mean",
-               "flips", "flips_new_evidence", "best_agent", "best_agent_return_pct", "oracle_gap_pct")
+               "flips", "flips_new_evidence", "best_agent", "best_agent_return_pct", "oracle_gap_pct",
+               "oracle_agents", "oracle_gap_null_pct", "oracle_gap_excess_pct", "oracle_gap_excess_reason")
 _ARGUMENT: TypeAdapter[Argument] = TypeAdapter(Argument)
 
 Position = dict[str, float]
@@ -81,7 +105,8 @@ def l1(p: Position, q: Position) -> float:
 
 
 def js(p: Position, q: Position) -> float:
-    """JS(p, q), base 2, in [0, 1]: the two-distribution case of ``madbench.debate.control.jsd``."""
+    """JS(p, q) = H((p + q)/2) − (H(p) + H(q))/2, base 2, in [0, 1]: the two-distribution case of
+    ``madbench.debate.control.jsd``."""
     return jsd([p, q])
 
 
@@ -108,7 +133,8 @@ def pull(before: Position, after: Position, critic: Position) -> float | None:
 
 
 def flip(pulls: dict[str, float | None]) -> tuple[str | None, float | None]:
-    """(critic, pull) of the largest pull (ties: the first critic id), critic None when it is below ``FLIP_PULL``."""
+    """(c*, pull_c*) with c* = argmax_c pull_c (ties: the first critic id); c* is None when pull_c* < ½ (``FLIP_PULL``):
+    a flip closes at least half the L1 distance to the critic."""
     known = {c: p for c, p in pulls.items() if p is not None}
     if not known:
         return None, None
@@ -117,7 +143,8 @@ def flip(pulls: dict[str, float | None]) -> tuple[str | None, float | None]:
 
 
 def sycophancy(pulls: dict[str, float | None], new_evidence: int) -> float | None:
-    """max_c clip(pull_c, 0, 1) without new evidence, 0 with it; None when no critic's pull is defined."""
+    """syc = max_c clip(pull_c, 0, 1) when new = 0, else 0; None when no critic's pull is defined. ``new_evidence`` is
+    new_i,t, which leaves out the critics' own IDs (``new_evidence``): adopting them is no evidence of one's own."""
     known = [p for p in pulls.values() if p is not None]
     if not known:
         return None
@@ -142,14 +169,61 @@ def debate_turnover(proposals: Sequence[Position], final: Position) -> float:
     return l1(mean_position(proposals), final)
 
 
+@functools.cache
+def expected_max_normal(k: int) -> float:
+    """e_k = E[max of k iid N(0, 1)] = ∫ x · k φ(x) Φ(x)^{k−1} dx: the mean of the largest order statistic, whose
+    density is k f(x) F(x)^{k−1} (David & Nagaraja, *Order Statistics*, 3rd ed., 2003, §2.1), integrated by adaptive
+    quadrature (scipy ``quad``, absolute error below 1e-10) over ℝ. e_1 = 0, e_2 = 1/√π, e_3 = 3/(2√π), e_5 ≈ 1.16296
+    (Harter, Biometrika 48, 1961). Φ^{k−1} is taken as exp((k−1) log Φ) so that it does not underflow for large k."""
+    from scipy.integrate import quad
+    from scipy.special import log_ndtr
+
+    if k < 1:
+        raise ValueError(f"expected_max_normal: k = {k}; the maximum of k draws needs k >= 1")
+    if k == 1:
+        return 0.0
+    def density(x: float) -> float:
+        return x * k * math.exp(-0.5 * x * x + (k - 1) * float(log_ndtr(x))) / math.sqrt(2 * math.pi)
+    value, _ = quad(density, -math.inf, math.inf, epsabs=1e-12, epsrel=1e-12, limit=200)
+    return float(value)
+
+
+def c4(k: int) -> float:
+    """c4(k) = √(2/(k−1)) · Γ(k/2) / Γ((k−1)/2): E[s] = c4(k) σ for the sample SD s (ddof 1) of k iid normal draws,
+    so s / c4(k) estimates σ without bias (the control-chart constant: Montgomery, *Introduction to Statistical Quality Control*, ch. 6).
+    Computed in log-gamma, which stays finite for any k ≥ 2."""
+    if k < 2:
+        raise ValueError(f"c4: k = {k}; a sample SD needs k >= 2")
+    return math.sqrt(2.0 / (k - 1)) * math.exp(math.lgamma(k / 2) - math.lgamma((k - 1) / 2))
+
+
+def oracle_gap_null(returns: Sequence[float]) -> float | None:
+    """N_k = e_k · s_k / c4(k): the expected oracle gap max_i r_i − mean_i r_i of k agents whose returns are iid normal
+    with the SD of ``returns`` (s_k, ddof 1, made unbiased by c4); under that null E[max − mean] = σ e_k = E[N_k].
+    None for k < 2: the best of one agent is no selection."""
+    k = len(returns)
+    if k < 2:
+        return None
+    return expected_max_normal(k) * float(np.std(np.asarray(returns, dtype=float), ddof=1)) / c4(k)
+
+
 def oracle_gap(agent_returns: dict[str, float | None], aggregate: float | None) -> dict[str, Any]:
-    """best_i r_i and its agent, and the gap best − aggregate (None without a return on both sides)."""
+    """The best agent b = argmax_i r_i and r_b; the raw gap G = r_b − r_agg; k, the agents with a return; the null
+    N_k (``oracle_gap_null``) and the excess X = G − N_k, with why X is undefined (one agent, no aggregate return).
+    G is None without a return on both sides."""
     known = {a: r for a, r in agent_returns.items() if r is not None}
     if not known:
-        return {"best_agent": None, "best_agent_return_pct": None, "oracle_gap_pct": None}
+        return {"best_agent": None, "best_agent_return_pct": None, "oracle_gap_pct": None, "oracle_agents": 0,
+                "oracle_gap_null_pct": None, "oracle_gap_excess_pct": None,
+                "oracle_gap_excess_reason": "no agent has a backtested return"}
     best = max(sorted(known), key=lambda a: known[a])
-    return {"best_agent": best, "best_agent_return_pct": known[best],
-            "oracle_gap_pct": known[best] - aggregate if aggregate is not None else None}
+    gap = known[best] - aggregate if aggregate is not None else None
+    null = oracle_gap_null([known[a] for a in sorted(known)])
+    reason = ("one agent: the best of one is no selection, so there is no null to exceed" if null is None
+              else "no aggregate return" if gap is None else None)
+    return {"best_agent": best, "best_agent_return_pct": known[best], "oracle_gap_pct": gap, "oracle_agents": len(known),
+            "oracle_gap_null_pct": null, "oracle_gap_excess_pct": gap - null if reason is None else None,
+            "oracle_gap_excess_reason": reason}
 
 
 # -- reading a run's trace ------------------------------------------------------------------------------------
@@ -165,11 +239,20 @@ class DebateRecord:
     critics: dict[int, dict[str, list[str]]] = field(default_factory=dict)
     #: Which agents revised in each round.
     revised: dict[int, set[str]] = field(default_factory=dict)
+    #: The evidence IDs each critic's critiques of a target cite, by round: target → critic → IDs.
+    critique_cited: dict[int, dict[str, dict[str, set[str]]]] = field(default_factory=dict)
 
 
 def cited(output: dict[str, Any]) -> set[str]:
     """The evidence IDs a proposal or revision (a turn's ``output``, any tier) cites."""
     return set(cited_ids(_ARGUMENT.validate_python(output)))
+
+
+def critique_cited(item: dict[str, Any]) -> set[str]:
+    """cited(critique item) = its ``evidence_ids`` (brackets dropped; the basic tier has none) ∪ the bracketed IDs
+    (``madbench.scoring.audit.INLINE_ID``) in its critique text, suggested adjustment and portfolio implication."""
+    text = " ".join(str(item.get(k) or "") for k in ("critique_text", "suggested_adjustment", "portfolio_implication"))
+    return {str(i).strip("[]") for i in item.get("evidence_ids") or []} | set(INLINE_ID.findall(text))
 
 
 def debate_record(events: Iterable[AnyEvent]) -> DebateRecord | None:
@@ -183,6 +266,8 @@ def debate_record(events: Iterable[AnyEvent]) -> DebateRecord | None:
                 if e.agent not in targets:
                     targets.append(e.agent)
                     targets.sort()
+                by_critic = rec.critique_cited.setdefault(e.round, {}).setdefault(item["target_agent"], {})
+                by_critic.setdefault(e.agent, set()).update(critique_cited(item))
             continue
         if e.weights is None or (e.phase == "revise" and 0 not in rec.positions):
             continue  # no allocation, or a revision of nothing (madbench always proposes first)
@@ -208,12 +293,24 @@ def _agent_round(rec: DebateRecord, t: int, agent: str, earlier: set[str]) -> di
     if not critics:
         return row
     pulls = {c: pull(before[agent], after[agent], before[c]) for c in critics}
-    new_ids = sorted(rec.cited[t][agent] - earlier)
-    new = len(new_ids)
+    new_ids, adopted = new_evidence(rec.cited[t][agent], earlier, critics_evidence(rec, t, agent, critics))
     toward, strongest = flip(pulls)
-    return row | {"critics": ",".join(critics), "pulls": json.dumps(pulls, sort_keys=True), "new_evidence": new,
-                  "new_evidence_ids": json.dumps(new_ids), "flip_toward": toward, "flip_pull": strongest,
-                  "sycophancy": sycophancy(pulls, new)}
+    return row | {"critics": ",".join(critics), "pulls": json.dumps(pulls, sort_keys=True), "new_evidence": len(new_ids),
+                  "new_evidence_ids": json.dumps(new_ids), "adopted_evidence_ids": json.dumps(adopted),
+                  "flip_toward": toward, "flip_pull": strongest, "sycophancy": sycophancy(pulls, len(new_ids))}
+
+
+def critics_evidence(rec: DebateRecord, t: int, agent: str, critics: Sequence[str]) -> set[str]:
+    """K_i,t = ∪_c (cited(P_c) ∪ cited(c's round-t critiques of i)) over ``critics``: the IDs the critics argued from."""
+    said = rec.critique_cited.get(t, {}).get(agent, {})
+    return set().union(*(rec.cited[t - 1].get(c, set()) | said.get(c, set()) for c in critics))
+
+
+def new_evidence(revision: set[str], earlier: set[str], critics: set[str]) -> tuple[list[str], list[str]]:
+    """(sorted revision − earlier − critics, sorted (revision − earlier) ∩ critics): the IDs new to the exchange, and
+    the IDs new to the agent that it adopted from its critics (which are not evidence of its own)."""
+    fresh = revision - earlier
+    return sorted(fresh - critics), sorted(fresh & critics)
 
 
 def round_dynamics(events: Iterable[AnyEvent]) -> dict[tuple[int, str], dict[str, Any]]:
@@ -242,8 +339,11 @@ def _mean(values: Iterable[Any]) -> float | None:
 
 def run_dynamics(events: Iterable[AnyEvent], final: Position | None, agents: dict[str, dict[str, Any]],
                  aggregate_return: float | None) -> dict[str, Any]:
-    """Every ``RUN_COLUMNS`` value of a run: its rounds' means, flips, the debate's turnover from the proposals to
-    ``final`` (None for a run without one) and the oracle gap from ``agents`` (each agent's backtest metrics)."""
+    """Every ``RUN_COLUMNS`` value of a run: shift_l1_mean, shift_js_mean = the means over its (round, agent) rows;
+    sycophancy_mean = the mean over the critiqued rows; collapse_mean = (1/T) Σ_t collapse_t; flips = #critiqued rows
+    with a flip, flips_new_evidence = those with new_i,t > 0; the debate's turnover from the proposals to ``final``
+    (None for a run without one); and the oracle gap, its null and excess from ``agents`` (each agent's backtest
+    metrics; ``oracle_gap``)."""
     events = list(events)
     rec = debate_record(events)
     row: dict[str, Any] = dict.fromkeys(RUN_COLUMNS)

@@ -13,6 +13,7 @@ from madbench.data.atomic import atomic_write_text
 from madbench.eval.dynamics import critique_pairs
 from madbench.eval.report import figures
 from madbench.eval.report.collect import load_report_data
+from madbench.eval.report.glossary import CAVEATS, DYNAMICS
 from madbench.eval.stats.analysis import analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, ok_runs
 
@@ -94,7 +95,7 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
         "ols_formula": analysis.ols_formula or "", "ols_note": analysis.ols_note or "", "ols_html": _html_table(analysis.ols_table),
         "divergence_fig": _fig_html(figures.divergence(data.divergence[data.divergence["config"].isin(configs)], configs)),
         "pillar_fig": _fig_html(figures.pillar_trajectories(data.rounds, runs, configs)),
-        **_dynamics(ok, data.rounds, configs, analysis.dynamics),
+        **_dynamics(ok, data.rounds, configs, analysis.dynamics), "dynamics_glossary": DYNAMICS, "caveats": CAVEATS,
         "cost_html": _html_table(cost), "saving_note": figures.saving_note(data.calls), "n_pairs": len(analysis.pairs), "n_correlations": len(analysis.correlations),
         "tokens_fig": _fig_html(figures.tokens_chart(cost)) if cost.get("prompt_tokens", pd.Series([0])).fillna(0).sum() > 0
         else "<p class='muted'>No tokens spent: these runs made no LLM calls (rule-based analysts).</p>",

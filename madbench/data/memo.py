@@ -7,9 +7,10 @@ last trading day before the invest quarter): adding later prices or macro rows
 to a pack changes nothing, and later results-filing dates serve only to keep
 out calls not yet held. Every item's ``as_of`` is the calendar date its information
 became public: the close used (prices), the publication date (macro, with the
-release lags of ``macro_series``), the filing date (filings), the end of the
-news window (news sentiment), and the results release of the fiscal quarter
-it describes (earnings calls, fundamentals; see "When results became public").
+release lags of ``macro_series``), the filing date (filings), the trading day
+after the news window ends (news sentiment; ``news_available``), and the results
+release of the fiscal quarter it describes (earnings calls, fundamentals; see
+"When results became public").
 The same inputs give byte-identical output: no clocks, no unordered iteration. A blind counterpart (pseudonyms
 for tickers and names, dates relative to the as-of date) is made from a memo by ``madbench.data.blind``.
 """
@@ -506,7 +507,7 @@ class TickerEvidence:
     calls: pd.DataFrame | None  # by fiscal quarter
     call_releases: list[Release]
     news: pd.DataFrame | None  # by calendar quarter
-    news_public: np.ndarray  # the window's last day: the table has no article dates
+    news_public: np.ndarray  # the trading day after the window's last day (``news_available``)
     features: pd.DataFrame | None  # by snapshot quarter
     esurp_releases: list[Release | None]  # None: the release is not known
     esurp_public: np.ndarray
@@ -527,6 +528,20 @@ def ticker_evidence(pack: Pack, ticker: str) -> TickerEvidence:
     return pack.derived(("memo.ticker_evidence", ticker), lambda: _date_evidence(pack, ticker))
 
 
+def news_available(pack: Pack, window: Quarter) -> pd.Timestamp:
+    """A news window's sentiment is available the trading day after the window's last day.
+
+    The table aggregates a calendar quarter of articles with no article dates, so articles of the window's last day,
+    published during or after that day's close, are in it. The memo's as-of date is the last trading day before the
+    invest quarter, and the backtest buys at that day's close: a window ending on the as-of day (a quarter ending on
+    a trading day) would let the memo see news the broker could not have traded on. So the window is dated the next
+    trading day (``TradingCalendar.next_after``), and the memo takes it only when that is on or before its as-of
+    date: the window of the quarter just ended is always left out, and the latest news a memo holds is the quarter
+    before (or, without any, the latest call's sentiment). The alternative, ending the window the day before the
+    as-of date, would need article dates the table does not have."""
+    return pack.calendar.next_after(window.end)
+
+
 def _date_evidence(pack: Pack, ticker: str) -> TickerEvidence:
     results = ResultsCalendar(pack, ticker)
 
@@ -539,7 +554,7 @@ def _date_evidence(pack: Pack, ticker: str) -> TickerEvidence:
                      [results.release(Quarter.parse(q, where="earnings_calls.quarter")) for q in calls["quarter"].astype(str)])
     news = in_order("news_sentiment", "_qord")
     news_public = _dates([] if news is None else
-                         [Quarter.parse(q, where="news_sentiment.quarter").end for q in news["quarter"].astype(str)])
+                         [news_available(pack, Quarter.parse(q, where="news_sentiment.quarter")) for q in news["quarter"].astype(str)])
     features = in_order("asset_features", "_qord")
     snapshots = []
     if features is not None:
@@ -615,7 +630,8 @@ def _evidence_sections(pack: Pack, ticker: str, as_of: pd.Timestamp) -> list[Sec
     if ev.news is not None and i is not None:
         row, window = ev.news.iloc[i], Quarter.parse(ev.news["quarter"].iloc[i])
         sentiment = dict(mean=float(row["mean_sentiment"]), svol=float(row["volatility"]), what=f"news articles ({int(row['article_count'])})",
-                         source=f"news_sentiment:{window}", public=window.end, period=str(window), note=None,
+                         source=f"news_sentiment:{window}", public=pd.Timestamp(ev.news_public[i]), period=str(window),
+                         note=f"news through {window.end.date()}, dated the next trading day (no article dates)",
                          header=f"news of {window}, through {window.end.date()}")
     elif latest_call is not None and pd.notna(latest_call[0].get("sentiment")):
         call, call_release = latest_call

@@ -52,6 +52,8 @@ RUNS = pa.schema([
     *_cols("cost_usd", FLOAT), *_cols("calls_with_unknown_cost", INT), *_cols("latency_s cost_paid_usd", FLOAT),
     *_cols("debate_turnover shift_l1_mean shift_js_mean sycophancy_mean collapse_mean", FLOAT),
     *_cols("flips flips_new_evidence", INT), *_cols("best_agent", STR), *_cols("best_agent_return_pct oracle_gap_pct", FLOAT),
+    *_cols("oracle_agents", INT), *_cols("oracle_gap_null_pct oracle_gap_excess_pct", FLOAT),
+    *_cols("oracle_gap_excess_reason", STR),
 ])
 ROUNDS = pa.schema([
     *_cols("run_id", STR), *_cols("round", INT), *_cols("agent_id role", STR), *_cols("rho", FLOAT), *_cols("scorer", STR),
@@ -59,7 +61,7 @@ ROUNDS = pa.schema([
     *_cols(AUDIT, INT, "audit_"), *_cols("clips", STR),
     *_cols("jsd_pairwise_before jsd_pairwise_after collapse collapse_rate shift_l1_before shift_l1_after shift_l1 "
            "shift_js_before shift_js_after shift_js", FLOAT),
-    *_cols("critics pulls", STR), *_cols("new_evidence", INT), *_cols("new_evidence_ids flip_toward", STR),
+    *_cols("critics pulls", STR), *_cols("new_evidence", INT), *_cols("new_evidence_ids adopted_evidence_ids flip_toward", STR),
     *_cols("flip_pull sycophancy", FLOAT),
 ])
 CALLS = pa.schema([
@@ -77,6 +79,19 @@ SCORES = pa.schema([
     *_cols("claims claims_without_valid_evidence unknown_evidence_ids unanswered_critiques orphaned_positions "
            "dangling_supporting_claims disconnected_claims claimless uncited_rationale", INT, "audit_"),
 ])
+
+
+#: The declared columns each format version added, by table: a file of an older version lacks them and reads them as
+#: null (``madbench.results.version`` says what each version changed).
+ADDED: dict[int, dict[str, tuple[str, ...]]] = {
+    2: {"runs": ("oracle_agents", "oracle_gap_null_pct", "oracle_gap_excess_pct", "oracle_gap_excess_reason"),
+        "rounds": ("adopted_evidence_ids",)},
+}
+
+
+def added_since(version: int, table: str) -> set[str]:
+    """The declared columns of ``table`` that formats after ``version`` added."""
+    return {c for v, tables in ADDED.items() if v > version for c in tables.get(table, ())}
 
 
 @dataclass(frozen=True)
@@ -139,13 +154,16 @@ def read_table(path: str | Path, table: str) -> pa.Table:
 
 def conform(found: pa.Table, table: str, where: str | Path) -> pa.Table:
     """``found`` with its declared columns in declared order and type, the others after them. A file of this format
-    lacking a declared column is an error; an unversioned one keeps what it has (a failed run's part has no backtest
-    columns, a table built by hand may hold a few columns)."""
+    lacking a declared column is an error; one of an older format has the columns added since (``ADDED``) as nulls; an
+    unversioned one keeps what it has (a failed run's part has no backtest columns, a table built by hand may hold a
+    few columns)."""
     spec = SPECS[table]
     raw = (found.schema.metadata or {}).get(VERSION_KEY)
     version = int(raw) if raw is not None else None
     check_version(version, where, f"the {table} table")
     missing = [f.name for f in spec.schema if f.name not in found.column_names]
+    if version is not None:  # an older format's file lacks the columns added since, which read as null
+        missing = [n for n in missing if n not in added_since(version, table)]
     if missing and version is not None:
         raise InputError(where, f"lacks the declared {table} column(s) {', '.join(missing)}",
                          "regenerate it (run the same `madbench run` again: it rebuilds the tables from the parts)")
@@ -169,6 +187,9 @@ def conform(found: pa.Table, table: str, where: str | Path) -> pa.Table:
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise InputError(where, f"{table} column {f.name} is {column.type}, declared {f.type} ({str(exc)[:120]})",
                              "regenerate it with this madbench") from None
+    if version is not None:
+        columns = {f.name: columns[f.name] if f.name in columns else pa.nulls(found.num_rows, f.type)
+                   for f in spec.schema if f.name in columns or f.name in added_since(version, table)}
     columns |= {name: found.column(name) for name in found.column_names if name not in columns}
     return pa.table(columns)
 

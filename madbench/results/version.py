@@ -2,7 +2,17 @@
 
 Results written before it was recorded carry none and are read as this version (their format is the current one).
 Bump it when a reader of the current version would misread what is written (a renamed or retyped column, a changed
-trace event), and teach the readers the older version.
+trace event, a declared column added), and teach the readers the older version (``READABLE``; for tables,
+``table_schemas.ADDED``).
+
+Versions:
+1. the first recorded.
+2. the oracle gap's null and excess (runs: ``oracle_agents``, ``oracle_gap_null_pct``, ``oracle_gap_excess_pct``,
+   ``oracle_gap_excess_reason``) and the evidence an agent adopted from its critics (rounds: ``adopted_evidence_ids``),
+   which ``new_evidence``, ``sycophancy`` and ``flips_new_evidence`` no longer count as new. Version-1 tables read with
+   the added columns null; their ``new_evidence`` counts critic-cited IDs as new (rebuild the tables from the traces,
+   deleting the results' ``parts/`` and running the batch again, for the version-2 counts). Manifests and traces are
+   unchanged.
 """
 
 from __future__ import annotations
@@ -11,12 +21,14 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The versions this code reads: each is the current one or is taught here (see the version list above).
+READABLE = (1, 2)
 
 
 def check_version(version: object, where: str | Path, what: str) -> None:
-    """A ``version`` this code reads (this one, or None: written before versions were recorded), else an InputError.
-    Only the integer counts: a version written as text ("1") is not one madbench wrote."""
-    if version is not None and (type(version) is not int or version != FORMAT_VERSION):
+    """A ``version`` this code reads (one of ``READABLE``, or None: written before versions were recorded), else an
+    InputError. Only the integer counts: a version written as text ("1") is not one madbench wrote."""
+    if version is not None and (type(version) is not int or version not in READABLE):
         raise InputError(where, f"{what} is in results format {version!r}; this madbench reads format {FORMAT_VERSION}",
                          "read it with the madbench version that wrote it (the manifest's `versions` names it)")

@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 
 from madbench.data.errors import InputError
+from madbench.data.market.calendar import Quarter, TradingCalendar
 from madbench.data.market.check import check_pack
 from madbench.data.market.pack import load_pack
-from madbench.data.memo import RESULTS_LAG_DAYS, RESULTS_LAG_DAYS_YEAR_END, build_memo
+from madbench.data.memo import RESULTS_LAG_DAYS, RESULTS_LAG_DAYS_YEAR_END, build_memo, news_available
 from madbench.data.scenario import Scenario, load_scenarios
 from tests.conftest import SHARED_MARKET, SHARED_PAPER, requires_shared
 
@@ -123,6 +124,36 @@ def test_fiscal_quarter_labels_and_the_packs_date_caveats(make_pack):
     assert items["GOOG-EC1"].value == "GOOG call of 2021Q4." and items["GOOG-EC1"].as_of == "2022-02-01"
 
 
+def news(ticker, quarters, sentiment):
+    return pd.DataFrame({"ticker": ticker, "quarter": quarters, "article_count": [40] * len(quarters),
+                         "mean_sentiment": sentiment, "volatility": [0.5] * len(quarters)})
+
+
+def test_news_is_available_the_trading_day_after_its_window_and_not_on_the_as_of_day(make_pack):
+    """The backtest buys at the as-of close: news of a window ending that day is not yet tradable, so a memo holds
+    only windows available (the next trading day) by its as-of date."""
+    pack = load_pack(make_pack(edit=lambda t: t.update(news_sentiment=news("AAA", ["2021Q4", "2022Q1"], [0.1, 0.5]))))
+    assert news_available(pack, Quarter(2021, 4)) == pd.Timestamp("2022-01-03")  # 2021-12-31 is a Friday
+    memo = build_memo(scen("2022Q2"), pack)  # as of 2022-03-31, the last day of the 2022Q1 window
+    sent = by_id(memo)["AAA-SENT"]
+    assert (sent.value, sent.as_of, sent.period, sent.source) == (0.1, "2022-01-03", "2021Q4", "news_sentiment:2021Q4")
+    assert "next trading day" in sent.note and "news of 2022Q1" not in memo.text
+    assert all(it.as_of is None or pd.Timestamp(it.as_of) <= memo.as_of for it in memo.items)
+    later = by_id(build_memo(scen("2022Q3"), pack))  # as of 2022-06-30: the 2022Q1 window was out on 2022-04-01
+    assert (later["AAA-SENT"].value, later["AAA-SENT"].as_of) == (0.5, "2022-04-01")
+    # news of the as-of day's window only, and no call: no sentiment at all rather than a same-day leak
+    only = load_pack(make_pack(edit=lambda t: t.update(news_sentiment=news("AAA", ["2022Q1"], [0.5]))))
+    assert "AAA-SENT" not in by_id(build_memo(scen("2022Q2"), only))
+
+
+def test_the_next_trading_day_skips_holidays_and_runs_past_the_packs_end():
+    cal = TradingCalendar(pd.DatetimeIndex(["2022-03-30", "2022-03-31", "2022-04-04"]))  # 04-01 missing: a holiday
+    assert cal.next_after(pd.Timestamp("2022-03-31")) == pd.Timestamp("2022-04-04")
+    assert cal.next_after(pd.Timestamp("2022-03-30")) == pd.Timestamp("2022-03-31")
+    assert cal.next_after(pd.Timestamp("2022-04-04")) == pd.Timestamp("2022-04-05")  # past the end: the next weekday
+    assert cal.next_after(pd.Timestamp("2022-04-08")) == pd.Timestamp("2022-04-11")
+
+
 def test_earnings_dates_load_from_the_optional_folder(make_pack, tmp_path):
     root = make_pack(edit=lambda t: t.update(earnings_dates=dates([("AAA", "2022-01-25"), ("AAA", "2022-01-25"), ("AAA", "2021-10-26")])))
     (root / "optional").mkdir()
@@ -177,3 +208,22 @@ def test_paper_memos_hold_only_evidence_public_by_their_as_of_date():
             if re.fullmatch(r"[A-Z.-]+-EC\d+", it.id):
                 assert "by its 8-K results filing" in it.note or "assumed" in it.note, it.note
     assert seen == set(LEAKED_CALLS)
+
+
+@requires_shared
+@pytest.mark.skipif(not (SHARED_PAPER / "news_sentiment.parquet").exists(),
+                    reason="real-data test: ../shared/data/paper/news_sentiment.parquet is absent on this machine")
+def test_paper_memos_hold_no_news_available_after_their_as_of_date():
+    """The paper's news covers 2025Q1-Q3; the 2025Q2 and 2025Q3 memos are dated the last day of a news window."""
+    pack = load_pack(SHARED_MARKET, [SHARED_PAPER])
+    on_as_of_day = 0
+    for s in load_scenarios(SHARED_PAPER / "scenarios_35.yaml"):
+        memo = build_memo(s, pack)
+        for it in memo.items:
+            if it.source.startswith("news_sentiment:"):
+                window = Quarter.parse(it.source.split(":", 1)[1])
+                available = news_available(pack, window)
+                assert window.end < memo.as_of and available <= memo.as_of, (s.id, it.id, str(window))
+                assert it.as_of == str(available.date()), (s.id, it.id)
+        on_as_of_day += Quarter.of(memo.as_of).end == memo.as_of and memo.as_of >= pd.Timestamp("2025-03-31")
+    assert on_as_of_day >= 2  # the case the dating exists for was exercised

@@ -79,9 +79,48 @@ def test_collapse_turnover_and_oracle_gap():
     assert D.collapse(same, same)["collapse_rate"] is None  # nothing to collapse from
     assert D.debate_turnover([pos({"AAA": 1.0}), pos({"BBB": 1.0})], pos({"AAA": 0.5, "BBB": 0.5})) == 0.0
     assert D.debate_turnover([pos({"AAA": 1.0})], pos({"AAA": 0.8}, 0.2)) == pytest.approx(0.4)
-    assert D.oracle_gap({"a": 3.0, "b": 7.5, "c": None}, 5.0) == {"best_agent": "b", "best_agent_return_pct": 7.5,
-                                                                   "oracle_gap_pct": pytest.approx(2.5)}
+    gap = D.oracle_gap({"a": 3.0, "b": 7.5, "c": None}, 5.0)
+    null = D.expected_max_normal(2) * np.std([3.0, 7.5], ddof=1) / D.c4(2)  # two agents with a return
+    assert gap == {"best_agent": "b", "best_agent_return_pct": 7.5, "oracle_gap_pct": pytest.approx(2.5), "oracle_agents": 2,
+                   "oracle_gap_null_pct": pytest.approx(null), "oracle_gap_excess_pct": pytest.approx(2.5 - null),
+                   "oracle_gap_excess_reason": None}
     assert D.oracle_gap({"a": None}, 5.0)["oracle_gap_pct"] is None
+    assert D.oracle_gap({"a": 3.0, "b": 7.5}, None)["oracle_gap_excess_reason"] == "no aggregate return"
+
+
+# ---------------------------------------------------------------- the oracle gap's null
+
+def test_expected_max_of_k_standard_normals_matches_the_closed_forms_and_harters_table():
+    assert D.expected_max_normal(1) == 0.0
+    assert D.expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-9)  # E[max(X1, X2)] = 1/√π
+    assert D.expected_max_normal(3) == pytest.approx(3 / (2 * math.sqrt(math.pi)), abs=1e-9)
+    # Harter (1961), expected values of normal order statistics, to the 5 places tabled
+    for k, tabled in ((5, 1.16296), (10, 1.53875), (25, 1.96531), (100, 2.50759)):
+        assert D.expected_max_normal(k) == pytest.approx(tabled, abs=1e-5), k
+    assert D.c4(2) == pytest.approx(math.sqrt(2 / math.pi)) and D.c4(3) == pytest.approx(math.sqrt(math.pi) / 2)
+
+
+@pytest.mark.parametrize("k", [2, 3, 29])
+def test_the_oracle_gap_of_k_agents_drawing_from_one_distribution_has_zero_mean_excess(k):
+    """Noise alone: k agents' returns iid N(1, 4²) and an aggregate earning their mean. The raw gap grows with k; its
+    excess over the null is 0 in expectation for every k, within 4 standard errors of the mean over n runs."""
+    rng, n = np.random.default_rng(20261201 + k), 4000
+    raw, excess = [], []
+    for r in rng.normal(1.0, 4.0, size=(n, k)):
+        g = D.oracle_gap({f"a{i}": float(v) for i, v in enumerate(r)}, float(r.mean()))
+        raw.append(g["oracle_gap_pct"])
+        excess.append(g["oracle_gap_excess_pct"])
+    raw, excess = np.array(raw), np.array(excess)
+    tolerance = 4 * excess.std(ddof=1) / math.sqrt(n) + 1e-9  # + float noise: for k = 2 the null is |r1 − r2|/2, exact
+    assert abs(excess.mean()) < tolerance
+    assert raw.mean() > 0.5 * 4.0 * D.expected_max_normal(k)  # the raw gap is far from 0: selection alone makes it
+
+
+def test_one_agent_has_an_oracle_gap_but_no_null_or_excess_and_says_why():
+    g = D.oracle_gap({"a": 2.0}, 2.0)
+    assert g["oracle_gap_pct"] == 0.0 and g["oracle_agents"] == 1
+    assert g["oracle_gap_null_pct"] is None and g["oracle_gap_excess_pct"] is None  # undefined, not 0
+    assert g["oracle_gap_excess_reason"].startswith("one agent")
 
 
 def test_agent_metrics_equal_each_agent_backtested_alone():
@@ -143,14 +182,32 @@ def test_round_dynamics_read_from_a_paper_trace():
 
 def test_run_dynamics_and_the_new_evidence_of_a_flip():
     events = paper_trace()
-    events[4] = turn("a", "revise", 1, B, ["AAA-RET60", "BBB-RET60"])  # a now cites an ID it never cited: not sycophancy
+    events[4] = turn("a", "revise", 1, B, ["AAA-RET60", "AAA-MOM200"])  # a now cites an ID nobody cited: not sycophancy
     row = D.run_dynamics(events, pos({"BBB": 0.5, "CCC": 0.5}), {"a": {"total_return_pct": 4.0}, "b": {"total_return_pct": 9.0}}, 6.0)
     assert row["flips"] == 1 and row["flips_new_evidence"] == 1 and row["sycophancy_mean"] == 0.0
     a = D.round_dynamics(events)[(1, "a")]
-    assert a["new_evidence"] == 1 and json.loads(a["new_evidence_ids"]) == ["BBB-RET60"]  # the count, and the IDs
+    assert a["new_evidence"] == 1 and json.loads(a["new_evidence_ids"]) == ["AAA-MOM200"]  # the count, and the IDs
     assert row["debate_turnover"] == pytest.approx(D.l1(D.mean_position([pos(A), pos(B), pos(C)]), pos({"BBB": 0.5, "CCC": 0.5})))
     assert row["best_agent"] == "b" and row["oracle_gap_pct"] == pytest.approx(3.0)
     assert D.final_positions(events) == {"a": pos(B), "b": pos(B), "c": pos(C)}
+
+
+def test_adopting_the_critics_evidence_ids_is_not_new_evidence_and_stays_sycophantic():
+    events = paper_trace()
+    events[4] = turn("a", "revise", 1, B, ["AAA-RET60", "BBB-RET60"])  # BBB-RET60: b's own proposal cites it
+    a = D.round_dynamics(events)[(1, "a")]
+    assert a["new_evidence"] == 0 and json.loads(a["adopted_evidence_ids"]) == ["BBB-RET60"]
+    assert a["flip_toward"] == "b" and a["sycophancy"] == pytest.approx(1.0)
+    row = D.run_dynamics(events, pos(B), {}, None)
+    assert row["flips"] == 1 and row["flips_new_evidence"] == 0 and row["sycophancy_mean"] == pytest.approx(1.0)
+    # an ID b cites only in its critique of a is b's evidence too; one nobody cited is a's own
+    events[3] = turn("b", "critique", 1, targets=["a"])
+    events[3].output["critiques"][0]["critique_text"] = "see [BBB-VOL20]"
+    events[4] = turn("a", "revise", 1, B, ["AAA-RET60", "BBB-VOL20"])
+    assert D.round_dynamics(events)[(1, "a")]["new_evidence"] == 0
+    events[4] = turn("a", "revise", 1, B, ["AAA-RET60", "BBB-VOL20", "CCC-RET60"])  # c's ID, but c did not critique a
+    a = D.round_dynamics(events)[(1, "a")]
+    assert json.loads(a["new_evidence_ids"]) == ["CCC-RET60"] and a["sycophancy"] == 0.0
 
 
 def test_staged_protocols_and_single_agents_have_null_dynamics():
@@ -203,14 +260,19 @@ def test_dynamics_table_means_runs_and_leaves_configs_without_critiques_null():
 
 def test_a_config_with_critiques_but_no_flips_prints_n_a_and_the_legend_says_why():
     row = {"status": "ok", "shift_l1_mean": 0.1, "shift_js_mean": 0.05, "sycophancy_mean": 0.2, "collapse_mean": 0.1,
-           "debate_turnover": 0.3, "oracle_gap_pct": 1.0, "flips": 0, "flips_new_evidence": 0}
+           "debate_turnover": 0.3, "oracle_gap_pct": 1.0, "flips": 0, "flips_new_evidence": 0,
+           "oracle_gap_null_pct": 0.8, "oracle_gap_excess_pct": 0.2}
     nulls = dict.fromkeys(row) | {"status": "ok"}
     runs = pd.DataFrame([{"config": "debate", **row}, {"config": "desks", **nulls}])
     t = dynamics_table(runs, ["debate", "desks"])
     assert t["new_evidence_share"].isna().all() and t["new_evidence_share"].dtype == float  # NaN, never a None object
+    assert t.set_index("config").loc["debate", "oracle_excess_pct"] == pytest.approx(0.2)
     md = markdown_table(t)
-    assert "None" not in md and md.count("n/a") == 9  # desks: 8 columns with no critique round; debate: no flip
-    assert DYNAMICS_LEGEND == "n/a: no critique round; new_evidence_share n/a: no flips"
+    assert "None" not in md and md.count("n/a") == 11  # desks: 10 columns with no critique round; debate: no flip
+    assert "no flips" in DYNAMICS_LEGEND and "one agent" in DYNAMICS_LEGEND
+    # a runs table from before the null and excess: those two columns are n/a, the rest as before
+    old = dynamics_table(runs.drop(columns=["oracle_gap_null_pct", "oracle_gap_excess_pct"]), ["debate"])
+    assert old["oracle_excess_pct"].isna().all() and old["oracle_gap_pct"].tolist() == [1.0]
 
 
 # ---------------------------------------------------------------- a real offline batch

@@ -23,7 +23,7 @@ from madbench.results import (
     write_manifest,
     write_rows,
 )
-from madbench.results.table_schemas import VERSION_KEY, read_table, to_table
+from madbench.results.table_schemas import VERSION_KEY, added_since, read_table, to_table
 
 #: Two runs of `madbench run configs/batches/rules-35.yaml` (single-causal, mean3-causal) written by the code before
 #: FORMAT_VERSION was recorded: its manifest, traces, results and parts as written; its tables compacted as it did.
@@ -62,7 +62,9 @@ def test_compacting_unversioned_parts_gives_the_tables_they_gave_before(old):
         written = pq.read_table(old / f"{name}.parquet")
         assert written.schema.metadata[VERSION_KEY] == str(FORMAT_VERSION).encode()
         assert written.schema.equals(SPECS[name].schema, check_metadata=False)
-        same_values(written.to_pandas(), before[name])
+        added = [c for c in written.column_names if c not in before[name].columns]  # declared by later formats
+        assert set(added) <= added_since(0, name) and written.select(added).to_pandas().isna().all().all()
+        same_values(written.to_pandas().drop(columns=added), before[name])
 
 
 def test_scores_are_every_labelled_part_or_the_declared_empty_frame(old):
@@ -95,6 +97,19 @@ def test_a_newer_trace_is_refused_by_name(tmp_path):
                          format_version=FORMAT_VERSION + 1))
     with pytest.raises(InputError, match=f"t.jsonl: attempt 1 of run r is in results format {FORMAT_VERSION + 1}"):
         read_history(path)
+
+
+def test_a_version_1_table_reads_the_columns_added_since_as_null(tmp_path):
+    rows = [dict.fromkeys(SPECS["rounds"].schema.names) | {"run_id": "r", "round": 1, "new_evidence": 2}]
+    v1 = to_table(rows, "rounds", "x").drop_columns(sorted(added_since(1, "rounds")))
+    pq.write_table(v1.replace_schema_metadata({VERSION_KEY: b"1"}), tmp_path / "rounds.parquet")
+    back = read_table(tmp_path / "rounds.parquet", "rounds")
+    assert back.schema.names == SPECS["rounds"].schema.names and back.column("new_evidence").to_pylist() == [2]
+    assert back.column("adopted_evidence_ids").null_count == 1
+    # a version-1 file lacking a column version 1 had is still refused
+    pq.write_table(v1.drop_columns(["new_evidence"]).replace_schema_metadata({VERSION_KEY: b"1"}), tmp_path / "rounds.parquet")
+    with pytest.raises(InputError, match="lacks the declared rounds column"):
+        read_table(tmp_path / "rounds.parquet", "rounds")
 
 
 def test_a_newer_table_is_refused_by_name(old):

@@ -89,6 +89,12 @@ class TradingCalendar:
     def last(self) -> pd.Timestamp:
         return self.dates[-1]
 
+    def next_after(self, date: pd.Timestamp) -> pd.Timestamp:
+        """The first trading day strictly after ``date``. Past the pack's last day, the next weekday after ``date``:
+        a date after every as-of date this pack can give, which is all a point-in-time test of it needs."""
+        i = int(np.searchsorted(self._ns, np.datetime64(date, "ns"), side="right"))
+        return self.dates[i] if i < len(self._ns) else (pd.Timestamp(date) + pd.offsets.BDay(1)).normalize()
+
     def as_of(self, quarter: Quarter, where: str = "invest_quarter") -> pd.Timestamp:
         """Last trading day before ``quarter`` starts; the pack must reach that far."""
         start = np.datetime64(quarter.start, "ns")
