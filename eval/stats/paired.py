@@ -11,7 +11,10 @@ d_i = a_i − b_i over n scenarios (mean d̄, standard deviation s_d):
 Beside them, where some scenario has replicates: ``n_runs`` the paired runs, ``within_sd_a``/``within_sd_b`` each
 side's mean within-scenario SD of the replicates, and a linear mixed model on the paired runs with a random
 intercept per scenario, y_{cs j} = β₀ + β·1[c = a] + u_s + ε_{csj}, u_s ~ N(0, τ²), ε ~ N(0, σ²) (statsmodels
-``mixedlm``, REML): ``mixed_diff`` = β̂ and ``mixed_p`` its Wald p. ``p_adj`` is p adjusted within the family of
+``mixedlm``, REML): ``mixed_diff`` = β̂ and ``mixed_p`` its Wald p. It is the check beside the test, not the test:
+with a random intercept alone it takes the replicates of a (config, scenario) as independent given the scenario, so
+where they agree more closely than configs differ from scenario to scenario (a deterministic analyst repeats
+itself) its p is smaller than the paired test's on the scenario means, which stays the primary test. ``p_adj`` is p adjusted within the family of
 every comparison of one analysis (``madbench.eval.stats.family``; p itself for a comparison made alone).
 
 Beside each difference, what each side spent on the same n pairs: mean tokens per run (prompt + completion of
