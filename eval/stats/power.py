@@ -86,7 +86,8 @@ def plan_from_pilot(diffs, quarters, powers: list[float], alpha: float = 0.05, c
     out = {"n": n, "diff": float(d.mean()) if n else nan, "sd": float(d.std(ddof=1)) if n > 1 else nan, "alpha": alpha,
            "safeguard_confidence": confidence}
     if n < 3 or not out["sd"] > 0:
-        return out | {"effect": nan, "needed": [], "note": f"cannot plan: {n} scenario(s) with no spread of differences"}
+        why = f"only {n} scenario(s) (3 needed)" if n < 3 else "the differences have no spread"
+        return out | {"effect": nan, "needed": [], "note": f"cannot plan: {why}"}
     out["effect"] = safeguard_effect(out["diff"], out["sd"] / math.sqrt(n), n - 1, confidence)
     if quarters is None:
         out |= {"icc": nan, "quarters": None, "m": 1.0, "deff": 1.0}
