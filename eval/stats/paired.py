@@ -14,7 +14,8 @@ intercept per scenario, y_{cs j} = β₀ + β·1[c = a] + u_s + ε_{csj}, u_s ~ 
 ``mixedlm``, REML): ``mixed_diff`` = β̂ and ``mixed_p`` its Wald p. It is the check beside the test, not the test:
 with a random intercept alone it takes the replicates of a (config, scenario) as independent given the scenario, so
 where they agree more closely than configs differ from scenario to scenario (a deterministic analyst repeats
-itself) its p is smaller than the paired test's on the scenario means, which stays the primary test. ``p_adj`` is p adjusted within the family of
+itself) its p is smaller than the paired test's on the scenario means, which stays the primary test; with every
+scenario's replicates identical (within ``degenerate.PAIRED_TOL`` of the scale) it is not fitted, and ``note`` says so. ``p_adj`` is p adjusted within the family of
 every comparison of one analysis (``madbench.eval.stats.family``; p itself for a comparison made alone).
 
 Beside each difference, what each side spent on the same n pairs: mean tokens per run (prompt + completion of
@@ -36,7 +37,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from madbench.eval.stats.degenerate import rounding_problem, spread_problem
+from madbench.eval.stats.degenerate import PAIRED_TOL, rounding_problem, spread_problem
 from madbench.eval.stats.frame import pair_keys
 from madbench.eval.stats.units import SCENARIO, within_sd
 
@@ -174,16 +175,19 @@ def compare(runs: pd.DataFrame, a: str, b: str, metric: str, confidence: float =
     test = paired_test(means["a"].to_numpy(), means["b"].to_numpy(), confidence, metric)
     nan = float("nan")
     mixed_diff, mixed_p = nan, nan
+    scenarios = paired.index.get_level_values(SCENARIO).to_series().reset_index(drop=True)
+    spread_a = within_sd(paired["a"].reset_index(drop=True), scenarios)
+    spread_b = within_sd(paired["b"].reset_index(drop=True), scenarios)
     if len(paired) > len(means) and not test["note"]:  # replicates: the mixed model beside the test on the means
-        mixed_diff, mixed_p, said = mixed_model(paired)
-        test["note"] = said
-    scenarios = paired.index.get_level_values(SCENARIO).to_series()
+        if max(spread_a, spread_b) <= PAIRED_TOL * max(1.0, float(np.abs(paired.to_numpy()).max())):
+            # identical replicates carry no replicate noise: the model would count copies as evidence
+            test["note"] = "mixed model not fitted: every scenario's replicates are identical (no replicate noise to model)"
+        else:
+            mixed_diff, mixed_p, test["note"] = mixed_model(paired)
     return PairedComparison(metric=metric, a=a, b=b, n_runs=len(paired), unpaired_a=un_a, unpaired_b=un_b,
                             tokens_a=spent_a["tokens"], tokens_b=spent_b["tokens"],
                             cost_usd_a=spent_a["cost_usd"], cost_usd_b=spent_b["cost_usd"], p_adj=test["p"],
-                            within_sd_a=within_sd(paired["a"].reset_index(drop=True), scenarios.reset_index(drop=True)),
-                            within_sd_b=within_sd(paired["b"].reset_index(drop=True), scenarios.reset_index(drop=True)),
-                            mixed_diff=mixed_diff, mixed_p=mixed_p, **test)
+                            within_sd_a=spread_a, within_sd_b=spread_b, mixed_diff=mixed_diff, mixed_p=mixed_p, **test)
 
 
 def all_pairs(runs: pd.DataFrame, configs: list[str], metrics: list[str]) -> list[PairedComparison]:

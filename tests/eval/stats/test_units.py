@@ -101,3 +101,13 @@ def test_correlations_and_the_regression_read_one_point_per_config_and_scenario(
     pooled = next(r for r in a.correlations if r["scope"] == "pooled" and r["y"] == "sharpe")
     assert pooled["n"] == 36  # 3 configs × 12 scenarios, not 108 runs
     assert a.regression.n_obs == 36 and a.regression.n_clusters == 4
+
+
+def test_identical_replicates_fit_no_mixed_model_and_say_why():
+    """A deterministic analyst repeats itself: a random-intercept model would count the copies as evidence."""
+    runs = replicated_runs()
+    first = runs[runs.replicate == 0].set_index(["config", "scenario_id"]).sharpe
+    runs["sharpe"] = [first[(c, s)] for c, s in zip(runs.config, runs.scenario_id, strict=True)]
+    pair = next(p for p in analyse(runs, "t", metrics=["sharpe"]).pairs if (p.a, p.b) == ("debate", "single"))
+    assert np.isnan(pair.mixed_p) and pair.within_sd_a == 0 and "replicates are identical" in pair.note
+    assert pair.n == 12 and pair.p == pytest.approx(stats.ttest_rel(first["debate"], first["single"]).pvalue)
