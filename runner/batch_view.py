@@ -113,11 +113,11 @@ class Results(ResultsDir):
         return BatchStatus(batch=m.spec["name"], state=state, driver=driver, updated=m.updated, **counts,
                            committed=committed, in_flight=in_flight, by_config=by_config, failures=failure_groups(runs))
 
-    def stats(self, compare: list[str] | None = None, metrics: list[str] | None = None, correction: str = "none",
+    def stats(self, compare: list[str] | None = None, metrics: list[str] | None = None, correction: str = "holm",
               all_pairs: bool = False) -> Analysis:
         """What `madbench stats RESULTS_DIR` computes: summaries, paired tests (the batch's declared pairs unless
         ``all_pairs``), the comparison table, correlations and OLS. ``compare``: configs in column order (default: the
-        batch's); ``correction``: none, holm or bh. Its ``markdown()`` is the printed text, ``write_csvs(dir)`` the CSVs."""
+        batch's); ``correction``: holm (default), bh or none, over every pair × metric as one family. Its ``markdown()`` is the printed text, ``write_csvs(dir)`` the CSVs."""
         check_committed(self.path)
         runs = load_runs(self.path)  # the runs table as declared, checked for pairing as `madbench stats` reads it
         rounds = self.rounds if self.dirs.table("rounds").exists() else None
@@ -125,7 +125,7 @@ class Results(ResultsDir):
         declared = None if all_pairs else batch_pairs(self.path)
         return analyse(runs, str(self.dirs.table("runs")), compare, metrics, correction, rounds, declared)
 
-    def report(self, out: str | Path | None = None, compare: list[str] | None = None, correction: str = "none",
+    def report(self, out: str | Path | None = None, compare: list[str] | None = None, correction: str = "holm",
                max_traces: int = 500) -> Path:
         """Write the self-contained report.html (`madbench report`; default RESULTS_DIR/report.html); its path."""
         check_committed(self.path)

@@ -58,7 +58,7 @@ def _dynamics(ok: pd.DataFrame, rounds: pd.DataFrame, configs: list[str], table:
 
 
 def build_report(root: str | Path, out: str | Path | None = None, compare: list[str] | None = None,
-                 correction: str = "none", max_traces: int = 500) -> Path:
+                 correction: str = "holm", max_traces: int = 500) -> Path:
     from plotly.offline import get_plotlyjs
     data = load_report_data(root, max_traces)
     runs = data.runs
@@ -84,7 +84,10 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
         "n_scenarios": runs["scenario_id"].nunique(), "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "notes": notes, "correction": correction, "plotly_js": get_plotlyjs(),
         "table_html": analysis.table.html(),
-        "pairs_html": _html_table(pd.DataFrame([p.record() for p in analysis.pairs])),
+        "pairs_html": _html_table(analysis.paired_frame()), "unit_line": analysis.unit_line, "family_line": analysis.family,
+        "table_note": analysis.table.note(), "paper_table_html": analysis.paper_table.html(),
+        "paper_table_note": analysis.paper_table.note(),
+        "ols_lines": analysis.regression.lines() if analysis.regression else [],
         "beats_html": _html_table(pd.DataFrame(analysis.beats)),
         "distribution_figs": [_fig_html(figures.distributions(ok, configs, m, BASELINES)) for m in metrics],
         "paired_figs": [_fig_html(figures.paired_differences(analysis.pairs, m)) for m in metrics],

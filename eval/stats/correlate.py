@@ -1,8 +1,8 @@
 """Correlations of reasoning quality with performance (scipy.stats.pearsonr and spearmanr).
 
-Pooled over all runs, within each ablation (batch) and within each condition
-(config); and on paired deltas, Δρ̄ = ρ̄_A − ρ̄_B against ΔSharpe = Sharpe_A − Sharpe_B
-over shared scenarios, which removes the scenario's own difficulty.
+On scenario means (``units``: replicates averaged, one point per config × scenario): pooled over all of them,
+within each ablation (batch) and within each condition (config); and on paired deltas, Δρ̄ = ρ̄_A − ρ̄_B against
+ΔSharpe = Sharpe_A − Sharpe_B over shared scenarios, which removes the scenario's own difficulty.
 
 A row is computed only when the data can carry it (``madbench.eval.stats.degenerate``: at least 3 pairs, a predictor
 with at least 3 distinct values, a response that varies); otherwise its statistics are NaN and its ``note``
@@ -16,6 +16,7 @@ import pandas as pd
 
 from madbench.eval.stats.degenerate import Degenerate, check_predictor
 from madbench.eval.stats.paired import paired_arrays
+from madbench.eval.stats.units import SCENARIO
 
 NOTE_PREFIX = "n/a: "
 
@@ -55,11 +56,13 @@ def quality_correlations(runs: pd.DataFrame, xs: list[str], ys: list[str], group
 
 
 def agent_rho_correlations(runs: pd.DataFrame, rounds: pd.DataFrame, ys: list[str]) -> list[dict]:
-    """Per-role ρ in the final scored round against the run's performance."""
+    """Per-role ρ in the final scored round against the run's performance, each averaged over a (config, scenario)'s
+    replicates first (``units``: one point per config × scenario, never per replicate)."""
     last = rounds.loc[rounds.groupby("run_id")["round"].transform("max") == rounds["round"]]
-    merged = last.merge(runs[["run_id", *ys]], on="run_id")
+    merged = last.merge(runs[["run_id", "config", SCENARIO, *ys]], on="run_id")
+    means = merged.groupby(["role", "config", SCENARIO], sort=True)[["rho", *ys]].mean().reset_index()
     return [{"x": f"rho[{role}]", "y": y, "scope": "role", "group": role, **correlate(g["rho"], g[y], f"rho[{role}]", y)}
-            for role, g in merged.groupby("role", sort=True) for y in ys]
+            for role, g in means.groupby("role", sort=True) for y in ys]
 
 
 def delta_correlations(runs: pd.DataFrame, pairs: list[tuple[str, str]], x: str = "rho_bar", y: str = "sharpe") -> list[dict]:

@@ -1,10 +1,22 @@
-"""Paired comparisons of two configurations on shared scenarios.
+"""Paired comparisons of two configurations on shared scenarios: n counts scenarios, never replicates.
 
-For differences d_i = a_i − b_i over n pairs (mean d̄, standard deviation s_d):
+Runs are paired on (scenario, replicate) so that both sides keep the same replicates, then the pairs of each
+scenario are averaged (``madbench.eval.stats.units``): a_i and b_i are scenario i's means. For differences
+d_i = a_i − b_i over n scenarios (mean d̄, standard deviation s_d):
   t = d̄ / (s_d / √n),  p = 2·(1 − F_t(|t|; n−1))          (scipy.stats.ttest_rel)
   CI = d̄ ± t_{1−α/2, n−1} · s_d / √n                     (its confidence_interval)
   Cohen's d_z = d̄ / s_d = t / √n
   Wilcoxon signed-rank on the d_i as a distribution-free check (scipy.stats.wilcoxon).
+
+Beside them, where some scenario has replicates: ``n_runs`` the paired runs, ``within_sd_a``/``within_sd_b`` each
+side's mean within-scenario SD of the replicates, and a linear mixed model on the paired runs with a random
+intercept per scenario, y_{cs j} = β₀ + β·1[c = a] + u_s + ε_{csj}, u_s ~ N(0, τ²), ε ~ N(0, σ²) (statsmodels
+``mixedlm``, REML): ``mixed_diff`` = β̂ and ``mixed_p`` its Wald p. It is the check beside the test, not the test:
+with a random intercept alone it takes the replicates of a (config, scenario) as independent given the scenario, so
+where they agree more closely than configs differ from scenario to scenario (a deterministic analyst repeats
+itself) its p is smaller than the paired test's on the scenario means, which stays the primary test; with every
+scenario's replicates identical (within ``degenerate.PAIRED_TOL`` of the scale) it is not fitted, and ``note`` says so. ``p_adj`` is p adjusted within the family of
+every comparison of one analysis (``madbench.eval.stats.family``; p itself for a comparison made alone).
 
 Beside each difference, what each side spent on the same n pairs: mean tokens per run (prompt + completion of
 every answered call, a cached answer with the tokens it was first answered with) and mean cost per run in US
@@ -25,8 +37,9 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
-from madbench.eval.stats.degenerate import rounding_problem, spread_problem
+from madbench.eval.stats.degenerate import PAIRED_TOL, rounding_problem, spread_problem
 from madbench.eval.stats.frame import pair_keys
+from madbench.eval.stats.units import SCENARIO, within_sd
 
 COMPUTE_FIELDS = ("tokens_a", "tokens_b", "cost_usd_a", "cost_usd_b")
 
@@ -36,7 +49,10 @@ class PairedComparison:
     metric: str
     a: str
     b: str
+    #: Scenarios compared (each the mean of its paired replicates).
     n: int
+    #: Paired runs behind those scenarios (n when there are no replicates).
+    n_runs: int
     diff: float
     ci_low: float
     ci_high: float
@@ -48,11 +64,19 @@ class PairedComparison:
     cost_usd_b: float | None
     t: float
     p: float
+    #: p adjusted within the analysis's family of tests (``family.adjust_family``).
+    p_adj: float
     d: float
     wilcoxon_p: float
+    #: Mean within-scenario SD of each side's replicates (NaN without replicates).
+    within_sd_a: float
+    within_sd_b: float
+    #: The mixed model's a − b and its p (NaN without replicates, or when the paired test is not made).
+    mixed_diff: float
+    mixed_p: float
     unpaired_a: int  # rows of a with no finite partner in b (reported, never silently dropped)
     unpaired_b: int
-    #: Why the comparison was not tested ("" when it was).
+    #: Why the comparison was not tested, or what the mixed model warned of ("" when neither).
     note: str = ""
 
     def record(self) -> dict:
@@ -60,9 +84,38 @@ class PairedComparison:
 
 
 def paired_arrays(runs: pd.DataFrame, a: str, b: str, metric: str) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """Align a and b by scenario (and replicate); return the finite pairs and the unpaired counts."""
+    """Align a and b by scenario (and replicate); return the scenario means of the finite pairs and the unpaired
+    run counts."""
     paired, unpaired_a, unpaired_b = _paired_frame(runs, a, b, metric)
-    return paired["a"].to_numpy(), paired["b"].to_numpy(), unpaired_a, unpaired_b
+    means = by_scenario(paired)
+    return means["a"].to_numpy(), means["b"].to_numpy(), unpaired_a, unpaired_b
+
+
+def scenario_differences(runs: pd.DataFrame, a: str, b: str, metric: str) -> pd.Series:
+    """d_s = ā_s − b̄_s per scenario (replicates paired, then averaged), indexed by scenario."""
+    means = by_scenario(_paired_frame(runs, a, b, metric)[0])
+    return means["a"] - means["b"]
+
+
+def by_scenario(paired: pd.DataFrame) -> pd.DataFrame:
+    """The paired runs averaged within each scenario (x̄_s over its paired replicates), in first-seen order."""
+    return paired.groupby(level=SCENARIO, sort=False).mean()
+
+
+def mixed_model(paired: pd.DataFrame) -> tuple[float, float, str]:
+    """(β̂, its p, a note) of y ~ C(side) with a random intercept per scenario, on the paired runs (see the module
+    docstring). A fit that converges on the boundary (τ² = 0) or not at all says so in the note."""
+    import warnings
+
+    import statsmodels.formula.api as smf
+    long = pd.concat([pd.DataFrame({"y": paired[s].to_numpy(), "side": s, "scenario": paired.index.get_level_values(SCENARIO)})
+                      for s in ("b", "a")], ignore_index=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit = smf.mixedlm("y ~ C(side, Treatment('b'))", long, groups=long["scenario"]).fit(reml=True)
+    term = "C(side, Treatment('b'))[T.a]"
+    said = sorted({str(w.message).splitlines()[0] for w in caught})
+    return float(fit.params[term]), float(fit.pvalues[term]), "; ".join(f"mixed model: {m}" for m in said)
 
 
 def _paired_frame(runs: pd.DataFrame, a: str, b: str, metric: str) -> tuple[pd.DataFrame, int, int]:
@@ -117,11 +170,24 @@ def paired_test(x_a: np.ndarray, x_b: np.ndarray, confidence: float = 0.95, metr
 
 def compare(runs: pd.DataFrame, a: str, b: str, metric: str, confidence: float = 0.95) -> PairedComparison:
     paired, un_a, un_b = _paired_frame(runs, a, b, metric)
+    means = by_scenario(paired)
     spent_a, spent_b = compute_per_run(runs, a, paired.index), compute_per_run(runs, b, paired.index)
-    return PairedComparison(metric=metric, a=a, b=b, unpaired_a=un_a, unpaired_b=un_b,
+    test = paired_test(means["a"].to_numpy(), means["b"].to_numpy(), confidence, metric)
+    nan = float("nan")
+    mixed_diff, mixed_p = nan, nan
+    scenarios = paired.index.get_level_values(SCENARIO).to_series().reset_index(drop=True)
+    spread_a = within_sd(paired["a"].reset_index(drop=True), scenarios)
+    spread_b = within_sd(paired["b"].reset_index(drop=True), scenarios)
+    if len(paired) > len(means) and not test["note"]:  # replicates: the mixed model beside the test on the means
+        if max(spread_a, spread_b) <= PAIRED_TOL * max(1.0, float(np.abs(paired.to_numpy()).max())):
+            # identical replicates carry no replicate noise: the model would count copies as evidence
+            test["note"] = "mixed model not fitted: every scenario's replicates are identical (no replicate noise to model)"
+        else:
+            mixed_diff, mixed_p, test["note"] = mixed_model(paired)
+    return PairedComparison(metric=metric, a=a, b=b, n_runs=len(paired), unpaired_a=un_a, unpaired_b=un_b,
                             tokens_a=spent_a["tokens"], tokens_b=spent_b["tokens"],
-                            cost_usd_a=spent_a["cost_usd"], cost_usd_b=spent_b["cost_usd"],
-                            **paired_test(paired["a"].to_numpy(), paired["b"].to_numpy(), confidence, metric))
+                            cost_usd_a=spent_a["cost_usd"], cost_usd_b=spent_b["cost_usd"], p_adj=test["p"],
+                            within_sd_a=spread_a, within_sd_b=spread_b, mixed_diff=mixed_diff, mixed_p=mixed_p, **test)
 
 
 def all_pairs(runs: pd.DataFrame, configs: list[str], metrics: list[str]) -> list[PairedComparison]:

@@ -29,3 +29,82 @@ def power_table(effect: float, sd: float, powers: list[float], alpha: float = 0.
     if current_n:
         out["power_at_current_n"] = {"n": current_n, "power": achieved_power(effect, sd, current_n, alpha)}
     return out
+
+
+def icc_oneway(values, groups) -> float:
+    """Intraclass correlation of ``values`` within ``groups`` by the one-way ANOVA estimator (Donner 1986,
+    Int. Stat. Review 54(1)): with G groups of sizes n_g, N = Σ n_g,
+
+      ICC = (MSB − MSW) / (MSB + (m₀ − 1)·MSW),   m₀ = (N − Σ n_g² / N) / (G − 1),
+
+    truncated at 0 (a negative estimate is sampling noise around no clustering). NaN with fewer than 2 groups or
+    no group of 2."""
+    import numpy as np
+    import pandas as pd
+    frame = pd.DataFrame({"x": np.asarray(values, float), "g": np.asarray(groups)}).dropna()
+    sizes = frame.groupby("g")["x"].size()
+    big_n, n_groups = len(frame), len(sizes)
+    if n_groups < 2 or big_n <= n_groups:
+        return float("nan")
+    means = frame.groupby("g")["x"].transform("mean")
+    msb = float(((means - frame["x"].mean()) ** 2).sum()) / (n_groups - 1)
+    msw = float(((frame["x"] - means) ** 2).sum()) / (big_n - n_groups)
+    m0 = (big_n - float((sizes ** 2).sum()) / big_n) / (n_groups - 1)
+    denominator = msb + (m0 - 1) * msw
+    return max(0.0, (msb - msw) / denominator) if denominator > 0 else float("nan")
+
+
+def design_effect(m: float, icc: float) -> float:
+    """Kish's (1965, Survey Sampling) design effect of clusters of mean size m: deff = 1 + (m − 1)·ICC; n scenarios in
+    clusters are worth n / deff independent ones."""
+    return 1.0 + (m - 1.0) * icc
+
+
+def safeguard_effect(diff: float, se: float, df: int, confidence: float = 0.60) -> float:
+    """The effect to plan for from a pilot's mean difference: the bound of its two-sided ``confidence`` interval nearer
+    zero, |d̄| − t_{(1+c)/2, df}·SE, and 0 when the interval covers zero ("safeguard power analysis", Perugini,
+    Gallucci & Costantini 2014, Perspectives on Psychological Science 9(3), who use c = 0.60). A pilot selected for
+    being significant overstates its effect (the winner's curse); planning for the raw estimate under-sizes the study."""
+    from scipy import stats
+    return max(0.0, abs(diff) - float(stats.t.ppf(0.5 + confidence / 2, df)) * se)
+
+
+def plan_from_pilot(diffs, quarters, powers: list[float], alpha: float = 0.05, confidence: float = 0.60) -> dict:
+    """Scenarios a paired design needs, planned from a pilot's per-scenario differences ``diffs`` (replicates
+    averaged) and each scenario's quarter (None: no clustering known):
+
+      effect     safeguard_effect(d̄, s_d/√n, n − 1, confidence)
+      n₀         scenarios_needed(effect, s_d, power, alpha): independent scenarios
+      deff       design_effect(m, ICC of the d_i within quarters), m = n / quarters, the pilot's scenarios per quarter
+      needed     ⌈n₀ · deff⌉ scenarios, in ⌈needed / m⌉ quarters of m scenarios
+
+    and the power the pilot's own design had for that effect at n / deff effective scenarios."""
+    import numpy as np
+    d = np.asarray(diffs, float)
+    n = len(d)
+    nan = float("nan")
+    out = {"n": n, "diff": float(d.mean()) if n else nan, "sd": float(d.std(ddof=1)) if n > 1 else nan, "alpha": alpha,
+           "safeguard_confidence": confidence}
+    if n < 3 or not out["sd"] > 0:
+        why = f"only {n} scenario(s) (3 needed)" if n < 3 else "the differences have no spread"
+        return out | {"effect": nan, "needed": [], "note": f"cannot plan: {why}"}
+    out["effect"] = safeguard_effect(out["diff"], out["sd"] / math.sqrt(n), n - 1, confidence)
+    if quarters is None:
+        out |= {"icc": nan, "quarters": None, "m": 1.0, "deff": 1.0}
+    else:
+        q = np.asarray(quarters)
+        n_quarters = len(set(q.tolist()))
+        icc = icc_oneway(d, q)
+        m = n / n_quarters
+        out |= {"icc": icc, "quarters": n_quarters, "m": m, "deff": design_effect(m, icc) if np.isfinite(icc) else 1.0}
+    if out["effect"] == 0:
+        return out | {"needed": [], "note": f"cannot plan: the pilot's {confidence:.0%} interval of the difference covers 0; "
+                                             "no effect is safe to plan for (give one: madbench power --effect)"}
+    needed = []
+    for p in powers:
+        n0 = scenarios_needed(out["effect"], out["sd"], p, alpha)
+        total = int(math.ceil(n0 * out["deff"]))
+        needed.append({"power": p, "independent_scenarios": n0, "scenarios": total,
+                       "quarters": int(math.ceil(total / out["m"])) if out["quarters"] else None})
+    effective = max(2, int(n / out["deff"]))
+    return out | {"needed": needed, "power_at_pilot_n": achieved_power(out["effect"], out["sd"], effective, alpha), "note": ""}

@@ -1,11 +1,11 @@
 """Comparison tables in the paper's format.
 
-Configurations are columns (lettered A, B, …) and metrics are rows. Each cell is
-the mean (SEM) with a superscript listing the columns it differs from in a
-paired test: p < 0.15 plain, p < 0.01 bold; a comparison not tested (no spread, or equal up to rounding:
-``madbench.eval.stats.degenerate``) marks nothing. With a correction, the p-values of each metric's family of tests
-(every pair, or the batch's declared pairs) are adjusted first (Holm, or
-Benjamini–Hochberg, through statsmodels' ``multipletests``).
+Configurations are columns (lettered A, B, …) and metrics are rows. Each cell is the mean (SEM) over scenarios
+[n scenarios], with a superscript listing the columns it differs from in a paired test on scenario means. By
+default the superscript marks the *adjusted* p (``family``: every pair × metric of the analysis one family, Holm
+unless asked otherwise): p_adj < 0.05 plain, p_adj < 0.01 bold. The paper's own convention, raw p < 0.15 plain and
+p < 0.01 bold, is kept only for reproducing its tables (``style="paper"``), and labelled as such wherever printed.
+A comparison not tested (no spread, or equal up to rounding: ``madbench.eval.stats.degenerate``) marks nothing.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from madbench.eval.stats.family import ALPHA, CORRECTIONS, adjust, check_correction  # noqa: F401  (adjust: re-exported)
 from madbench.eval.stats.paired import PairedComparison
 
-CORRECTIONS = {"none": None, "holm": "holm", "bh": "fdr_bh"}
-WEAK, STRONG = 0.15, 0.01
+#: style → (p column marked, plain threshold, bold threshold)
+STYLES = {"adjusted": ("p_adj", ALPHA, 0.01), "paper": ("p", 0.15, 0.01)}
 
 
 @dataclass
@@ -38,6 +39,16 @@ class ComparisonTable:
     correction: str
     #: Which pairs were tested when not every pair ("the declared pairs only"), for the note under the table.
     scope: str = ""
+    style: str = "adjusted"
+
+    def note(self) -> str:
+        scope = f" ({self.scope})" if self.scope else ""
+        if self.style == "paper":
+            return (f"Paper-table reproduction: superscripts follow the paper's convention, uncorrected paired p < 0.15 "
+                    f"(bold: p < 0.01){scope}; not a significance claim. Cells: mean (SEM) [n scenarios].")
+        family = "no correction" if self.correction == "none" else f"{self.correction}-adjusted over every pair × metric"
+        return (f"Superscripts: columns that differ in a paired test on scenario means{scope}, adjusted p < {ALPHA} "
+                f"(bold: < 0.01; {family}). Cells: mean (SEM) [n scenarios].")
 
     @property
     def letters(self) -> dict[str, str]:
@@ -54,10 +65,7 @@ class ComparisonTable:
                 sup = ",".join(f"**{l}**" if strong else l for l, strong in cell.differs)
                 cells.append(_fmt(cell, digits) + (f"<sup>{sup}</sup>" if sup else ""))
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
-        scope = f" ({self.scope})" if self.scope else ""
-        note = f"Superscripts: columns that differ in a paired test{scope}, p < {WEAK} (bold: p < {STRONG})"
-        note += "" if self.correction == "none" else f", {self.correction}-corrected within each metric"
-        return "\n".join(lines) + f"\n\n{note}. Cells: mean (SEM) [n]."
+        return "\n".join(lines) + f"\n\n{self.note()}"
 
     def html(self, digits: int = 3) -> str:
         letters = self.letters
@@ -85,33 +93,19 @@ def _fmt(cell: Cell, digits: int) -> str:
     return f"{cell.mean:+.{digits}f}{sem} [{cell.n}]"
 
 
-def adjust(pvalues: list[float], correction: str) -> list[float]:
-    """Adjusted p-values; NaN tests (undefined) stay NaN and do not count towards the family size."""
-    from statsmodels.stats.multitest import multipletests
-    method = CORRECTIONS[correction]
-    if method is None:
-        return list(pvalues)
-    p = np.asarray(pvalues, float)
-    ok = ~np.isnan(p)
-    out = p.copy()
-    if ok.any():
-        out[ok] = multipletests(p[ok], method=method)[1]
-    return out.tolist()
-
-
 def comparison_table(summaries: list[dict], pairs: list[PairedComparison], configs: list[str], metrics: list[str],
-                     correction: str = "none", scope: str = "") -> ComparisonTable:
-    if correction not in CORRECTIONS:
-        raise ValueError(f"unknown correction {correction!r}; choose from {', '.join(CORRECTIONS)}")
+                     correction: str = "holm", scope: str = "", style: str = "adjusted") -> ComparisonTable:
+    """``pairs`` already carry their family-adjusted ``p_adj`` (``family.adjust_family`` with ``correction``)."""
+    check_correction(correction)
+    column, weak, strong = STYLES[style]
     cells = {(s["metric"], s["config"]): Cell(s["mean"], s["sem"], s["n"]) for s in summaries}
     letters = {c: _letter(i) for i, c in enumerate(configs)}
-    for m in metrics:
-        family = [p for p in pairs if p.metric == m]
-        for comp, p in zip(family, adjust([c.p for c in family], correction), strict=True):
-            if np.isnan(p) or p >= WEAK:
-                continue
-            cells[(m, comp.a)].differs.append((letters[comp.b], p < STRONG))
-            cells[(m, comp.b)].differs.append((letters[comp.a], p < STRONG))
+    for comp in pairs:
+        p = getattr(comp, column)
+        if comp.metric not in metrics or np.isnan(p) or p >= weak:
+            continue
+        cells[(comp.metric, comp.a)].differs.append((letters[comp.b], p < strong))
+        cells[(comp.metric, comp.b)].differs.append((letters[comp.a], p < strong))
     for cell in cells.values():
         cell.differs.sort()
-    return ComparisonTable(configs, metrics, cells, correction, scope)
+    return ComparisonTable(configs, metrics, cells, correction, scope, style)

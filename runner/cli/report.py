@@ -13,8 +13,8 @@ def register(sub) -> None:
     p.add_argument("results_dir", help="a results directory written by `madbench run`")
     p.add_argument("--out", help="output file (default RESULTS_DIR/report.html)")
     p.add_argument("--compare", help="comma-separated configs, in column order (default: all)")
-    p.add_argument("--correction", choices=["none", "holm", "bh"], default="none",
-                   help="multiple-comparison correction within each metric (default none)")
+    p.add_argument("--correction", choices=["holm", "bh", "none"], default="holm",
+                   help="adjust the p of every pair × metric as one family: holm (default), bh or none")
     p.add_argument("--max-traces", type=int, default=500, help="runs embedded in the trace explorer (default 500)")
     p.set_defaults(func=cmd_report)
 

@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 from madbench.data.errors import InputError
-from madbench.eval.stats.analysis import analyse
+from madbench.eval.stats.analysis import adjust_across, analyse
+from madbench.eval.stats.beats import PAPER_SHARE
+from madbench.eval.stats.family import CORRECTIONS, DEFAULT_CORRECTION
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, load_runs, ordered_configs
 from madbench.eval.stats.power import power_table
 from madbench.eval.stats.split import split_by
@@ -22,7 +24,16 @@ def register(sub) -> None:
     p.add_argument("--from-parquet", metavar="FILE", help="any Parquet with config, scenario_id (replicate) and metric columns")
     p.add_argument("--compare", help="comma-separated configs, in column order (default: all, in run order)")
     p.add_argument("--metric", help="comma-separated metric columns (default: sharpe, returns, sortino, volatility, drawdown, rho_bar)")
-    p.add_argument("--correction", choices=["none", "holm", "bh"], default="none", help="multiple-comparison correction within each metric")
+    p.add_argument("--correction", choices=list(CORRECTIONS), default=DEFAULT_CORRECTION,
+                   help="adjust the p of every pair × metric of this call as one family: holm (default), bh "
+                        "(Benjamini–Hochberg) or none; the table marks adjusted p < 0.05")
+    p.add_argument("--share", type=float, default=PAPER_SHARE,
+                   help="share of scenarios beating 1/N to test beside 1/2 (default 1/3, the paper's 'about a third')")
+    p.add_argument("--power", nargs="?", const="0.8,0.9", metavar="POWERS",
+                   help="also plan the next study: scenarios each tested comparison needs at these powers (default "
+                        "0.8,0.9), from a safeguarded effect and the quarter clustering in the data")
+    p.add_argument("--paper-table", action="store_true",
+                   help="also print the comparison table with the paper's uncorrected p < 0.15 superscripts, labelled")
     p.add_argument("--all-pairs", action="store_true", help="test every pair of configurations (default: the batch's declared "
                                                              "pairs, treatment − control, when it declares any)")
     p.add_argument("--out", help="folder for the CSV tables (default RESULTS_DIR/stats, or FILE-stats beside the Parquet)")
@@ -58,7 +69,26 @@ def _source(args) -> tuple[Path, Path | None, Path]:
     return dirs.table("runs"), rounds if rounds.exists() else None, root / "stats"
 
 
+def _powers(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        powers = [float(p) for p in text.split(",")]
+    except ValueError:
+        powers = []
+    if not powers or any(not 0 < p < 1 for p in powers):
+        raise InputError("--power", f"values must be numbers in (0, 1), got {text}", "e.g. --power 0.8,0.9")
+    return powers
+
+
+def _check(args) -> None:
+    if not 0 < args.share < 1:
+        raise InputError("--share", f"must lie in (0, 1), got {args.share}", "e.g. --share 0.333 (the paper's one third)")
+
+
 def cmd_stats(args) -> int:
+    _check(args)
+    powers = _powers(args.power)
     runs_file, rounds_file, default_out = _source(args)
     runs = load_runs(args.results_dir or runs_file)
     rounds = ResultsDir(args.results_dir).rounds if rounds_file else None  # only a results directory has one
@@ -69,15 +99,14 @@ def cmd_stats(args) -> int:
     declared = None if args.all_pairs or not args.results_dir else batch_pairs(args.results_dir)
     if args.by:
         return _stats_by(args, runs, rounds, compare, declared, str(runs_file), Path(args.out) if args.out else default_out)
-    analysis = analyse(runs, str(runs_file), compare, csv_list(args.metric), args.correction, rounds, declared)
+    analysis = analyse(runs, str(runs_file), compare, csv_list(args.metric), args.correction, rounds, declared, args.share,
+                       powers)
     out = Path(args.out) if args.out else default_out
     written = analysis.write_csvs(out)
     if args.json:
-        records = json_safe({"comparisons": analysis.pairs_shown, "paired": [p.record() for p in analysis.pairs],
-                             "summaries": analysis.summaries})
-        print(json.dumps(records, indent=1))
+        print(json.dumps(json_safe(analysis.record()), indent=1))
     else:
-        print(analysis.markdown())
+        print(analysis.markdown(args.paper_table))
         print(f"CSV tables: {', '.join(str(p) for p in written)}")
     return 0
 
@@ -86,17 +115,19 @@ def _stats_by(args, runs, rounds, compare: list[str] | None, declared, where: st
     """``cmd_stats`` once per value of ``--by``: the same tables, each under a heading naming the value."""
     compare = ordered_configs(runs, compare, where)  # unknown --compare names fail here, once
     parts = split_by(runs[runs["config"].isin(compare)], args.by, "--by")
-    records, texts = [], []
+    analyses = []
     for label, part in parts:
         present = set(part["config"].astype(str))
         here = f"{where} ({args.by}={label})"
         part_rounds = rounds[rounds["run_id"].isin(part["run_id"])] if rounds is not None and "run_id" in part else rounds
-        analysis = analyse(part, here, [c for c in compare if c in present], csv_list(args.metric), args.correction, part_rounds,
-                           declared)
+        analyses.append(analyse(part, here, [c for c in compare if c in present], csv_list(args.metric), args.correction,
+                                part_rounds, declared, args.share, _powers(args.power)))
+    adjust_across(analyses, args.correction)  # one call, one family: every part's tests together
+    records, texts = [], []
+    for (label, part), analysis in zip(parts, analyses, strict=True):
         written = analysis.write_csvs(out / f"{args.by}={label}")
-        records.append({"by": args.by, "value": label, "runs": len(part), "comparisons": analysis.pairs_shown,
-                        "paired": [p.record() for p in analysis.pairs], "summaries": analysis.summaries})
-        texts.append(f"# {args.by} = {label} ({len(part)} runs)\n\n{analysis.markdown()}\n"
+        records.append({"by": args.by, "value": label, "runs": len(part), **analysis.record()})
+        texts.append(f"# {args.by} = {label} ({len(part)} runs)\n\n{analysis.markdown(args.paper_table)}\n"
                      f"CSV tables: {', '.join(str(p) for p in written)}\n")
     if args.json:
         print(json.dumps(json_safe(records), indent=1))

@@ -4,10 +4,12 @@ import json
 
 import pandas as pd
 import pytest
+from scipy import stats
 
 from madbench.results import ManifestRun, write_manifest
 from madbench.runner.cli import main
-from tests.eval.stats.test_tables_and_models import runs_frame
+from tests.eval.stats.test_tables_and_models import runs_frame, with_quarters
+from tests.eval.stats.test_units import replicated_runs
 
 
 def test_stats_json_records_and_csvs(tmp_path, capsys):
@@ -29,7 +31,7 @@ def test_stats_markdown_on_a_results_dir(tmp_path, capsys):
     runs_frame().to_parquet(root / "runs.parquet")
     assert main(["stats", str(root), "--correction", "bh"]) == 0
     out = capsys.readouterr().out
-    assert "| metric | A: debate | B: single | C: mean |" in out and "## OLS `sharpe ~ rho_bar + C(batch) + C(config)`" in out
+    assert "| metric | A: debate | B: single | C: mean |" in out and "## OLS `sharpe ~ rho_bar + C(config) + C(scenario_id)`" in out
     assert (root / "stats" / "paired.csv").exists() and (root / "stats" / "ols.csv").exists()
 
 
@@ -138,3 +140,61 @@ def test_a_batch_without_pairs_and_a_parquet_compare_every_pair(tmp_path, capsys
     assert main(["stats", str(root), "--metric", "sharpe", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["paired"]) == 3 and "the batch declares no pairs" in out["comparisons"]
+
+
+@pytest.mark.slow
+def test_stats_json_on_a_batch_with_3_replicates_counts_scenarios_and_tests_scenario_means(make_pack, tmp_path, capsys,
+                                                                                           ray_local):
+    """A real batch (rules/auto, 4 scenarios × 2 configs × 3 replicates): every paired comparison has n = 4
+    scenarios and the p of scipy's ttest_rel on the scenario means, computed here from runs.parquet."""
+    from tests.runner.test_batch import ROOT, TICKERS, write_batch
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), replicates=3,
+                        configs=[str(ROOT / "configs/debate/single-causal.yaml"), str(ROOT / "configs/debate/mean3-causal.yaml")])
+    assert main(["run", str(batch), "--quiet", "--cache-dir", str(tmp_path / "cache")]) == 0
+    capsys.readouterr()
+    root = tmp_path / "results" / "t"
+    assert main(["stats", str(root), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    runs = pd.read_parquet(root / "runs.parquet")
+    runs = runs[runs.status == "ok"]
+    assert len(runs) == 24 and out["n_scenarios"] == 4 and out["n_runs"] == 24 and out["unit"] == "scenario"
+    assert out["correction"] == "holm" and out["paired"]
+    tested = 0
+    for pair in out["paired"]:
+        assert pair["n"] == 4 and pair["n_runs"] == 12, pair
+        means = runs.groupby(["config", "scenario_id"])[pair["metric"]].mean().unstack("config")
+        ref = stats.ttest_rel(means[pair["a"]], means[pair["b"]])
+        if pair["p"] is not None:
+            assert pair["p"] == pytest.approx(ref.pvalue) and pair["p_adj"] >= pair["p"]
+            tested += 1
+    assert tested
+    assert {s["n"] for s in out["summaries"]} == {4}
+
+
+def test_stats_json_regression_has_quarter_clustered_errors_and_names_the_clusters(tmp_path, capsys):
+    file = tmp_path / "quarters.parquet"
+    with_quarters(runs_frame()).to_parquet(file)
+    assert main(["stats", "--from-parquet", str(file), "--metric", "sharpe", "--json"]) == 0
+    reg = json.loads(capsys.readouterr().out)["regression"]
+    assert reg["cluster_by"] == "invest_quarter" and reg["n_clusters"] == 6 and reg["effects"] == "scenario fixed effects"
+    assert any("< 30" in w for w in reg["warnings"])
+    rho = next(c for c in reg["coefficients"] if c["term"] == "rho_bar")
+    assert rho["se"] > 0 and {"coef", "t", "p", "ci_low", "ci_high"} <= set(rho)
+    assert main(["stats", "--from-parquet", str(file), "--metric", "sharpe"]) == 0
+    md = capsys.readouterr().out
+    assert "Standard errors clustered by invest_quarter (6 clusters)" in md and "WARNING: only 6 invest_quarter cluster(s)" in md
+
+
+def test_stats_power_plans_from_the_data_and_bad_flags_are_one_line(tmp_path, capsys):
+    file = tmp_path / "reps.parquet"
+    replicated_runs().to_parquet(file)
+    assert main(["stats", "--from-parquet", str(file), "--metric", "sharpe", "--power", "--json"]) == 0
+    plans = json.loads(capsys.readouterr().out)["power"]
+    assert len(plans) == 3 and all(p["quarters"] == 4 and "scenarios" in p["line"] for p in plans)
+    for bad, flag in ((["--power", "2"], "--power"), (["--share", "1.5"], "--share")):
+        assert main(["stats", "--from-parquet", str(file), *bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and flag in err
+    assert main(["stats", "--from-parquet", str(file), "--metric", "sharpe", "--paper-table", "--correction", "bh"]) == 0
+    md = capsys.readouterr().out
+    assert "Paper-table reproduction" in md and "Benjamini–Hochberg" in md

@@ -65,10 +65,10 @@ def test_analysis_prints_reasons_not_numbers_and_drops_a_stale_ols_csv(tmp_path)
     assert (out / "ols.csv").exists()  # a real fit, written
 
     a = analyse(rules_like(), "t", metrics=["sharpe"])
-    assert a.ols_table is None and a.ols_formula == "sharpe ~ rho_bar + C(batch) + C(config)"
+    assert a.ols_table is None and a.ols_formula == "sharpe ~ rho_bar + C(batch) + C(config) + C(scenario_id)"
     assert a.ols_note == "not fitted: rho_bar takes only 2 distinct values (0.883, 0.900) on the 105 complete row(s)"
     md = a.markdown()
-    assert "## OLS `sharpe ~ rho_bar + C(batch) + C(config)`\n\nnot fitted: rho_bar takes only 2 distinct values" in md
+    assert "## OLS `sharpe ~ rho_bar + C(batch) + C(config) + C(scenario_id)`\n\nnot fitted: rho_bar takes only 2 distinct values" in md
     assert "| rho_bar |" not in md and "n/a | n/a" not in md  # no slope, and no bare n/a rows
     assert "None of the 27 correlations could be computed" in md
     assert "- crit_logical_validity is constant (0.900): pooled (all); within ablation (abl1, abl2); " \

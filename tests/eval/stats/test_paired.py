@@ -64,17 +64,22 @@ def test_equals_scipy_ttest_rel_and_wilcoxon_on_random_data():
     assert got["d"] == pytest.approx(np.mean(a - b) / np.std(a - b, ddof=1))
 
 
-def test_pairs_by_scenario_and_replicate_and_reports_unpaired_rows():
+def test_pairs_by_scenario_and_replicate_then_counts_scenarios_and_reports_unpaired_rows():
     rows = []
     for rep in (0, 1):
         for i in range(6):
-            rows.append({"config": "A", "scenario_id": f"s{i}", "replicate": rep, "sharpe": 1.0 + i + rep})
+            rows.append({"config": "A", "scenario_id": f"s{i}", "replicate": rep, "sharpe": 1.0 + i + rep * (i + 1)})
             if not (i == 5 and rep == 1):  # B lacks one (scenario, replicate)
                 rows.append({"config": "B", "scenario_id": f"s{i}", "replicate": rep, "sharpe": np.nan if i == 0 and rep == 0 else 0.5 + i})
     c = compare(pd.DataFrame(rows), "A", "B", "sharpe")
-    assert c.n == 10 and c.unpaired_a == 2 and c.unpaired_b == 0
-    # replicate matters: pairing on scenario alone would mix replicates and give other differences
-    assert c.diff == pytest.approx(np.mean([0.5 + rep for rep in (0, 1) for i in range(6) if (i, rep) not in {(0, 0), (5, 1)}]))
+    # 10 paired runs in 6 scenarios: n counts scenarios, the runs are counted apart
+    assert c.n == 6 and c.n_runs == 10 and c.unpaired_a == 2 and c.unpaired_b == 0
+    # replicates are paired first, then averaged within the scenario: d_s = mean over its paired replicates
+    pairs = {(i, rep): 0.5 + rep * (i + 1) for rep in (0, 1) for i in range(6) if (i, rep) not in {(0, 0), (5, 1)}}
+    per_scenario = [np.mean([d for (i, _), d in pairs.items() if i == s]) for s in range(6)]
+    assert c.diff == pytest.approx(np.mean(per_scenario))
+    assert c.diff != pytest.approx(np.mean(list(pairs.values())))  # what counting runs as scenarios gave
+    assert c.p == pytest.approx(stats.ttest_1samp(per_scenario, 0).pvalue)
 
 
 def test_duplicate_rows_for_a_pair_are_an_error():

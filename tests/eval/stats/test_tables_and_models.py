@@ -52,7 +52,7 @@ def test_correction_can_remove_a_superscript():
     holm = analyse(df, "t", metrics=["sharpe", "total_return_pct"], correction="holm")
     count = lambda a: sum(len(c.differs) for c in a.table.cells.values())
     assert count(holm) <= count(none)
-    assert "holm-corrected" in holm.table.markdown()
+    assert "holm-adjusted over every pair × metric" in holm.table.markdown()
 
 
 def test_correlations_equal_scipy_and_delta_correlation_pairs_by_scenario():
@@ -68,25 +68,55 @@ def test_correlations_equal_scipy_and_delta_correlation_pairs_by_scenario():
     assert np.isnan(correlate(np.ones(5), np.arange(5.0))["pearson_r"])  # constant side: undefined, not 0
 
 
-def test_ols_matches_least_squares_with_dummies():
-    df = runs_frame()
-    formula, fit, table = ols(df, ablation="batch", treatment="config")
-    assert formula == "sharpe ~ rho_bar + C(batch) + C(config)"
-    X = np.column_stack([np.ones(len(df)), df.rho_bar, df.batch == "abl2", df.config == "mean", df.config == "single"]).astype(float)
+def with_quarters(df: pd.DataFrame, per_quarter: int = 5) -> pd.DataFrame:
+    """Each scenario in a quarter, ``per_quarter`` scenarios to a quarter (s0–s4 in Q0, …)."""
+    return df.assign(invest_quarter=df.scenario_id.str[1:].astype(int).floordiv(per_quarter).map(lambda q: f"Q{q}"))
+
+
+def test_ols_has_scenario_fixed_effects_and_quarter_clustered_errors():
+    df = with_quarters(runs_frame())
+    fit = ols(df, ablation="batch", treatment="config")
+    assert fit.formula == "sharpe ~ rho_bar + C(config) + C(scenario_id)" and fit.effects == "scenario fixed effects"
+    assert any("C(batch) is constant within every scenario_id" in w for w in fit.warnings)  # absorbed, and said
+    dummies = pd.get_dummies(df.scenario_id, drop_first=True).astype(float).to_numpy()
+    X = np.column_stack([np.ones(len(df)), df.config == "mean", df.config == "single", df.rho_bar, dummies]).astype(float)
     beta = np.linalg.lstsq(X, df.sharpe.to_numpy(), rcond=None)[0]
-    assert table.set_index("term").loc["rho_bar", "coef"] == pytest.approx(beta[1])
-    ref = smf.ols("sharpe ~ rho_bar + C(batch) + C(config)", data=df).fit()
-    assert table.set_index("term")["p"].to_numpy() == pytest.approx(ref.pvalues.to_numpy())
-    assert ols(df[df.batch == "abl1"], ablation="batch")[0] == "sharpe ~ rho_bar"  # one level: no dummy
+    table = fit.table.set_index("term")
+    assert table.loc["rho_bar", "coef"] == pytest.approx(beta[3])
+    assert not any(t.startswith("C(scenario_id)") for t in table.index)  # fixed effects are not reported as findings
+    groups = pd.factorize(df.invest_quarter)[0]
+    ref = smf.ols(fit.formula, data=df).fit(cov_type="cluster", cov_kwds={"groups": groups}, use_t=True)
+    plain = smf.ols(fit.formula, data=df).fit()
+    assert table.loc["rho_bar", "se"] == pytest.approx(ref.bse["rho_bar"]) and table.loc["rho_bar", "se"] != pytest.approx(plain.bse["rho_bar"])
+    assert (fit.cluster_by, fit.n_clusters) == ("invest_quarter", 6)
+    assert any("only 6 invest_quarter cluster(s) (< 30)" in w and "Cameron & Miller" in w for w in fit.warnings)
+    assert "clustered by invest_quarter (6 clusters)" in fit.lines()[0]
 
 
-def test_beats_one_over_n_binomial():
+def test_a_regressor_constant_within_scenario_falls_back_to_quarter_effects_and_says_so():
+    df = with_quarters(runs_frame())
+    df = df[df.config == "debate"]  # one config: rho_bar has one value per scenario
+    fit = ols(df, ablation=None, treatment="config")
+    assert fit.effects.startswith("quarter fixed effects") and fit.formula == "sharpe ~ rho_bar + C(invest_quarter)"
+    assert any("constant within every scenario" in w for w in fit.warnings)
+
+
+def test_without_a_quarter_column_errors_are_clustered_by_scenario_with_a_warning():
+    fit = ols(runs_frame(), ablation="batch", treatment="config")
+    assert (fit.cluster_by, fit.n_clusters) == ("scenario_id", 30)
+    assert any("no invest_quarter column" in w for w in fit.warnings) and not any("< 30" in w for w in fit.warnings)
+
+
+def test_beats_one_over_n_is_a_two_sided_sign_test_against_one_half_and_a_stated_share():
     df = runs_frame()
     rows = {r["config"]: r for r in beats_baseline(df, ["debate", "single"])}
     d = df[df.config == "debate"]
     k = int((d.sharpe > d.equal_sharpe).sum())
     assert rows["debate"]["wins"] == k and rows["debate"]["n"] == 30
-    assert rows["debate"]["p_one_sided"] == pytest.approx(stats.binomtest(k, 30, 0.5, alternative="greater").pvalue)
+    assert rows["debate"]["p_vs_half"] == pytest.approx(stats.binomtest(k, 30, 0.5).pvalue)  # two-sided
+    assert rows["debate"]["p_vs_share"] == pytest.approx(stats.binomtest(k, 30, 1 / 3).pvalue)
+    other = beats_baseline(df, ["debate"], share=0.25)[0]
+    assert other["share_h0"] == 0.25 and other["p_vs_share"] == pytest.approx(stats.binomtest(k, 30, 0.25).pvalue)
 
 
 def test_power_matches_the_noncentral_t():
