@@ -33,6 +33,7 @@ from madbench.gateway import ModelRouting
 from madbench.gateway.models import ModelSpec
 from madbench.gateway.routing_profiles import Deployment, load_routing_profile, with_deployment
 from madbench.results import BatchDirs, ResultsDir
+from madbench.runner.pairs import check_pairs
 from madbench.runner.pipeline import config_identity, run_id_for
 from madbench.runner.provider_batches import ProviderBatchOptions
 from madbench.scoring.debate_scorer import scorer_for
@@ -88,8 +89,8 @@ class ConfigPair(BaseModel):
     model_config = ConfigDict(extra="forbid")
     control: str
     treatment: str
-    #: The fields of the resolved configs that differ, as dotted paths with * wildcards (e.g. interventions,
-    #: agents.*.tier); tests/runner/test_paper_batches.py checks that nothing else does.
+    #: What the treatment changes: dotted config paths with * wildcards (e.g. interventions, agents.*.tier, models),
+    #: or ``roles`` (a change of role set). Checked when the batch loads, on what the arms run (runner/pairs.py).
     factor: list[str] = Field(min_length=1)
 
 
@@ -314,6 +315,7 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise InputError(where, f"configs: two configs share the name {', '.join(dupes)}", "give each config a distinct `name`")
+    check_pairs(spec.pairs, configs, where)  # on the arms as they run: this batch's routing and resolved samples
     return configs
 
 
