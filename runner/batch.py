@@ -396,7 +396,7 @@ def resolve_samples(cfg: DebateConfig, config_dir: Path, where: str) -> DebateCo
     if problems:
         raise InputError(where, "; ".join(problems), "fix the self_consistency config")
     opt = protocol_options(cfg, where)
-    if opt.match_generated_of is not None:
+    if opt.match_generated_of is not None and opt.pilot is not None:
         pilot = _rel(config_dir, opt.pilot)
         targets = pilot_generated(pilot, opt.match_generated_of, where)
         note = (f"draws matched per scenario to {opt.match_generated_of}'s generated tokens in {pilot} "

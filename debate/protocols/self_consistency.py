@@ -81,7 +81,8 @@ class Options(BaseModel):
     combine: Literal["mean", "majority", "median"] = "mean"
     #: A config name in the pilot's runs.parquet: N = its mean tokens per run ÷ its mean tokens per proposal.
     match_tokens_of: str | None = None
-    #: A config name in the pilot's runs.parquet: each scenario's draws stop at its generated tokens there.
+    #: A config name: each scenario's draws stop at its generated tokens in that config's run on the scenario (the
+    #: same replicate) in this batch (``madbench run`` runs it first: runner/matching.py), or in ``pilot`` if given.
     match_generated_of: str | None = None
     #: The pilot's results directory (relative to this config file), read when the batch is loaded.
     pilot: str | None = None
@@ -93,9 +94,8 @@ class Options(BaseModel):
         matched = [k for k in ("match_tokens_of", "match_generated_of") if getattr(self, k) is not None]
         if len(matched) > 1:
             raise ValueError("give match_tokens_of or match_generated_of, not both")
-        if bool(matched) != (self.pilot is not None):
-            raise ValueError("match_tokens_of (or match_generated_of) and pilot go together: the config to match and "
-                             "the results dir that ran it")
+        if (self.match_tokens_of is not None) != (self.pilot is not None) and self.match_generated_of is None:
+            raise ValueError("match_tokens_of and pilot go together: the config to match and the results dir that ran it")
         ways = [w for w, on in (("samples", self.samples is not None), ("a match", bool(matched)),
                                 ("targets", self.targets is not None)) if on]
         if len(ways) != 1:
@@ -200,12 +200,12 @@ def median_allocation(samples: list[dict[str, float]], cash: list[float], univer
 
 
 def expected_draws(opt: Options, n_agents: int) -> int:
-    """Draws a run makes: N, or with ``targets`` one round of the agents (the draws' count is the scenario's; the
-    estimator's calibration from a pilot measures it)."""
+    """Draws a run makes: N, or when matched on generated tokens one round of the agents (the draws' count is the
+    scenario's; the estimator's calibration from a pilot measures it)."""
     if opt.samples is not None:
         return opt.samples
-    if opt.targets is None:
-        raise ValueError("match_tokens_of or match_generated_of is unresolved (runner.batch.resolve_samples resolves it)")
+    if opt.targets is None and opt.match_generated_of is None:
+        raise ValueError("match_tokens_of is unresolved (runner.batch.resolve_samples resolves it)")
     return n_agents
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 from madbench.eval.stats.analysis import analyse
+from madbench.eval.stats.compute_match import compute_match, matched_pairs
+from madbench.eval.stats.compute_match import markdown as compute_match_markdown
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, load_runs, ordered_configs
 from madbench.eval.stats.power import power_table
 from madbench.eval.stats.split import split_by
@@ -72,12 +74,18 @@ def cmd_stats(args) -> int:
     analysis = analyse(runs, str(runs_file), compare, csv_list(args.metric), args.correction, rounds, declared)
     out = Path(args.out) if args.out else default_out
     written = analysis.write_csvs(out)
+    matched = compute_match(runs, matched_pairs(runs, declared))  # equal compute per scenario, when matched
+    if not matched.empty:
+        out.mkdir(parents=True, exist_ok=True)
+        matched.to_csv(out / "compute_match.csv", index=False)
+        written.append(out / "compute_match.csv")
     if args.json:
         records = json_safe({"comparisons": analysis.pairs_shown, "paired": [p.record() for p in analysis.pairs],
-                             "summaries": analysis.summaries})
+                             "summaries": analysis.summaries, "compute_match": matched.to_dict(orient="records")})
         print(json.dumps(records, indent=1))
     else:
         print(analysis.markdown())
+        print(compute_match_markdown(matched))
         print(f"CSV tables: {', '.join(str(p) for p in written)}")
     return 0
 
