@@ -229,3 +229,29 @@ def test_the_agents_are_drawn_round_robin_each_from_its_own_first_proposal(world
     keys = [c["key"] for c in turns(tmp_path / "sc", result, "llm_call")]
     assert keys[:3] == [first["macro"], first["value"], first["technical"]]  # draw 0 of each: the mean's request
     assert len(set(keys)) == 7
+
+
+@pytest.mark.slow
+def test_matched_draws_generate_the_debates_tokens_on_its_scenario_within_five_percent(world, tmp_path, monkeypatch):  # noqa: F811
+    """Against the simulator (it counts tokens): the debate's completion tokens on a scenario as the target, the
+    same agents drawn until their generated tokens come nearest it; without Ray, one scenario at two replicates."""
+    from madbench.sim.provider import SimProvider
+    from tests.debate.test_engine import sim_spec
+
+    monkeypatch.setenv("SIM_KEY", "sim-placeholder-key")
+    pack, scenario = world
+    ratios = []
+    with SimProvider() as sim:
+        for k in range(2):
+            debate = config("causal-debate-3.yaml", model=sim_spec(sim))
+            out = asyncio.run(run_debate(scenario, pack, debate, build_gateway(), tmp_path / f"d{k}", sample_index=k))
+            assert out.status == "ok", out.error
+            target = out.totals["completion_tokens"]
+            sc = config("self-consistency-3-majority.yaml", model=sim_spec(sim))
+            sc = sc.model_copy(update={"options": {"targets": {scenario.id: target}, "combine": "majority"}})
+            res = asyncio.run(run_debate(scenario, pack, sc, build_gateway(), tmp_path / f"s{k}", sample_index=k))
+            assert res.status == "ok", res.error
+            assert res.extras["target_generated_tokens"] == target and res.extras["samples"] > 3
+            ratios.append(res.extras["generated_tokens"] / target)
+    print(f"generated-token ratios (baseline / debate): {[round(r, 3) for r in ratios]}")
+    assert all(0.95 <= r <= 1.05 for r in ratios), ratios
