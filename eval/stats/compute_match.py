@@ -3,6 +3,9 @@
 scenario, and the ratio control ÷ treatment of each (the baseline's spend over the debate's; 1.00 is equal).
 
 The unit is the scenario, as everywhere in ``madbench stats``: replicates are averaged within a scenario first.
+Tokens count every answer, a cached one with its original tokens; dollars likewise are what the arm's answers cost
+(the sum of calls.parquet's ``cost_usd``, which a cached answer keeps), not what this batch paid: arms that share
+draws (mean and majority ask the same requests) each cost what they would alone.
 """
 
 from __future__ import annotations
@@ -24,19 +27,23 @@ def matched_pairs(runs: pd.DataFrame, declared: list[tuple[str, str]] | None) ->
     return [(t, c) for t, c in declared if t in matched or c in matched]
 
 
-def per_scenario_spend(runs: pd.DataFrame, config: str) -> pd.DataFrame:
-    """Scenario id → mean spend per finished run of ``config`` (generated, tokens, calls, usd)."""
+def per_scenario_spend(runs: pd.DataFrame, config: str, calls: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Scenario id → mean spend per finished run of ``config`` (generated, tokens, calls, usd; usd from ``calls``'
+    answers when given, else the run's paid cost)."""
     ok = runs[(runs["config"] == config) & (runs["status"] == "ok")]
     cols = {k: ok[v].fillna(0).sum(axis=1) for k, v in SPEND.items()}
+    if calls is not None:
+        answered = calls["cost_usd"].fillna(0).groupby(calls["run_id"]).sum()
+        cols["usd"] = ok["run_id"].map(answered).fillna(0.0)
     return pd.DataFrame(cols).groupby(ok["scenario_id"].astype(str)).mean()
 
 
-def compute_match(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+def compute_match(runs: pd.DataFrame, pairs: list[tuple[str, str]], calls: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per pair and scenario both arms finished: each arm's spend and ``ratio_<spend>`` = control ÷
     treatment (undefined, NaN, where the treatment spent none: rule-based answers count no tokens)."""
     rows = []
     for treatment, control in pairs:
-        t, c = per_scenario_spend(runs, treatment), per_scenario_spend(runs, control)
+        t, c = per_scenario_spend(runs, treatment, calls), per_scenario_spend(runs, control, calls)
         for scenario in sorted(set(t.index) & set(c.index)):
             row = {"treatment": treatment, "control": control, "scenario_id": scenario}
             for k in SPEND:

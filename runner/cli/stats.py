@@ -74,7 +74,8 @@ def cmd_stats(args) -> int:
     analysis = analyse(runs, str(runs_file), compare, csv_list(args.metric), args.correction, rounds, declared)
     out = Path(args.out) if args.out else default_out
     written = analysis.write_csvs(out)
-    matched = compute_match(runs, matched_pairs(runs, declared))  # equal compute per scenario, when matched
+    pairs = matched_pairs(runs, declared)  # equal compute per scenario, when an arm was matched
+    matched = compute_match(runs, pairs, ResultsDir(args.results_dir).calls if pairs else None)
     if not matched.empty:
         out.mkdir(parents=True, exist_ok=True)
         matched.to_csv(out / "compute_match.csv", index=False)
