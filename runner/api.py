@@ -16,10 +16,12 @@ from madbench.data.memo import build_memo
 from madbench.results import BatchDirs, ResultsDir, read_manifest
 from madbench.runner.batch_view import FailureGroup, Results, attempt_counts, failure_groups
 from madbench.runner.budget import read_budget
+from madbench.runner.dispatch import FINISHED
 from madbench.runner.estimate import MemoInfo, calibrate, estimate_batch
 from madbench.runner.execute import run_batch
 from madbench.runner.exit_codes import EXIT_INTERRUPTED, EXIT_RUNS_FAILED
 from madbench.runner.launch import Launch, load_checked
+from madbench.runner.matching import split, with_targets
 from madbench.runner.options import RunOptions
 from madbench.runner.store import BatchLayout
 
@@ -135,8 +137,16 @@ def run(batch: str | Path, *, model: str | None = None, routing: str | None = No
 def run_with(o: RunOptions) -> BatchRun:
     """``run`` from its options."""
     b = load_checked(o)
-    stats = run_batch(b.spec, b.runs, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence], str(b.cache_dir),
-                      o.address, o.retry_failed, not o.progress)
+    runs = b.runs
+    first, later = split(runs)
+    stats = None
+    if later:  # runs matched to others' generated tokens wait for them (runner/matching.py)
+        stats = run_batch(b.spec, first, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence],
+                          str(b.cache_dir), o.address, o.retry_failed, not o.progress)
+        runs = first + with_targets(later, b.root)
+    if stats is None or stats["state"] == FINISHED:  # a stopped first wave leaves the matched runs to the next run
+        stats = run_batch(b.spec, runs, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence],
+                          str(b.cache_dir), o.address, o.retry_failed, not o.progress)
     manifest_runs = read_manifest(b.root).runs
     submitted, retries = attempt_counts(manifest_runs)
     status = stats["status"]

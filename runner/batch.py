@@ -33,6 +33,7 @@ from madbench.gateway import ModelRouting
 from madbench.gateway.models import ModelSpec
 from madbench.gateway.routing_profiles import Deployment, load_routing_profile, with_deployment
 from madbench.results import BatchDirs, ResultsDir
+from madbench.runner.pairs import check_pairs
 from madbench.runner.pipeline import config_identity, run_id_for
 from madbench.runner.provider_batches import ProviderBatchOptions
 from madbench.scoring.debate_scorer import scorer_for
@@ -88,8 +89,8 @@ class ConfigPair(BaseModel):
     model_config = ConfigDict(extra="forbid")
     control: str
     treatment: str
-    #: The fields of the resolved configs that differ, as dotted paths with * wildcards (e.g. interventions,
-    #: agents.*.tier); tests/runner/test_paper_batches.py checks that nothing else does.
+    #: What the treatment changes: dotted config paths with * wildcards (e.g. interventions, agents.*.tier, models),
+    #: or ``roles`` (a change of role set). Checked when the batch loads, on what the arms run (runner/pairs.py).
     factor: list[str] = Field(min_length=1)
 
 
@@ -314,6 +315,7 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise InputError(where, f"configs: two configs share the name {', '.join(dupes)}", "give each config a distinct `name`")
+    check_pairs(spec.pairs, configs, where)  # on the arms as they run: this batch's routing and resolved samples
     return configs
 
 
@@ -369,6 +371,23 @@ def pilot_tokens(pilot: Path, config: str, where: str) -> tuple[float, float, in
     return float(per_run), float(proposals.mean()), len(ok)
 
 
+def pilot_generated(pilot: Path, config: str, where: str) -> dict[str, int]:
+    """Scenario id → the mean generated (completion) tokens per finished run of ``config`` on it in a pilot's results
+    directory (its replicates averaged): what a generated-token-matched baseline draws up to on that scenario."""
+    per_run, _, _ = pilot_tokens(pilot, config, where)  # the pilot, the config and its tokens exist
+    results = ResultsDir(pilot)
+    runs, calls = results.runs, results.calls
+    ok = runs[(runs["config"] == config) & (runs["status"] == "ok")]
+    mine = calls[calls["run_id"].isin(set(ok["run_id"]))]
+    by_run = mine["completion_tokens"].fillna(0).groupby(mine["run_id"]).sum().reindex(ok["run_id"], fill_value=0)
+    by_scenario = by_run.groupby(ok.set_index("run_id")["scenario_id"]).mean()
+    if not (by_scenario > 0).all():
+        raise InputError(where, f"options.match_generated_of: the pilot's {config} runs in {pilot} generate no tokens on "
+                         f"{', '.join(sorted(by_scenario.index[by_scenario <= 0]))} (rule-based answers count none)",
+                         "match on a pilot run on a model that counts tokens (a provider, or `madbench sim serve`)")
+    return {str(k): int(round(v)) for k, v in by_scenario.items()}
+
+
 def resolve_samples(cfg: DebateConfig, config_dir: Path, where: str) -> DebateConfig:
     """A ``self_consistency`` config, checked, with ``match_tokens_of`` + ``pilot`` replaced by the concrete
     ``samples`` N they give (``self_consistency.samples_for``), so the run identity records N, not a path; how N was
@@ -377,6 +396,13 @@ def resolve_samples(cfg: DebateConfig, config_dir: Path, where: str) -> DebateCo
     if problems:
         raise InputError(where, "; ".join(problems), "fix the self_consistency config")
     opt = protocol_options(cfg, where)
+    if opt.match_generated_of is not None and opt.pilot is not None:
+        pilot = _rel(config_dir, opt.pilot)
+        targets = pilot_generated(pilot, opt.match_generated_of, where)
+        note = (f"draws matched per scenario to {opt.match_generated_of}'s generated tokens in {pilot} "
+                f"({min(targets.values()):,} to {max(targets.values()):,})")
+        options = {k: v for k, v in cfg.options.items() if k not in ("match_generated_of", "pilot")} | {"targets": targets}
+        return cfg.model_copy(update={"options": options, "description": f"{cfg.description.strip()} [{note}]".strip()})
     if opt.match_tokens_of is None:
         return cfg
     pilot = _rel(config_dir, opt.pilot)

@@ -1,22 +1,41 @@
-"""`self_consistency`: N independent samples of one agent's proposal, combined per ticker (a compute baseline).
+"""`self_consistency`: independent samples of the config's agents' proposals, combined (a compute baseline).
 
 Self-consistency (Wang et al., "Self-Consistency Improves Chain of Thought Reasoning in Language Models", ICLR
-2023) samples one prompt N times and keeps the majority answer. Here the prompt is the config's one agent's
-``propose`` prompt, unchanged; the samples differ only in their sample index (so each has its own cache key), and
-spend no token on critique, CRIT or a judge. Given N from a pilot (``match_tokens_of``, resolved by the batch
-loader), the baseline spends what a debate spends: "does the debate beat the same compute without debate?".
+2023) samples one prompt N times and keeps the majority answer; against a debate, the baseline that isolates the
+debate is a vote over the *same agents'* independent answers (arXiv 2508.17536). So the samples are the config's
+agents' ``propose`` prompts, unchanged, drawn round-robin (draw i is agent i mod n, so every role is drawn within one
+of the others); they differ only in their sample index (so each has its own cache key), and spend no token on
+critique, CRIT or a judge.
 
-Sample ``i`` of replicate ``k`` asks with sample index ``k + i·SAMPLE_STRIDE``: sample 0 is the single agent's own
-draw at replicate k (the same request, one cache entry), and no two samples of two replicates coincide.
+How many draws:
+
+* ``samples: N``: N draws, all at once.
+* ``targets`` (scenario id → generated tokens; the batch loader derives it from a pilot with ``match_generated_of``):
+  draw until the run's generated (completion) tokens come nearest the matched debate's on the same scenario. The
+  unit is the scenario: a fixed N matches a debate only on average (a debate's length varies by scenario and so
+  does a proposal's, by 0.91–1.21x of the tokens in a measured case), while stopping on the scenario's own count
+  leaves an error of at most half a draw. Draws go in waves (``next_wave``): as many as the tokens still owed would
+  take at the mean draw so far, halved (a short first draw must not send a wave past the target), so that
+  the last draws go one by one and the run stops where one more
+  draw would take it further from the target than stopping does. Generated tokens, not prompt tokens, are matched:
+  they are what sampling buys (a proposal's prompt is the memo, the same for every draw); prompt tokens and dollars
+  are reported beside them (runs.parquet, ``madbench stats``).
+
+Sample ``j`` of agent ``a`` at replicate ``k`` asks with sample index ``k + j·SAMPLE_STRIDE``: each agent's draw 0 is
+its own proposal in the debate at replicate k (the same request, one cache entry), and no two samples of two
+replicates coincide.
 
 Combining, with w_{i,t} the weight sample i gives ticker t:
 
 * ``mean``: w_t = (1/N) Σ_i w_{i,t} (cash alike), trimmed to ``max_tickers`` as the paper's mean is
   (``paper.mean_allocation``).
-* ``majority``: the per-ticker median m_t = median_i w_{i,t}. For every threshold x, "at least x on t" wins a
-  majority of the samples exactly when x ≤ m_t (odd N): the median is the per-ticker majority vote on an ordered
-  answer (the median voter, Black, "On the Rationale of Group Decision-making", J. Political Economy 56(1), 1948).
-  So a ticker is held when at least half the samples hold it. The held medians are rescaled to 1 − median cash;
+* ``majority``: the medoid proposal under L1, argmin_i Σ_j Σ_t |w_{i,t} − w_{j,t}| (cash a coordinate; ties to the
+  earliest draw). A vote over portfolios: the proposal nearest all the others, so the held portfolio is one a
+  sample proposed, and valid as that sample was (Kaufman & Rousseeuw, "Clustering by means of medoids", 1987).
+* ``median``: the per-ticker median m_t = median_i w_{i,t}, made feasible. For every threshold x, "at least x on
+  t" wins a majority of the samples exactly when x ≤ m_t (odd N): the median is the per-ticker majority vote on an
+  ordered answer (Black, "On the Rationale of Group Decision-making", J. Political Economy 56(1), 1948), but the
+  tickers' medians together can be a portfolio no sample proposed. The held medians are rescaled to 1 − median cash;
   when fewer tickers are held than the constraints need (``min_holdings``, and enough names to carry
   ``max_weight``), the next tickers by vote share (then mean weight, then name) join at their mean weight; over
   ``max_tickers``, the largest medians stay.
@@ -54,23 +73,34 @@ MAX_SAMPLES = 200
 
 
 class Options(BaseModel):
-    """``samples`` N, or ``match_tokens_of`` a debate config with a ``pilot`` results dir (the batch resolves N)."""
+    """How many draws: ``samples`` N; ``match_tokens_of`` a debate config with a ``pilot`` results dir (the batch
+    resolves N from mean tokens per run); or ``match_generated_of`` with a ``pilot`` (the batch resolves ``targets``,
+    each scenario's generated tokens in the pilot's runs of that config)."""
     model_config = ConfigDict(extra="forbid")
     samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
-    combine: Literal["mean", "majority"] = "mean"
+    combine: Literal["mean", "majority", "median"] = "mean"
     #: A config name in the pilot's runs.parquet: N = its mean tokens per run ÷ its mean tokens per proposal.
     match_tokens_of: str | None = None
+    #: A config name: each scenario's draws stop at its generated tokens in that config's run on the scenario (the
+    #: same replicate) in this batch (``madbench run`` runs it first: runner/matching.py), or in ``pilot`` if given.
+    match_generated_of: str | None = None
     #: The pilot's results directory (relative to this config file), read when the batch is loaded.
     pilot: str | None = None
+    #: Scenario id → the generated tokens a run on it draws up to (resolved from the pilot, or given).
+    targets: dict[str, int] | None = None
 
     @model_validator(mode="after")
     def _one_way(self):
-        if (self.match_tokens_of is None) != (self.pilot is None):
+        matched = [k for k in ("match_tokens_of", "match_generated_of") if getattr(self, k) is not None]
+        if len(matched) > 1:
+            raise ValueError("give match_tokens_of or match_generated_of, not both")
+        if (self.match_tokens_of is not None) != (self.pilot is not None) and self.match_generated_of is None:
             raise ValueError("match_tokens_of and pilot go together: the config to match and the results dir that ran it")
-        if self.samples is not None and self.match_tokens_of is not None:
-            raise ValueError("give either samples or match_tokens_of with pilot, not both")
-        if self.samples is None and self.match_tokens_of is None:
-            raise ValueError("give samples (N), or match_tokens_of with pilot to derive N from a pilot's calls.parquet")
+        ways = [w for w, on in (("samples", self.samples is not None), ("a match", bool(matched)),
+                                ("targets", self.targets is not None)) if on]
+        if len(ways) != 1:
+            raise ValueError("give one of samples (N), match_tokens_of or match_generated_of with pilot, or targets "
+                             f"(got {', '.join(ways) or 'none'})")
         return self
 
 
@@ -88,8 +118,8 @@ class SampledTask(AgentTask):
 def config_problems(cfg: DebateConfig) -> list[str]:
     """What a self_consistency config sets that the protocol would silently ignore."""
     problems = []
-    if len(cfg.agents) != 1:
-        problems.append(f"agents: self_consistency samples one agent, got {len(cfg.agents)}")
+    if not cfg.agents:
+        problems.append("agents: self_consistency samples the config's agents, and it has none")
     if cfg.rounds != 0 or cfg.aggregation != "mean" or cfg.interventions:
         problems.append("self_consistency has no rounds, judge or interventions: set rounds: 0, aggregation: mean, "
                         "interventions: []")
@@ -120,8 +150,29 @@ def _median(xs: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-def majority_allocation(samples: list[dict[str, float]], cash: list[float], universe: list[str],
-                        c: Constraints) -> tuple[dict[str, float], float, list[str]]:
+def medoid(samples: list[dict[str, float]], cash: list[float], universe: list[str]) -> int:
+    """The index of the L1 medoid: argmin_i Σ_j (Σ_t |w_{i,t} − w_{j,t}| + |c_i − c_j|), the earliest on a tie."""
+    vec = [[s.get(t, 0.0) for t in universe] + [c] for s, c in zip(samples, cash, strict=True)]
+    total = [sum(sum(abs(x - y) for x, y in zip(a, b, strict=True)) for b in vec) for a in vec]
+    return min(range(len(vec)), key=lambda i: (total[i], i))
+
+
+def next_wave(target: int, generated: int, drawn: int, cap: int) -> int:
+    """Draws to ask next toward ``target`` generated tokens, ``generated`` spent on ``drawn`` draws so far: 0 once one
+    more draw (at the mean so far, m) would land further from the target than stopping, i.e. when
+    generated + m/2 ≥ target; else ⌊0.5 · (target − generated)/m⌋, at least 1 and at most ``cap`` − ``drawn``."""
+    if drawn >= cap:
+        return 0
+    if drawn == 0:
+        return 1
+    m = generated / drawn
+    if m <= 0 or generated + m / 2 >= target:
+        return 0
+    return max(1, min(cap - drawn, int(0.5 * (target - generated) / m)))
+
+
+def median_allocation(samples: list[dict[str, float]], cash: list[float], universe: list[str],
+                      c: Constraints) -> tuple[dict[str, float], float, list[str]]:
     """The per-ticker median allocation made feasible (see the module docstring): (weights, cash, notes)."""
     n = len(samples)
     med = {t: _median([s.get(t, 0.0) for s in samples]) for t in universe}
@@ -148,19 +199,33 @@ def majority_allocation(samples: list[dict[str, float]], cash: list[float], univ
     return weights, c_med, notes
 
 
+def expected_draws(opt: Options, n_agents: int) -> int:
+    """Draws a run makes: N, or when matched on generated tokens one round of the agents (the draws' count is the
+    scenario's; the estimator's calibration from a pilot measures it)."""
+    if opt.samples is not None:
+        return opt.samples
+    if opt.targets is None and opt.match_generated_of is None:
+        raise ValueError("match_tokens_of is unresolved (runner.batch.resolve_samples resolves it)")
+    return n_agents
+
+
 def plan(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
-    """N proposals of the one agent (the paper's propose prompt), asked concurrently; nothing else is called."""
-    n = Options.model_validate(cfg.options).samples
-    if n is None:
-        raise ValueError(f"config {cfg.name}: match_tokens_of is unresolved (runner.batch.resolve_samples resolves it)")
-    agent = cfg.agents[0]
-    draws = Call(kind="propose", role=agent.role, phase="propose", agent=agent.agent_id, count=n)
-    return Plan(protocol="self_consistency", prompts="profiles", rounds=0, steps=(Step("propose", (draws,)),))
+    """Proposals of the agents (the paper's propose prompt), round-robin, asked concurrently; nothing else."""
+    try:
+        n = expected_draws(Options.model_validate(cfg.options), len(cfg.agents))
+    except ValueError as exc:
+        raise ValueError(f"config {cfg.name}: {exc}") from None
+    k = len(cfg.agents)
+    draws = tuple(Call(kind="propose", role=a.role, phase="propose", agent=a.agent_id, count=n // k + (i < n % k))
+                  for i, a in enumerate(cfg.agents))
+    return Plan(protocol="self_consistency", prompts="profiles", rounds=0,
+                steps=(Step("propose", tuple(d for d in draws if d.count)),))
 
 
 async def _draw(ctx: RunContext, i: int) -> Validated:
-    agent = ctx.config.agents[0]
-    index = sample_index(ctx.sample_index, i)
+    agents = ctx.config.agents
+    agent = agents[i % len(agents)]
+    index = sample_index(ctx.sample_index, i // len(agents))
     base = ctx.base_task(agent.agent_id, agent.role, "propose", 0, ctx.config.pid.beta0)
     task = SampledTask(**dict(base), sample=SampleDraw(index=index, temperature=ctx.config.temperature))
     # The same run (trace, account, gateway, profiles: a shallow copy, nothing re-initialised), asking with this
@@ -170,15 +235,33 @@ async def _draw(ctx: RunContext, i: int) -> Validated:
     return await sampled.ask(agent, "propose", 0, task, {}, label=f"propose:sample{i}")
 
 
+async def _draw_all(ctx: RunContext, opt: Options) -> tuple[list[Validated], int | None]:
+    """The run's draws, and the generated-token target they were matched to (None with a fixed N)."""
+    if opt.samples is not None:
+        return await gather_turns(*[_draw(ctx, i) for i in range(opt.samples)]), None
+    assert opt.targets is not None
+    if ctx.scenario.id not in opt.targets:
+        raise InputError(f"config {ctx.config.name}", f"options.targets has no generated-token target for scenario "
+                         f"{ctx.scenario.id} (it has: {', '.join(sorted(opt.targets)) or 'none'})",
+                         "run the matched config's pilot on this scenario, or add its target")
+    target = opt.targets[ctx.scenario.id]
+    outs: list[Validated] = []
+    start = ctx.account.completion_tokens  # the run calls nothing else: its completion tokens are the draws'
+    while n := next_wave(target, ctx.account.completion_tokens - start, len(outs), MAX_SAMPLES):
+        outs += await gather_turns(*[_draw(ctx, len(outs) + i) for i in range(n)])
+    return outs, target
+
+
 async def run(ctx: RunContext) -> Outcome:
     problems = config_problems(ctx.config)
     opt = Options.model_validate(ctx.config.options)
-    if opt.samples is None:
-        problems.append(f"options.match_tokens_of {opt.match_tokens_of!r} is resolved when a batch loads: run this config "
-                        "in a batch, or give samples")
+    if opt.samples is None and opt.targets is None:
+        problems.append(f"options.{'match_tokens_of' if opt.match_tokens_of else 'match_generated_of'} is resolved when "
+                        "a batch loads: run this config in a batch, or give samples")
     if problems:
         raise InputError(f"config {ctx.config.name}", "; ".join(problems), "fix the self_consistency config")
-    outs = await gather_turns(*[_draw(ctx, i) for i in range(opt.samples)])
+    outs, target = await _draw_all(ctx, opt)
+    generated = ctx.account.completion_tokens
     weights = [v.weights for v in outs]
     cash = [v.value.cash_weight for v in outs]
     ids = [f"sample{i}" for i in range(len(outs))]
@@ -187,10 +270,14 @@ async def run(ctx: RunContext) -> Outcome:
                                cash_spread=cash_spread(cash)))
     if opt.combine == "mean":
         final, final_cash, notes = mean_allocation(ctx, dict(zip(ids, outs, strict=True)))
+    elif opt.combine == "majority":
+        pick = medoid(weights, cash, ctx.universe)
+        final, final_cash, notes = dict(weights[pick]), cash[pick], [f"majority: the L1 medoid is sample{pick}"]
     else:
-        final, final_cash, notes = majority_allocation(weights, cash, ctx.universe, ctx.constraints)
+        final, final_cash, notes = median_allocation(weights, cash, ctx.universe, ctx.constraints)
     distinct = len({tuple(round(w[t], 6) for t in ctx.universe) + (round(c, 6),) for w, c in zip(weights, cash, strict=True)})
     return Outcome(weights=final, cash=final_cash, method=f"self_consistency:{opt.combine}", rounds_run=0, rho_bar=None,
                    js={"propose": spread}, notes=notes,
-                   extras={"samples": opt.samples, "combine": opt.combine, "distinct_samples": distinct,
+                   extras={"samples": len(outs), "combine": opt.combine, "distinct_samples": distinct,
+                           "generated_tokens": generated, "target_generated_tokens": target,
                            "vote_share": vote_shares(weights, ctx.universe)})

@@ -152,14 +152,17 @@ class ModelRouting(BaseModel):
             return ModelSpec(model=choice)
         raise ValueError(f"{where}: {choice!r} is neither a tier ({', '.join(self.tiers)}) nor a model string like openai/gpt-4o-mini")
 
-    def resolve(self, role: str, phase: str) -> ModelSpec:
+    def configured(self, role: str, phase: str) -> ModelSpec:
+        """The spec routed to ``role`` in ``phase`` as configured: ``rules/auto`` stays itself (``resolve`` answers it
+        per role), so two arms on one rule-based routing compare as one model."""
         phases = cast("dict[str, str | ModelSpec]", self.phases)  # keyed by Phase, a str
         for table, name in ((self.role_phases, f"{role}.{phase}"), (self.roles, role), (phases, phase)):
             if name in table:
-                spec = self._tier_or_spec(table[name], name)
-                break
-        else:
-            spec = self._tier_or_spec(self.default, "default")
+                return self._tier_or_spec(table[name], name)
+        return self._tier_or_spec(self.default, "default")
+
+    def resolve(self, role: str, phase: str) -> ModelSpec:
+        spec = self.configured(role, phase)
         if spec.model == "rules/auto":
             spec = spec.model_copy(update={"model": f"rules/{role if phase not in ('judge', 'crit', 'rca') else phase}"})
         return spec

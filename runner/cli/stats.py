@@ -8,6 +8,8 @@ from pathlib import Path
 from madbench.data.errors import InputError
 from madbench.eval.stats.analysis import adjust_across, analyse
 from madbench.eval.stats.beats import PAPER_SHARE
+from madbench.eval.stats.compute_match import compute_match, matched_pairs
+from madbench.eval.stats.compute_match import markdown as compute_match_markdown
 from madbench.eval.stats.family import CORRECTIONS, DEFAULT_CORRECTION
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, load_runs, ordered_configs
 from madbench.eval.stats.power import power_table
@@ -103,10 +105,17 @@ def cmd_stats(args) -> int:
                        powers)
     out = Path(args.out) if args.out else default_out
     written = analysis.write_csvs(out)
+    pairs = matched_pairs(runs, declared)  # equal compute per scenario, when an arm was matched
+    matched = compute_match(runs, pairs, ResultsDir(args.results_dir).calls if pairs else None)
+    if not matched.empty:
+        out.mkdir(parents=True, exist_ok=True)
+        matched.to_csv(out / "compute_match.csv", index=False)
+        written.append(out / "compute_match.csv")
     if args.json:
-        print(json.dumps(json_safe(analysis.record()), indent=1))
+        print(json.dumps(json_safe(analysis.record() | {"compute_match": matched.to_dict(orient="records")}), indent=1))
     else:
         print(analysis.markdown(args.paper_table))
+        print(compute_match_markdown(matched))
         print(f"CSV tables: {', '.join(str(p) for p in written)}")
     return 0
 

@@ -1,7 +1,9 @@
 """The equal-compute axis: configs/batches/equal-compute.yaml offline to completion with its paired table of tokens
-and cost per run, and `match_tokens_of` choosing N from a pilot's calls.parquet (a pilot over real HTTP)."""
+and cost per run; against the simulator, each matched baseline within 5% of the debate's generated tokens per
+scenario; and `match_tokens_of` choosing N from a pilot's calls.parquet (a pilot over real HTTP)."""
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BATCH = ROOT / "configs" / "batches" / "equal-compute.yaml"
 TICKERS = ["AAA", "BBB", "CCC", "DDD"]
 PRICED = "openai/gpt-4o-mini"  # in litellm's offline cost map: the simulator's usage has a known cost
-SC = ["self-consistency-macro", "self-consistency-macro-majority"]
+SC = ["self-consistency-3", "self-consistency-3-majority", "self-consistency-3-median"]
 
 
 def write_scenarios(tmp_path: Path) -> Path:
@@ -64,27 +66,26 @@ def test_the_batch_runs_offline_and_stats_puts_tokens_and_cost_beside_each_diffe
     batch = batch_copy(tmp_path, make_pack(tickers=tuple(TICKERS)))
     assert main(["run", str(batch), "--dry-run", "--json"]) == 0
     estimate = {c["config"]: c for c in json.loads(capsys.readouterr().out)["configs"]}
-    assert estimate["self-consistency-macro"]["calls"] == 2 * 29  # N proposals per run, nothing else
+    assert estimate["self-consistency-3"]["calls"] == 2 * 3  # one round of the agents: the rest is the scenario's
     args = ["run", str(batch), "--model", "rules/auto", "--cache-dir", str(tmp_path / "cache"), "--quiet"]
     assert main(args) == 0, capsys.readouterr().err
     root = tmp_path / "results" / "equal-compute@rules-auto"
     runs = pd.read_parquet(root / "runs.parquet")
     assert len(runs) == 10 and (runs.status == "ok").all(), runs[["config", "error"]]
     sc = runs[runs.config.isin(SC)]
-    assert (sc.calls == 29).all() and (sc.x_samples == 29).all() and (sc.x_distinct_samples > 1).all()
-    assert set(sc.method) == {"self_consistency:mean", "self_consistency:majority"}
+    # rule-based answers count no tokens: each matched run's target is 0, so it stops after its first draw
+    assert (sc.x_target_generated_tokens == 0).all() and (sc.calls == 1).all()
+    assert set(sc.method) == {"self_consistency:mean", "self_consistency:majority", "self_consistency:median"}
     capsys.readouterr()
     assert main(["stats", str(root), "--metric", "sharpe,total_return_pct"]) == 0
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.startswith("| metric | a | b |"))
     assert "| tokens_a | tokens_b | cost_usd_a | cost_usd_b |" in header
     paired = pd.read_csv(root / "stats" / "paired.csv")
-    # the batch's five declared pairs per metric, each treatment − control: the debate against equal compute is one row
-    assert len(paired) == 5 * 2 and "Comparisons: the batch's declared pairs" in out
-    row = paired[(paired.a == "causal-debate-3") & (paired.b == "self-consistency-macro") & (paired.metric == "sharpe")]
-    assert len(row) == 1 and row.iloc[0].n == 2
-    # rule-based answers count no tokens and cost nothing: the columns say so rather than stay empty
-    assert (paired[["tokens_a", "tokens_b", "cost_usd_a", "cost_usd_b"]] == 0).all().all()
+    assert len(paired) == 6 * 2 and "Comparisons: the batch's declared pairs" in out
+    # the per-scenario table is there, its ratios undefined (0 ÷ 0), not 1 and not 0
+    match = pd.read_csv(root / "stats" / "compute_match.csv")
+    assert len(match) == 4 * 2 and match.ratio_generated.isna().all() and "Equal compute per scenario" in out
     # …and so a rules/auto run is no pilot to match tokens on; nor is a config the pilot did not run
     with pytest.raises(InputError, match="record no tokens for a proposal"):
         resolve_one(tmp_path, sc_config(tmp_path / "c1", match_tokens_of="causal-debate-3", pilot=str(root)))
@@ -92,15 +93,39 @@ def test_the_batch_runs_offline_and_stats_puts_tokens_and_cost_beside_each_diffe
         resolve_one(tmp_path, sc_config(tmp_path / "c2", match_tokens_of="nope", pilot=str(root)))
 
 
-def test_a_missing_pilot_or_a_second_agent_is_named_when_the_batch_loads(tmp_path):
+@pytest.mark.slow
+def test_matched_baselines_spend_the_debates_generated_tokens_per_scenario(make_pack, tmp_path, capsys):
+    """Against the simulator (it counts tokens): each matched arm's generated tokens over the debate's, per
+    scenario, within 1.00 ± 0.05, shown by `madbench stats`."""
+    pack_dir = make_pack(tickers=tuple(TICKERS))
+    with SimProvider() as sim:
+        model = {"model": PRICED, "api_base": sim.url, "send_context": True, "limits": {"max_concurrency": 8}}
+        batch = batch_copy(tmp_path, pack_dir, model=model)
+        assert main(["run", str(batch), "--cache-dir", str(tmp_path / "cache"), "--quiet"]) == 0, capsys.readouterr().err
+    root = tmp_path / "results" / "equal-compute"
+    runs = pd.read_parquet(root / "runs.parquet")
+    assert len(runs) == 10 and (runs.status == "ok").all(), runs[["config", "error"]]
+    debate = runs[runs.config == "causal-debate-3"].set_index("scenario_id").completion_tokens
+    for name in SC:
+        arm = runs[runs.config == name].set_index("scenario_id")
+        assert (arm.x_target_generated_tokens == debate.reindex(arm.index)).all()  # the target is the debate's count
+        assert (arm.calls > 3).all()  # more than one round of the agents
+    capsys.readouterr()
+    assert main(["stats", str(root), "--metric", "sharpe"]) == 0
+    out = capsys.readouterr().out
+    match = pd.read_csv(root / "stats" / "compute_match.csv")
+    ratios = match[match.treatment == "causal-debate-3"]
+    assert len(ratios) == 2 * 2  # the two arms paired with the debate × two scenarios
+    assert ratios.ratio_generated.between(0.95, 1.05).all(), ratios[["control", "scenario_id", "ratio_generated"]]
+    # dollars are what each arm's answers cost: the majority arm reuses the mean arm's draws and costs as much
+    assert (ratios.usd_control > 0).all() and ratios.groupby("scenario_id").usd_control.nunique().eq(1).all()
+    print(out[out.index("Equal compute per scenario"):], file=sys.stderr)  # the measured ratios, for the record
+    assert "generated-token ratio min" in out
+
+
+def test_a_missing_pilot_is_named_when_the_batch_loads(tmp_path):
     with pytest.raises(InputError, match="options.pilot: no runs.parquet and calls.parquet in"):
         resolve_one(tmp_path, sc_config(tmp_path / "c", match_tokens_of="causal-debate-3", pilot="../no-such-results"))
-    data = yaml.safe_load((ROOT / "configs" / "debate" / "mean3-causal.yaml").read_text())
-    data |= {"protocol": "self_consistency", "options": {"samples": 3}}
-    three = tmp_path / "three.yaml"
-    three.write_text(yaml.safe_dump(data))
-    with pytest.raises(InputError, match=r"configs\[0\] \(mean3-causal\): agents: self_consistency samples one agent, got 3"):
-        resolve_one(tmp_path, three)
 
 
 @pytest.mark.slow

@@ -1,10 +1,11 @@
 """The paper's experiments as batches (configs/batches/{table2,table4,rq2-e1,a1-tiers,a7,a8,a10}.yaml).
 
-Each treatment is declared with its matched control (`pairs:` in the batch file), and the two resolved configs
-must differ in the factor under test and in nothing else: a control that also changes the role set, the
-aggregation or the round count would confound the comparison. The designs themselves (which factor each pair
-varies, the paper's role sets, rounds and per-phase models) are pinned here, so that widening a pair's declared
-`factor` cannot hide a confound.
+Each treatment is declared with its matched control (`pairs:` in the batch file), and the two must differ in the
+factor under test and in nothing else: a control that also changes the role set, the aggregation or the round count
+would confound the comparison. The batch loader checks that on what the arms run (runner/pairs.py,
+tests/runner/test_pairs.py); here, besides a config-field check, the designs themselves (which factor each pair
+varies, the paper's role sets, rounds and per-phase models) are pinned, so that widening a pair's declared `factor`
+cannot hide a confound.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ VRT = ["value", "risk", "technical"]  # the paper's 3-role set in Tables 2 and 4
 
 #: batch → [(control, treatment, the fields they may differ in)], as the paper designed them.
 PAPER = {
-    "table2": [("paper-single-basic", "paper-mean3-basic", {"agents"}),
+    "table2": [("paper-single-value-basic", "paper-mean3-basic", {"agents"}),
+               ("paper-single-risk-basic", "paper-mean3-basic", {"agents"}),
+               ("paper-single-technical-basic", "paper-mean3-basic", {"agents"}),
                ("paper-mean3-basic", "paper-mean3-causal", {"agents.*.tier"}),
                ("paper-mean3-causal", "paper-mean3-enriched", {"agents.*.tier"})],
-    "table4": [("paper-mean3-causal", "paper-debate3-causal", {"rounds", "aggregation"}),
+    "table4": [("paper-mean3-causal", "paper-debate3-causal-mean", {"rounds"}),
+               ("paper-debate3-causal-mean", "paper-debate3-causal", {"aggregation"}),
                ("paper-debate3-causal", "paper-debate3-causal-rca", {"interventions"})],
     "a1-tiers": [("paper-debate3-basic", "paper-debate3-causal", {"agents.*.tier"}),
                  ("paper-debate3-causal", "paper-debate3-enriched", {"agents.*.tier"})],
@@ -72,7 +76,8 @@ def test_the_paper_batches_exist_and_declare_the_papers_pairs():
         declared = [(p.control, p.treatment, set(p.factor)) for p in spec.pairs]
         assert declared == expected, name
         paired = {n for c, t, _ in declared for n in (c, t)}
-        assert paired == set(configs), f"{name}: every config is a control or a treatment, and nothing else"
+        # the paper's column A (one macro agent) stays for reproduction, in no pair: its roles are not B's
+        assert paired == set(configs) - {"paper-single-basic"}, f"{name}: every config but A is in a pair"
 
 
 @pytest.mark.parametrize("batch", sorted(PAPER))
@@ -98,7 +103,9 @@ def test_the_paper_batches_run_on_the_papers_scenarios_and_models(batch):
         for role in roles:
             for phase in ("propose", "critique", "revise"):
                 assert c.models.resolve(role, phase).model == "openai/gpt-5-mini", (c.name, role, phase)
-        for phase in ("crit", "judge", "rca"):
+        # the judge decides on the agents' model (§3.3.2: "GPT-5-mini serving as ... Judge"); the graders on gpt-5
+        assert c.models.resolve("judge", "judge").model == "openai/gpt-5-mini", c.name
+        for phase in ("crit", "rca"):
             assert c.models.resolve("judge", phase).model == "openai/gpt-5", (c.name, phase)
         assert c.temperature == 1 and c.crit_temperature == 1, f"{c.name}: gpt-5 and gpt-5-mini accept temperature 1 only"
 
@@ -106,6 +113,8 @@ def test_the_paper_batches_run_on_the_papers_scenarios_and_models(batch):
 def test_the_designs_are_the_papers():
     _, t2 = load("table2")
     assert [a.role for a in t2["paper-single-basic"].agents] == ["macro"]
+    for role in VRT:
+        assert [(a.role, a.tier) for a in t2[f"paper-single-{role}-basic"].agents] == [(role, "basic")]
     for tier in ("basic", "causal", "enriched"):
         c = t2[f"paper-mean3-{tier}"]
         assert [a.role for a in c.agents] == VRT and {a.tier for a in c.agents} == {tier}
@@ -113,6 +122,9 @@ def test_the_designs_are_the_papers():
     _, t4 = load("table4")
     debate = t4["paper-debate3-causal"]
     assert [a.role for a in debate.agents] == VRT and debate.rounds == 1 and debate.aggregation == "judge"
+    between = t4["paper-debate3-causal-mean"]
+    assert between.model_dump(exclude={"name", "description", "aggregation"}) == \
+        debate.model_dump(exclude={"name", "description", "aggregation"}) and between.aggregation == "mean"
     _, a1 = load("a1-tiers")
     assert [{a.tier for a in a1[f"paper-debate3-{t}"].agents} for t in ("basic", "causal", "enriched")] == [
         {"basic"}, {"causal"}, {"enriched"}]
@@ -128,13 +140,16 @@ def test_the_designs_are_the_papers():
     _, a7 = load("a7")
     js = a7["a7"].interventions[0].model_dump()
     assert js["threshold"] == 0.8 and js["max_change_pts"] == 10  # the strict variant, the one that helped
-    _, a10 = load("a10")
+    a10_spec, a10 = load("a10")
     assert a10["a10-control"].model_dump(exclude={"name", "description"}) == \
         a7["a7-control"].model_dump(exclude={"name", "description"})
+    # …drawn again: A10 runs at another sample index than A7, so its control is its own runs (a second draw)
+    a7_spec, _ = load("a7")
+    assert not set(a10_spec.sample_indices) & set(a7_spec.sample_indices)
 
 
 @requires_shared
-@pytest.mark.parametrize("batch, runs", [("table2", 140), ("table4", 105), ("rq2-e1", 210), ("a1-tiers", 105),
+@pytest.mark.parametrize("batch, runs", [("table2", 245), ("table4", 140), ("rq2-e1", 350), ("a1-tiers", 105),
                                          ("a7", 70), ("a8", 70), ("a10", 70)])
 def test_each_paper_batch_is_its_configs_on_the_35_scenarios(batch, runs):
     from madbench.data.scenario import load_scenarios
@@ -164,8 +179,9 @@ def test_a_paper_batch_runs_offline_end_to_end_with_model_rules_auto(tmp_path, c
     assert main(args) == 0, capsys.readouterr().err
     root = tmp_path / "results" / "table4@rules-auto"  # apart from the batch's own (real-model) results
     runs = pd.read_parquet(root / "runs.parquet")
-    assert len(runs) == 9 and (runs.status == "ok").all(), runs[["config", "scenario_id", "error"]]
-    assert set(runs.config) == {"paper-mean3-causal", "paper-debate3-causal", "paper-debate3-causal-rca"}
+    assert len(runs) == 12 and (runs.status == "ok").all(), runs[["config", "scenario_id", "error"]]
+    assert set(runs.config) == {"paper-mean3-causal", "paper-debate3-causal-mean", "paper-debate3-causal",
+                                "paper-debate3-causal-rca"}
     calls = pd.read_parquet(root / "calls.parquet")
     assert len(calls) and calls.model_used.str.startswith("rules/").all() and not calls.is_llm.any()  # no provider reached
     assert not (tmp_path / "results" / "table4").exists()

@@ -67,7 +67,7 @@ def test_a_batch_override_reaches_the_resolved_model_spec_field_by_field(tmp_pat
     agent = cfg.models.resolve("risk", "critique")
     assert agent.api_base == "http://gw:4000/v1" and agent.limits.rpm == 50
     assert agent.limits.max_concurrency == 8, "a limit not overridden keeps the profile's"
-    assert cfg.models.resolve("judge", "judge").limits.rpm == 500, "another tier keeps its own"
+    assert cfg.models.resolve("judge", "crit").limits.rpm == 500, "another tier keeps its own"
 
 
 def test_a_command_line_setting_goes_over_the_batch_files(tmp_path):
