@@ -13,6 +13,7 @@ import yaml
 
 from madbench.data.errors import InputError
 from madbench.data.market.pack import Pack, load_pack, resolve_evidence_dirs, resolve_pack_dir
+from madbench.data.templates import parse_yaml
 from madbench.gateway import resolve_cache_dir
 from madbench.gateway.routing_profiles import load_routing_profile
 from madbench.runner.batch import (
@@ -105,7 +106,10 @@ def parse_settings(items: list[str]) -> dict[str, dict]:
         node = out.setdefault(path[0], {})
         for part in path[1:-1]:
             node = node.setdefault(part, {})
-        node[path[-1]] = yaml.safe_load(value)
+        try:
+            node[path[-1]] = parse_yaml(value)
+        except yaml.YAMLError:
+            raise InputError("--set", f"{item!r}: the value is not YAML", "quote it or fix its syntax") from None
     return out
 
 

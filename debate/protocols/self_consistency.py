@@ -55,7 +55,7 @@ MAX_SAMPLES = 200
 
 class Options(BaseModel):
     """``samples`` N, or ``match_tokens_of`` a debate config with a ``pilot`` results dir (the batch resolves N)."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
     combine: Literal["mean", "majority"] = "mean"
     #: A config name in the pilot's runs.parquet: N = its mean tokens per run ÷ its mean tokens per proposal.

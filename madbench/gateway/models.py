@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 
 Phase = Literal["propose", "critique", "revise", "judge", "crit", "rca"]
 PHASES: tuple[str, ...] = ("propose", "critique", "revise", "judge", "crit", "rca")
@@ -26,43 +26,43 @@ DEPLOYMENT_FIELDS: tuple[str, ...] = ("api_base", "api_key_env", "limits")
 class RateLimits(BaseModel):
     """Limits of one (provider, model, api_base), enforced across the whole cluster."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     rpm: PositiveFloat | None = None
     tpm: PositiveFloat | None = None
-    max_concurrency: PositiveInt = 8
+    max_concurrency: int = Field(8, ge=1, le=10_000)
     #: Requests that may start back-to-back before pacing at rpm/60 per second.
-    burst: float = Field(1.0, ge=1.0)
+    burst: float = Field(1.0, ge=1.0, le=10_000)
     #: Share of rpm and tpm left unused. Providers count arrivals over a sliding minute; requests paced exactly
     #: at the limit arrive a few ms early or late, and at saturation that is a 429 for every other late one.
     headroom: float = Field(0.02, ge=0.0, lt=0.5)
     #: Upper bound on an honoured Retry-After header.
-    retry_after_cap_s: float = Field(60.0, gt=0)
+    retry_after_cap_s: float = Field(60.0, gt=0, le=3600)
     #: Successful calls in a row before the adaptive concurrency grows by one.
-    increase_after: PositiveInt = 10
+    increase_after: int = Field(10, ge=1, le=10_000)
     #: A lease not released within this time (a crashed caller) is reclaimed.
-    lease_timeout_s: float = Field(900.0, gt=0)
+    lease_timeout_s: float = Field(900.0, gt=0, le=86_400)
 
 
 class RetryPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    timeout_s: float = Field(120.0, gt=0)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    timeout_s: float = Field(120.0, gt=0, le=3600)
     #: Timeouts, 5xx and connection errors; jittered exponential backoff.
-    max_transient_retries: int = Field(5, ge=0)
+    max_transient_retries: int = Field(5, ge=0, le=100)
     #: A provider outage (every try failing with 5xx or no connection) is waited out for this long, counted from
     #: the call's first transient failure, even past max_transient_retries: runs pause instead of failing.
-    outage_patience_s: float = Field(300.0, ge=0)
+    outage_patience_s: float = Field(300.0, ge=0, le=86_400)
     #: 429s before moving to the next model in the fallback chain.
-    max_rate_limit_retries: int = Field(8, ge=0)
-    backoff_base_s: float = Field(1.0, gt=0)
-    backoff_max_s: float = Field(30.0, gt=0)
+    max_rate_limit_retries: int = Field(8, ge=0, le=100)
+    backoff_base_s: float = Field(1.0, gt=0, le=600)
+    backoff_max_s: float = Field(30.0, gt=0, le=3600)
     #: Answers that fail the schema or domain checks, retried with the error as feedback.
-    max_validation_retries: int = Field(2, ge=0)
+    max_validation_retries: int = Field(2, ge=0, le=10)
 
 
 class ModelSpec(BaseModel):
     """One model endpoint and how to talk to it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     model: str
     api_base: str | None = None
     #: Name of the environment variable holding the key (the key itself is never configured).
@@ -125,7 +125,7 @@ def _rule_tiers() -> dict[str, ModelSpec | str]:
 class ModelRouting(BaseModel):
     """Models per role and phase, by tier name or inline spec."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     tiers: dict[str, ModelSpec | str] = Field(default_factory=lambda: _rule_tiers())
     default: str = "quick"
     roles: dict[str, str | ModelSpec] = Field(default_factory=dict)

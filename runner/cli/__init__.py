@@ -21,6 +21,7 @@ import importlib
 import sys
 from collections.abc import Iterable
 from importlib import metadata
+from typing import NoReturn
 
 from madbench.data.errors import InputError
 from madbench.runner.cli.commands import GROUPS, Group, command_parser, command_word, group_of
@@ -47,12 +48,20 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with its errors on one line (argparse prints the usage above them); every subcommand's
+    parser is one too (``add_parser`` builds them of the top parser's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(full: Iterable[Group] | None = None) -> argparse.ArgumentParser:
     """The parser tree. ``full``: the groups whose commands get their full arguments (each group's module is
     imported and its ``register`` called); every other command is a bare entry with its one-line description.
     None (the default): every group, the complete tree."""
     full = set(GROUPS if full is None else full)
-    parser = argparse.ArgumentParser(prog="madbench",
+    parser = _Parser(prog="madbench",
                                      description="Batch runner for multi-agent LLM debate experiments on portfolio allocation.")
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="run `madbench COMMAND --help` for its options")
