@@ -6,7 +6,7 @@ scenarios against the pack, and every problem the preflight finds (one InputErro
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -15,6 +15,7 @@ from madbench.data.errors import InputError
 from madbench.data.market.pack import Pack, load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.templates import parse_yaml
 from madbench.gateway import resolve_cache_dir
+from madbench.gateway.providers.base import SendOnly
 from madbench.gateway.routing_profiles import load_routing_profile
 from madbench.runner.batch import (
     BatchSpec,
@@ -32,6 +33,7 @@ from madbench.runner.execute import HEAD_DIRS, ray_client
 from madbench.runner.options import RunOptions
 from madbench.runner.preflight import preflight, preflight_error, reachable_models
 from madbench.runner.provider_batches import batch_problems
+from madbench.runner.ray_address import check_address, split_address
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,14 @@ class Launch:
     pack_dir: Path
     evidence: list[Path]
     cache_dir: Path
+    #: What a dry run reports and goes on (``SendOnly`` problems: a missing key, a model litellm does not list).
+    warnings: tuple[str, ...] = ()
 
 
 def load(o: RunOptions) -> Launch:
     """Load a batch and everything it names, with the overrides of ``o``."""
+    if o.address:
+        split_address(o.address)  # its syntax now; whether it answers, last (check_address)
     spec, base = load_batch(o.batch)
     spec, name = with_routing(spec, o)
     if o.provider_batch and spec.provider_batches is None:
@@ -129,15 +135,21 @@ def check_client_cache(address: str | None, cache_cli: str | None) -> None:
                      "MADBENCH_CACHE_DIR), or set MADBENCH_CACHE_DIR to it")
 
 
-def load_checked(o: RunOptions) -> Launch:
-    """``load``, then the preflight: every problem the batch would hit, named at once (an InputError)."""
+def load_checked(o: RunOptions, dry_run: bool = False) -> Launch:
+    """``load``, then the preflight: every problem the batch would hit, named at once (an InputError). ``dry_run``:
+    nothing will be sent, so what only sending meets (a missing key, an unknown model name) is a warning in
+    ``Launch.warnings``, and the Ray address is not dialled."""
     b = load(o)
     # Through the Ray client the cache is on the head (check_client_cache): not this machine's to check.
     problems = preflight(b.runs, b.pack, o.batch, None if ray_client(o.address) else Path(b.cache_dir), b.root,
                          b.spec.max_cost_usd)
+    warnings = [p for p in problems if isinstance(p, SendOnly)] if dry_run else []
+    problems = [p for p in problems if p not in warnings]
     if not problems and b.spec.provider_batches is not None:
         configs = {r.config.name: r.config for r in b.runs}.values()
         problems = batch_problems([m for c in configs for _, _, m in reachable_models(c)])
     if problems:
         raise preflight_error(problems, o.batch)
-    return b
+    if not dry_run:
+        check_address(o.address)
+    return replace(b, warnings=tuple(warnings))

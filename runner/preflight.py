@@ -29,7 +29,8 @@ from madbench.debate.protocols.staged import load_prompts
 from madbench.debate.schemas import CritiqueItem
 from madbench.eval.backtest import holding_window
 from madbench.eval.baselines import baseline_metrics
-from madbench.gateway.models import ModelSpec, as_spec
+from madbench.gateway.models import ModelSpec, as_spec, spec_cost
+from madbench.gateway.providers.base import SendOnly
 from madbench.gateway.providers.litellm_provider import LiteLLMProvider
 from madbench.runner.batch import RunSpec
 from madbench.runner.wiring import build_providers
@@ -85,7 +86,7 @@ def model_problems(configs: list[DebateConfig]) -> list[str]:
                                                                             else f"{role} {phase}")
     def places(cs: dict[str, set[str]]) -> str:
         return "; ".join(f"config {c}: {', '.join(sorted(uses))}" for c, uses in sorted(cs.items()))
-    return [f"{p} ({places(cs)})" for p, cs in sorted(where.items())]
+    return [(SendOnly if isinstance(p, SendOnly) else str)(f"{p} ({places(cs)})") for p, cs in sorted(where.items())]
 
 
 def context_problems(configs: list[DebateConfig], memos: dict[str, Memo]) -> list[str]:
@@ -246,19 +247,20 @@ def writable_problems(dirs: dict[str, Path]) -> list[str]:
 
 def price_problems(configs: list[DebateConfig], cap_usd: float | None) -> list[str]:
     """Under a ``max_cost_usd``, every model a run can reach must have a known price: a call of one without (litellm's
-    cost map has no entry, and a model spec cannot declare one) would count $0 against the cap, which then holds
-    nothing. Rule-based and local models cost 0, known."""
+    cost map has no entry, or lists a hosted model at $0, and its spec declares no ``price``) would count $0 against
+    the cap, which then holds nothing. Rule-based and local models cost 0, known."""
     if cap_usd is None:
         return []
     where: dict[str, set[str]] = {}
     providers = build_providers()
     for config in configs:
         for _, _, spec in reachable_models(config):
-            if providers.for_model(spec.model).cost(spec.model, 1000, 1000) is None:
+            if spec_cost(providers.for_model(spec.model), spec, 1000, 1000) is None:
                 where.setdefault(spec.model, set()).add(config.name)
-    return [f"{model} has no price in litellm's cost map, so max_cost_usd (${cap_usd:g}) cannot be enforced for its calls "
-            f"(config {', '.join(sorted(names))}): remove max_cost_usd from the batch, or use a model litellm prices (the "
-            "simulated provider answers for any model name: e.g. openai/gpt-4o-mini with its api_base)"
+    return [f"{model}: unknown price (litellm's cost map has none, or lists it at $0), so max_cost_usd (${cap_usd:g}) "
+            f"cannot be enforced for its calls (config {', '.join(sorted(names))}): declare its price on its tier in "
+            "the routing profile (configs/routing/NAME.yaml: price: {input_usd_per_mtok: …, output_usd_per_mtok: …}) or "
+            "in the batch's `model` spec, or remove max_cost_usd"
             for model, names in sorted(where.items())]
 
 

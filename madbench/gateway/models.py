@@ -59,6 +59,24 @@ class RetryPolicy(BaseModel):
     max_validation_retries: int = Field(2, ge=0, le=10)
 
 
+class ModelPrice(BaseModel):
+    """A model's list price, declared where litellm's cost map has none (a model newer than the map, or one it lists
+    at $0): what the estimate, the cost cap and the recorded spend use for it instead."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+    #: US dollars per million prompt tokens (cached ones too: a bound from above where the provider discounts them).
+    input_usd_per_mtok: float = Field(ge=0, le=10_000)
+    #: US dollars per million completion tokens.
+    output_usd_per_mtok: float = Field(ge=0, le=10_000)
+    #: The batch API's share of the price (OpenAI, Anthropic, Vertex and Bedrock charge half).
+    batch_discount: float = Field(0.5, gt=0, le=1)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int, batch: bool = False) -> float:
+        """USD = (prompt · input + completion · output) / 10⁶, times ``batch_discount`` in provider batch mode."""
+        usd = (prompt_tokens * self.input_usd_per_mtok + completion_tokens * self.output_usd_per_mtok) / 1e6
+        return usd * (self.batch_discount if batch else 1.0)
+
+
 class ModelSpec(BaseModel):
     """One model endpoint and how to talk to it."""
 
@@ -86,6 +104,8 @@ class ModelSpec(BaseModel):
     #: Send the structured task beside the prompt (``madbench_context`` in the body). Only madbench's
     #: simulated provider reads it; never set it for a real provider.
     send_context: bool = False
+    #: The model's price where litellm's cost map has none (or lists $0 for a hosted model); None: the map's.
+    price: ModelPrice | None = None
 
     @property
     def provider(self) -> str:
@@ -112,8 +132,10 @@ def spec_identity(value: ModelSpec | str) -> dict[str, Any] | str:
     the same runs as the bare model string."""
     if isinstance(value, str):
         return value
-    data = value.model_dump(mode="json") | {"fallbacks": [spec_identity(f) for f in value.fallbacks]}
-    defaults = ModelSpec(model=value.model).model_dump(mode="json")
+    # A price changes what is counted, not what is answered; left out entirely, so that ids from before the field
+    # existed stay the same.
+    data = value.model_dump(mode="json", exclude={"price"}) | {"fallbacks": [spec_identity(f) for f in value.fallbacks]}
+    defaults = ModelSpec(model=value.model).model_dump(mode="json", exclude={"price"})
     data |= {f: defaults[f] for f in DEPLOYMENT_FIELDS}
     return value.model if data == defaults else data
 
@@ -175,3 +197,20 @@ class ModelRouting(BaseModel):
     def single(cls, model: str | ModelSpec) -> ModelRouting:
         """Every role and phase on one model (the CLI's --model)."""
         return cls(tiers={"deep": model, "quick": model}, default="quick")
+
+
+def spec_cost(provider: Any, spec: ModelSpec, prompt_tokens: int | None, completion_tokens: int | None,
+              cached_tokens: int | None = None, cache_write_tokens: int | None = None,
+              batch: bool | None = None) -> float | None:
+    """US dollars of one attempt of ``spec``: at its declared ``price`` when it has one, else its provider's
+    (``Provider.cost``: litellm's cost map; None when unknown, never a made-up 0). ``batch`` None: as the provider
+    bills (a provider-batch provider at batch prices, ``bills_batches``)."""
+    if spec.price is not None:
+        if prompt_tokens is None or completion_tokens is None:
+            return None
+        at_batch = getattr(provider, "bills_batches", False) if batch is None else batch
+        return spec.price.cost(prompt_tokens, completion_tokens, batch=at_batch)
+    extra = {} if batch is None else {"batch": batch}
+    cost: float | None = provider.cost(spec.model, prompt_tokens, completion_tokens, cached_tokens=cached_tokens,
+                                       cache_write_tokens=cache_write_tokens, **extra)
+    return cost

@@ -118,7 +118,10 @@ def print_run(r: BatchRun) -> int:
 
 
 def print_estimate(e: BatchEstimate, as_json: bool) -> int:
-    """The dry run: the estimate of the runs left, as a table (or JSON); what is already committed on stderr."""
+    """The dry run: the estimate of the runs left, as a table (or JSON); what is already committed, and what a run
+    would refuse (a missing key, an unknown model), on stderr."""
+    for line in e.warnings:
+        print(f"madbench: warning: {line} (a run would refuse to start)", file=sys.stderr)
     if e.committed:
         print(f"{e.committed} of {e.runs} runs are already committed in {e.results_dir}: estimating the "
               f"{e.runs - e.committed} left", file=sys.stderr)

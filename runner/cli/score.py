@@ -8,12 +8,14 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 from madbench.data.markdown import markdown_table
+from madbench.data.paths import MAX_NAME_LENGTH
 from madbench.gateway import ModelSpec, RateLimits, resolve_cache_dir
 from madbench.results import BatchDirs, read_manifest, read_scores
 from madbench.results.layout import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL
 from madbench.runner.batch import MAX_IN_FLIGHT, MAX_WORKERS
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import number
+from madbench.runner.ray_address import check_address, split_address
 from madbench.runner.rescore_job import Job, Outcome, Plan, dry_run, failure_reasons, plan, run_rescore
 from madbench.scoring.rescore import agreement_tables
 from madbench.scoring.rubric import load_rubric
@@ -70,6 +72,9 @@ def make_job(args) -> Job:
     label = args.label or re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{spec.model}.{rubric.name}")
     if label in (ORIGINAL, FAILED) or not re.fullmatch(r"[A-Za-z0-9_.-]+", label) or label.startswith("."):
         raise InputError("--label", f"{label!r} is reserved or not a plain name", "choose a name of letters, digits, _ . -")
+    if len(label) > MAX_NAME_LENGTH:  # the name of its folder under scores/
+        raise InputError("--label", f"{label[:40]}… is {len(label):,} characters, over the limit of {MAX_NAME_LENGTH}",
+                         f"pass a shorter --label (at most {MAX_NAME_LENGTH} characters)")
     for name, value in (("--workers", args.workers), ("--max-in-flight", args.max_in_flight), ("--concurrency", args.concurrency)):
         if value < 1:
             raise InputError(name, f"{value} is not a positive count", "give 1 or more")
@@ -78,11 +83,14 @@ def make_job(args) -> Job:
 
 
 def cmd_rescore(args) -> int:
+    if args.address:
+        split_address(args.address)
     job = make_job(args)
     p = plan(job)
     if args.dry_run:
         print(json.dumps(dry_run(job, p), indent=1))
         return 0
+    check_address(args.address)
     outcome = run_rescore(job, p, args.address, args.workers, args.max_in_flight, args.concurrency, args.quiet)
     print_summary(job, p, outcome)
     print_agreement(job)
