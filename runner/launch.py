@@ -17,6 +17,7 @@ from madbench.data.templates import parse_yaml
 from madbench.gateway import resolve_cache_dir
 from madbench.gateway.providers.base import SendOnly
 from madbench.gateway.routing_profiles import load_routing_profile
+from madbench.results import check_results_dir
 from madbench.runner.batch import (
     BatchSpec,
     RunSpec,
@@ -53,8 +54,8 @@ class Launch:
 
 def load(o: RunOptions) -> Launch:
     """Load a batch and everything it names, with the overrides of ``o``."""
-    if o.address:
-        split_address(o.address)  # its syntax now; whether it answers, last (check_address)
+    if o.address or os.environ.get("RAY_ADDRESS"):  # its syntax now; whether it answers, last (check_address)
+        split_address(o.address or os.environ["RAY_ADDRESS"], "--address" if o.address else "RAY_ADDRESS")
     spec, base = load_batch(o.batch)
     spec, name = with_routing(spec, o)
     if o.provider_batch and spec.provider_batches is None:
@@ -140,6 +141,7 @@ def load_checked(o: RunOptions, dry_run: bool = False) -> Launch:
     nothing will be sent, so what only sending meets (a missing key, an unknown model name) is a warning in
     ``Launch.warnings``, and the Ray address is not dialled."""
     b = load(o)
+    check_results_dir(b.root)  # before anything reads what it holds
     # Through the Ray client the cache is on the head (check_client_cache): not this machine's to check.
     problems = preflight(b.runs, b.pack, o.batch, None if ray_client(o.address) else Path(b.cache_dir), b.root,
                          b.spec.max_cost_usd)

@@ -14,6 +14,7 @@ names them all, each with where it comes from:
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from madbench.gateway.providers.base import SendOnly
 from madbench.gateway.providers.litellm_provider import LiteLLMProvider
 from madbench.runner.batch import RunSpec
 from madbench.runner.wiring import build_providers
+from madbench.scoring.rule_answers import HANDLERS
 
 #: The phase a staged protocol's stages are routed as (see debate.protocols.staged).
 STAGE_PHASES = ("propose", "crit")
@@ -87,6 +89,32 @@ def model_problems(configs: list[DebateConfig]) -> list[str]:
     def places(cs: dict[str, set[str]]) -> str:
         return "; ".join(f"config {c}: {', '.join(sorted(uses))}" for c, uses in sorted(cs.items()))
     return [(SendOnly if isinstance(p, SendOnly) else str)(f"{p} ({places(cs)})") for p, cs in sorted(where.items())]
+
+
+def rule_model_problems(configs: list[DebateConfig]) -> list[str]:
+    """Every ``rules/NAME`` a config routes to (its fallbacks too) names a rule-based answerer (``rules/auto``: each
+    role its own), as written, before ``rules/auto`` is resolved per role: a typo would fail every call it answers."""
+    known = ["auto", *HANDLERS]
+    where: dict[str, set[str]] = {}
+    for config in configs:
+        r = config.models
+        todo = [*r.tiers.values(), *r.roles.values(), *r.phases.values(), *r.role_phases.values(), r.default]
+        while todo:
+            choice = todo.pop()
+            spec = choice if isinstance(choice, ModelSpec) else as_spec(choice) if "/" in choice else None
+            if spec is None:
+                continue  # a tier's name
+            todo += spec.fallbacks
+            name = spec.model.split("/", 1)[1] if spec.model.startswith("rules/") else None
+            if name is not None and name not in known:
+                where.setdefault(spec.model, set()).add(config.name)
+    out = []
+    for model, names in sorted(where.items()):
+        near = difflib.get_close_matches(model, [f"rules/{k}" for k in known], n=3)
+        hint = f"nearest: {', '.join(near)}; " if near else ""
+        out.append(f"{model}: unknown rule-based model (config {', '.join(sorted(names))}): {hint}known: "
+                   f"{', '.join('rules/' + k for k in known)}")
+    return out
 
 
 def context_problems(configs: list[DebateConfig], memos: dict[str, Memo]) -> list[str]:
@@ -272,6 +300,7 @@ def preflight(runs: list[RunSpec], pack: Pack, where: str, cache_dir: Path | Non
     configs = list({r.config.name: r.config for r in runs}.values())
     scenarios = list({r.scenario.id: r.scenario for r in runs}.values())
     memos, problems = scenario_problems(scenarios, pack, where)
+    problems += rule_model_problems(configs)
     problems += model_problems(configs)
     problems += price_problems(configs, cap_usd)
     problems += context_problems(configs, memos)

@@ -15,7 +15,7 @@ from madbench.data.errors import InputError
 KEYWORDS = ("auto", "local")
 #: Seconds to wait for a TCP connection to the address: a head node on a network answers within milliseconds.
 CONNECT_TIMEOUT_S = 5.0
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*$")
 EXAMPLE = "write HOST:PORT (a head's GCS, e.g. 10.0.0.5:6379), ray://HOST:PORT (the Ray client, e.g. ray://10.0.0.5:10001) or auto"
 
 

@@ -100,6 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before a batch started, or in a command without its own handling
         print("\nmadbench: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+        # a path given on the command line or in a file, of the wrong kind or closed to this user: the input's problem
+        fix = {PermissionError: f"make it accessible (chmod u+rwX {exc.filename}) or choose another path",
+               IsADirectoryError: "give a file there, not a folder",
+               NotADirectoryError: "give a folder there, not a file"}[type(exc)]
+        print(f"madbench: error: {exc.filename or ''}: {exc.strerror or exc} (fix: {fix})", file=sys.stderr)
+        return EXIT_INPUT
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise

@@ -10,7 +10,7 @@ from madbench.data.errors import InputError
 from madbench.data.markdown import markdown_table
 from madbench.data.paths import MAX_NAME_LENGTH
 from madbench.gateway import ModelSpec, RateLimits, resolve_cache_dir
-from madbench.results import BatchDirs, read_manifest, read_scores
+from madbench.results import BatchDirs, check_results_dir, read_manifest, read_scores
 from madbench.results.layout import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL
 from madbench.runner.batch import MAX_IN_FLIGHT, MAX_WORKERS
 from madbench.runner.cli.commands import command_parser
@@ -79,6 +79,7 @@ def make_job(args) -> Job:
         if value < 1:
             raise InputError(name, f"{value} is not a positive count", "give 1 or more")
     root = Path(args.results_dir)
+    check_results_dir(root)
     return Job(root, label, spec, rubric, resolve_cache_dir(args.cache_dir, _batch_cache_dir(root)))
 
 
