@@ -13,6 +13,7 @@ import yaml
 
 from madbench.data.errors import InputError
 from madbench.data.market.pack import Pack, load_pack, resolve_evidence_dirs, resolve_pack_dir
+from madbench.data.paths import MAX_DIR_NAME_BYTES
 from madbench.data.templates import parse_yaml
 from madbench.gateway import resolve_cache_dir
 from madbench.gateway.providers.base import SendOnly
@@ -97,6 +98,10 @@ def with_routing(spec: BatchSpec, o: RunOptions) -> tuple[BatchSpec, str]:
         spec = spec.model_copy(update={"model": None, "routing": spec.routing.model_copy(update={"profile": o.routing})})
     if o.model or o.routing:
         name = spec.name + "@" + "".join(c if c.isalnum() or c in "_.-" else "-" for c in o.model or o.routing or "")
+        if len(name.encode()) > MAX_DIR_NAME_BYTES:  # the results directory's name: the file system's limit
+            raise InputError("--model", f"the results directory's name {name[:40]}… would be {len(name.encode()):,} "
+                             f"bytes, over the {MAX_DIR_NAME_BYTES} a file system allows",
+                             "give a shorter model name, or put the model in a routing profile and use --routing")
     settings = parse_settings(o.settings)
     return (with_settings(spec, settings, "--set") if settings else spec), name
 

@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from madbench.data.errors import InputError
+from madbench.eval.stats.frame import batch_pairs
+from madbench.results import ManifestRun, write_manifest
 from madbench.runner.cli import main
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
@@ -111,6 +114,10 @@ def _overlong_name(tmp_path):
     return {"name": "a" * 300_000}, [], "name: String should have at most 100 characters"
 
 
+def _overlong_model_name(tmp_path):
+    return {}, ["--model", "openai/" + "x" * 300], "--model: the results directory's name"
+
+
 def _malformed_address(tmp_path):
     return {}, ["--address", "not-an-address:xx"], "--address: 'not-an-address:xx' is not a Ray address"
 
@@ -121,7 +128,7 @@ def _unreachable_address(tmp_path):
 
 CASES = [_negative_answer_budget, _all_zero_rubric, _pair_naming_a_missing_config, _workers_past_the_bound,
          _retries_past_the_bound, _nan_cost_cap, _empty_model_flag, _unknown_rule_model, _overlong_name,
-         _malformed_address, _unreachable_address]
+         _overlong_model_name, _malformed_address, _unreachable_address]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__.strip("_") for c in CASES])
@@ -281,3 +288,15 @@ def test_a_read_only_results_directory_is_one_line(make_pack, tmp_path, capsys):
         assert "read-only" in one_line(capsys)
     finally:
         root.chmod(0o700)
+
+
+def test_stats_refuses_a_declared_pair_naming_a_config_the_batch_did_not_run(tmp_path):
+    root = tmp_path / "results" / "t"
+    root.mkdir(parents=True)
+    runs = [ManifestRun(run_id=f"r{i}", scenario_id="s", config=c, replicate=0, status="ok")
+            for i, c in enumerate(["a", "b"])]
+    write_manifest(root, {"pairs": [{"control": "a", "treatment": "b", "factor": ["x"]}]}, runs, "done")
+    assert batch_pairs(root) == [("b", "a")]
+    write_manifest(root, {"pairs": [{"control": "a", "treatment": "zz", "factor": ["x"]}]}, runs, "done")
+    with pytest.raises(InputError, match=r"spec.pairs\[0\].treatment: 'zz' is not a config of this batch"):
+        batch_pairs(root)
