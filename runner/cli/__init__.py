@@ -53,6 +53,8 @@ class _Parser(argparse.ArgumentParser):
     parser is one too (``add_parser`` builds them of the top parser's class)."""
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith("argument --"):  # a value out of its bounds or of the wrong type: bad input, as any
+            raise InputError(self.prog, message, f"see `{self.prog} --help`")
         self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
@@ -89,8 +91,9 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     owner = group_of(command_word(argv))
-    args = build_parser([owner] if owner else []).parse_args(argv)
+    parser = build_parser([owner] if owner else [])
     try:
+        args = parser.parse_args(argv)
         return args.func(args)
     except InputError as exc:
         print(f"madbench: error: {exc}", file=sys.stderr)

@@ -6,6 +6,7 @@ reaches our limiter and every retry is recorded by the gateway.
 
 from __future__ import annotations
 
+import difflib
 import email.utils
 import os
 import re
@@ -262,7 +263,6 @@ def known_models() -> list[str]:
 
 def nearest_models(model: str, n: int = 3) -> list[str]:
     """The ``n`` names in ``known_models`` closest to ``model`` (difflib's ratio), for a name that may be mistyped."""
-    import difflib
     return difflib.get_close_matches(model, known_models(), n=n, cutoff=0.6)
 
 
