@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from madbench.data.blind import BlindOptions
 from madbench.data.errors import InputError, format_validation_error
+from madbench.data.paths import MAX_NAME_LENGTH
 from madbench.data.scenario import Constraints
 from madbench.debate.control import PIDConfig
 from madbench.debate.schemas import Tier
@@ -21,7 +22,7 @@ from madbench.gateway.models import ModelRouting
 
 
 class AgentConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     role: str
     tier: Tier = "causal"
     #: Defaults to the role; set it when two agents share a role.
@@ -37,19 +38,26 @@ class InterventionConfig(BaseModel):
     name: str
 
 
+#: The largest answer budget a phase may ask for: above every hosted model's output limit (the preflight checks the
+#: model's own), low enough that a typo (an extra zero or two) is caught here.
+MAX_ANSWER_TOKENS = 1_000_000
+Tokens = Annotated[int | None, Field(ge=1, le=MAX_ANSWER_TOKENS)]
+
+
 class PhaseTokens(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    propose: int | None = None
-    critique: int | None = None
-    revise: int | None = None
-    judge: int | None = None
-    crit: int | None = None
-    rca: int | None = None
+    """Answer budgets per phase (``max_tokens`` of each request); None: the model's default."""
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    propose: Tokens = None
+    critique: Tokens = None
+    revise: Tokens = None
+    judge: Tokens = None
+    crit: Tokens = None
+    rca: Tokens = None
 
 
 class DebateConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH)
     description: str = ""
     protocol: str = "paper"
     #: The debating agents of the `paper` protocol (the staged protocols name their own roles).

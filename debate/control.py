@@ -71,7 +71,7 @@ def cash_spread(cash: Sequence[float]) -> float:
 
 
 class PIDConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     enabled: bool = True
     kp: float = 0.8
     ki: float = 0.1

@@ -23,6 +23,8 @@ from madbench.runner.exit_codes import EXIT_INTERRUPTED, EXIT_RUNS_FAILED
 from madbench.runner.launch import Launch, load_checked
 from madbench.runner.matching import split, with_targets
 from madbench.runner.options import RunOptions
+from madbench.runner.preflight import reachable_models
+from madbench.runner.provider_batches import batch_problems
 from madbench.runner.store import BatchLayout
 
 #: A figure the estimate rounds: an int stays an int (its JSON says 12, not 12.0).
@@ -103,6 +105,8 @@ class Estimate(BaseModel):
     max_cost_usd: float | None
     #: Set when the estimate does not fit in what is left of max_cost_usd.
     budget_note: str | None
+    #: Why provider batch mode could not run this batch (a model without a batch API madbench can use); empty: it can.
+    provider_batch_unsupported: list[str] = []
 
 
 class BatchEstimate(BaseModel):
@@ -114,6 +118,8 @@ class BatchEstimate(BaseModel):
     committed: int
     #: None when every run is committed: nothing is left to run.
     estimate: Estimate | None
+    #: What a run would refuse that a dry run, which sends nothing, only reports (a missing key, an unknown model).
+    warnings: list[str] = []
 
 
 def run(batch: str | Path, *, model: str | None = None, routing: str | None = None, settings: list[str] | None = None,
@@ -190,13 +196,13 @@ def estimate(batch: str | Path, *, model: str | None = None, routing: str | None
 
 def estimate_with(o: RunOptions) -> BatchEstimate:
     """``estimate`` from its options."""
-    b = load_checked(o)
+    b = load_checked(o, dry_run=True)
     layout = BatchLayout(b.root)
     stored = {r.run_id: layout.stored_result(r.run_id) for r in b.runs}
     todo = [r for r in b.runs if (done := stored[r.run_id]) is None or (o.retry_failed and done.status == "failed")]
     figures = dry_run(b, todo, o.calibrate_from) if todo else None
     return BatchEstimate(batch=b.spec.name, results_dir=b.root, runs=len(b.runs), committed=len(b.runs) - len(todo),
-                         estimate=figures)
+                         estimate=figures, warnings=list(b.warnings))
 
 
 def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimate:
@@ -220,6 +226,8 @@ def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimat
         "source": calib.source, "runs": calib.runs, "rate_sources": calib.rate_sources,
         "latency_cv": round(calib.latency_cv, 3), "observed": calib.observed}
     out |= {"max_cost_usd": spec.max_cost_usd, "budget_note": budget_note(spec.max_cost_usd, out, b.root)}
+    configs = {r.config.name: r.config for r in todo}.values()
+    out["provider_batch_unsupported"] = batch_problems([m for c in configs for _, _, m in reachable_models(c)])
     return Estimate(**out)
 
 

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 
 from madbench.data.errors import InputError, format_validation_error
 from madbench.data.market.calendar import quarter_range
+from madbench.data.paths import MAX_NAME_LENGTH
 from madbench.data.scenario import Scenario, load_scenarios
 from madbench.data.scenario_gen import draw_scenarios
 from madbench.data.templates import read_yaml
@@ -47,12 +48,19 @@ MAX_RUNS = 100_000
 #: runs that is 0.8 GB, almost 3 hours before the first call, and 33 s per manifest rewrite; ten million would not
 #: fit in a laptop's memory. A larger study is several batches (each its own results directory, sharing one cache).
 MAX_RUNS_CEILING = 1_000_000
+#: The most runner actors a batch may ask for: each holds about 250 MB (litellm imported), so 256 are 64 GB, more
+#: than a large node; a bigger cluster runs more batches side by side.
+MAX_WORKERS = 256
+#: The most runs in flight at once (each an asyncio task in an actor, holding its memo and trace open).
+MAX_IN_FLIGHT = 10_000
+#: The most attempts after the first a failed run gets: a run failing 10 times in a row fails for a reason to fix.
+MAX_RETRIES = 10
 #: The most cells a `grid` may have (the product of its value lists' lengths); each is a config to build.
 MAX_GRID_CELLS = 1_000
 
 
 class ScenarioMake(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     quarters: str
     count: int = Field(ge=1)
     min_tickers: int = Field(3, ge=1)
@@ -61,7 +69,7 @@ class ScenarioMake(BaseModel):
 
 
 class ScenarioSource(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     file: str | None = None
     #: A subset of the file's scenario ids (default: all).
     ids: list[str] | None = None
@@ -86,7 +94,7 @@ class ScenarioSource(BaseModel):
 class ConfigPair(BaseModel):
     """A treatment and its matched control, by config name: the same design with only ``factor`` changed."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     control: str
     treatment: str
     #: What the treatment changes: dotted config paths with * wildcards (e.g. interventions, agents.*.tier, models),
@@ -98,7 +106,7 @@ class BatchRouting(BaseModel):
     """How the batch's configs reach their models: a routing profile in place of each config's own routing, and
     deployment overrides per tier (a run's identity sees neither limits, nor key variables, nor api_base)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     #: A name in configs/routing/: every config on it, its own routing replaced (as `model` does with one model).
     profile: str | None = None
     #: Tier name → its api_base, api_key_env or limits (field by field), in every config that has the tier.
@@ -112,8 +120,8 @@ class BatchRouting(BaseModel):
 
 
 class BatchSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=MAX_NAME_LENGTH)
     description: str = ""
     scenarios: ScenarioSource
     configs: list[str] = Field(min_length=1)
@@ -134,10 +142,10 @@ class BatchSpec(BaseModel):
     cache_dir: str | None = None
     max_cost_usd: float | None = Field(None, gt=0)
     #: Attempts per run before it is recorded as failed.
-    retries: int = Field(1, ge=0)
-    max_in_flight: int = Field(16, ge=1)
+    retries: int = Field(1, ge=0, le=MAX_RETRIES)
+    max_in_flight: int = Field(16, ge=1, le=MAX_IN_FLIGHT)
     #: Runner actors (each imports litellm once: about 250 MB and 5 s).
-    workers: int = Field(2, ge=1)
+    workers: int = Field(2, ge=1, le=MAX_WORKERS)
     #: ``sync`` (each call when it is made) or ``batch``: through the provider's batch API at about half the price,
     #: one provider batch per debate phase (runner/provider_batches.py; the full form sets its window and polling).
     execution: Literal["sync", "batch"] | ProviderBatchOptions = "sync"

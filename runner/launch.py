@@ -6,15 +6,19 @@ scenarios against the pack, and every problem the preflight finds (one InputErro
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
 from madbench.data.errors import InputError
 from madbench.data.market.pack import Pack, load_pack, resolve_evidence_dirs, resolve_pack_dir
+from madbench.data.paths import MAX_DIR_NAME_BYTES
+from madbench.data.templates import parse_yaml
 from madbench.gateway import resolve_cache_dir
+from madbench.gateway.providers.base import SendOnly
 from madbench.gateway.routing_profiles import load_routing_profile
+from madbench.results import check_results_dir
 from madbench.runner.batch import (
     BatchSpec,
     RunSpec,
@@ -31,6 +35,7 @@ from madbench.runner.execute import HEAD_DIRS, ray_client
 from madbench.runner.options import RunOptions
 from madbench.runner.preflight import preflight, preflight_error, reachable_models
 from madbench.runner.provider_batches import batch_problems
+from madbench.runner.ray_address import check_address, split_address
 from madbench.runner.store import BatchLayout
 
 
@@ -45,10 +50,14 @@ class Launch:
     pack_dir: Path
     evidence: list[Path]
     cache_dir: Path
+    #: What a dry run reports and goes on (``SendOnly`` problems: a missing key, a model litellm does not list).
+    warnings: tuple[str, ...] = ()
 
 
 def load(o: RunOptions) -> Launch:
     """Load a batch and everything it names, with the overrides of ``o``."""
+    if o.address or os.environ.get("RAY_ADDRESS"):  # its syntax now; whether it answers, last (check_address)
+        split_address(o.address or os.environ["RAY_ADDRESS"], "--address" if o.address else "RAY_ADDRESS")
     spec, base = load_batch(o.batch)
     spec, name = with_routing(spec, o)
     if o.provider_batch and spec.provider_batches is None:
@@ -90,6 +99,10 @@ def with_routing(spec: BatchSpec, o: RunOptions) -> tuple[BatchSpec, str]:
         spec = spec.model_copy(update={"model": None, "routing": spec.routing.model_copy(update={"profile": o.routing})})
     if o.model or o.routing:
         name = spec.name + "@" + "".join(c if c.isalnum() or c in "_.-" else "-" for c in o.model or o.routing or "")
+        if len(name.encode()) > MAX_DIR_NAME_BYTES:  # the results directory's name: the file system's limit
+            raise InputError("--model", f"the results directory's name {name[:40]}… would be {len(name.encode()):,} "
+                             f"bytes, over the {MAX_DIR_NAME_BYTES} a file system allows",
+                             "give a shorter model name, or put the model in a routing profile and use --routing")
     settings = parse_settings(o.settings)
     return (with_settings(spec, settings, "--set") if settings else spec), name
 
@@ -106,7 +119,10 @@ def parse_settings(items: list[str]) -> dict[str, dict]:
         node = out.setdefault(path[0], {})
         for part in path[1:-1]:
             node = node.setdefault(part, {})
-        node[path[-1]] = yaml.safe_load(value)
+        try:
+            node[path[-1]] = parse_yaml(value)
+        except yaml.YAMLError:
+            raise InputError("--set", f"{item!r}: the value is not YAML", "quote it or fix its syntax") from None
     return out
 
 
@@ -126,9 +142,12 @@ def check_client_cache(address: str | None, cache_cli: str | None) -> None:
                      "MADBENCH_CACHE_DIR), or set MADBENCH_CACHE_DIR to it")
 
 
-def load_checked(o: RunOptions) -> Launch:
-    """``load``, then the preflight: every problem the batch would hit, named at once (an InputError)."""
+def load_checked(o: RunOptions, dry_run: bool = False) -> Launch:
+    """``load``, then the preflight: every problem the batch would hit, named at once (an InputError). ``dry_run``:
+    nothing will be sent, so what only sending meets (a missing key, an unknown model name) is a warning in
+    ``Launch.warnings``, and the Ray address is not dialled."""
     b = load(o)
+    check_results_dir(b.root)  # before anything reads what it holds
     # Runs committed ok are never run again, so their scenarios and configs need no check (a finished batch resumes
     # at once); failed ones may be retried, so they are checked with the pending ones.
     layout = BatchLayout(b.root)
@@ -136,9 +155,13 @@ def load_checked(o: RunOptions) -> Launch:
     # Through the Ray client the cache is on the head (check_client_cache): not this machine's to check.
     problems = preflight(todo, b.pack, o.batch, None if ray_client(o.address) else Path(b.cache_dir), b.root,
                          b.spec.max_cost_usd)
+    warnings = [p for p in problems if isinstance(p, SendOnly)] if dry_run else []
+    problems = [p for p in problems if p not in warnings]
     if not problems and b.spec.provider_batches is not None:
         configs = {r.config.name: r.config for r in b.runs}.values()
         problems = batch_problems([m for c in configs for _, _, m in reachable_models(c)])
     if problems:
         raise preflight_error(problems, o.batch)
-    return b
+    if not dry_run:
+        check_address(o.address)
+    return replace(b, warnings=tuple(warnings))

@@ -53,6 +53,15 @@ class RunOptions(BaseModel):
     def _path_text(cls, value: Any) -> Any:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
 
+    @field_validator("batch", "model", "routing", "results_dir", "cache_dir", "scenarios", "pack", "address",
+                     "calibrate_from")
+    @classmethod
+    def _not_empty(cls, value: str | None) -> str | None:
+        # `--model ''` (an unset shell variable) would otherwise be taken as "not given" and run the batch's own models
+        if value is not None and not value.strip():
+            raise ValueError("is empty")
+        return value
+
     @field_validator("evidence", mode="before")
     @classmethod
     def _path_texts(cls, value: Any) -> Any:
@@ -61,12 +70,12 @@ class RunOptions(BaseModel):
         return [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value] if value is not None else None
 
     @classmethod
-    def of(cls, **fields: Any) -> RunOptions:
+    def of(cls, where: str = "madbench.run", **fields: Any) -> RunOptions:
         """The options from keyword arguments; a value of the wrong type is an InputError naming the argument."""
         try:
             return cls(**fields)
         except ValidationError as exc:
-            raise InputError("madbench.run", format_validation_error(exc),
+            raise InputError(where, format_validation_error(exc),
                              "pass paths as str or pathlib.Path, max_runs as an int and the switches as bools") from None
 
     @classmethod
@@ -76,7 +85,13 @@ class RunOptions(BaseModel):
         fields = {k: given[k] for k in cls.model_fields if k in given}
         if "quiet" in given:
             fields["progress"] = not given["quiet"]
-        return cls.of(**fields)
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            flag = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "madbench run"
+            raise InputError(flag, first["msg"].removeprefix("Value error, "), "give a value, or leave the option out")  \
+                from None
 
     def retry_command(self) -> str:
         """The exact command that re-runs this batch's failed runs (these options, plus --retry-failed)."""

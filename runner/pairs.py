@@ -18,6 +18,7 @@ does not make.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from collections import Counter
 from typing import Any
@@ -140,7 +141,12 @@ def check_pairs(pairs: list, configs: list[DebateConfig], where: str) -> None:
     for i, pair in enumerate(pairs):
         missing = [n for n in (pair.control, pair.treatment) if n not in by_name]
         if missing:
-            lines.append(f"pairs[{i}]: no config named {', '.join(missing)} (the batch's: {', '.join(by_name)})")
+            close = sorted({c for n in missing for c in difflib.get_close_matches(n, list(by_name), n=3)})
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            lines.append(f"pairs[{i}]: no config named {', '.join(missing)} (the batch's: {', '.join(by_name)}){hint}")
+            continue
+        if pair.control == pair.treatment:
+            lines.append(f"pairs[{i}]: control and treatment are both {pair.control!r}")
             continue
         problems = pair_problems(by_name[pair.control], by_name[pair.treatment], pair.factor)
         if problems:

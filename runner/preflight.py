@@ -14,6 +14,7 @@ names them all, each with where it comes from:
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Any
@@ -29,10 +30,12 @@ from madbench.debate.protocols.staged import load_prompts
 from madbench.debate.schemas import CritiqueItem
 from madbench.eval.backtest import holding_window
 from madbench.eval.baselines import baseline_metrics
-from madbench.gateway.models import ModelSpec, as_spec
+from madbench.gateway.models import ModelSpec, as_spec, spec_cost
+from madbench.gateway.providers.base import SendOnly
 from madbench.gateway.providers.litellm_provider import LiteLLMProvider
 from madbench.runner.batch import RunSpec
 from madbench.runner.wiring import build_providers
+from madbench.scoring.rule_answers import HANDLERS
 
 #: The phase a staged protocol's stages are routed as (see debate.protocols.staged).
 STAGE_PHASES = ("propose", "crit")
@@ -85,7 +88,33 @@ def model_problems(configs: list[DebateConfig]) -> list[str]:
                                                                             else f"{role} {phase}")
     def places(cs: dict[str, set[str]]) -> str:
         return "; ".join(f"config {c}: {', '.join(sorted(uses))}" for c, uses in sorted(cs.items()))
-    return [f"{p} ({places(cs)})" for p, cs in sorted(where.items())]
+    return [(SendOnly if isinstance(p, SendOnly) else str)(f"{p} ({places(cs)})") for p, cs in sorted(where.items())]
+
+
+def rule_model_problems(configs: list[DebateConfig]) -> list[str]:
+    """Every ``rules/NAME`` a config routes to (its fallbacks too) names a rule-based answerer (``rules/auto``: each
+    role its own), as written, before ``rules/auto`` is resolved per role: a typo would fail every call it answers."""
+    known = ["auto", *HANDLERS]
+    where: dict[str, set[str]] = {}
+    for config in configs:
+        r = config.models
+        todo = [*r.tiers.values(), *r.roles.values(), *r.phases.values(), *r.role_phases.values(), r.default]
+        while todo:
+            choice = todo.pop()
+            spec = choice if isinstance(choice, ModelSpec) else as_spec(choice) if "/" in choice else None
+            if spec is None:
+                continue  # a tier's name
+            todo += spec.fallbacks
+            name = spec.model.split("/", 1)[1] if spec.model.startswith("rules/") else None
+            if name is not None and name not in known:
+                where.setdefault(spec.model, set()).add(config.name)
+    out = []
+    for model, names in sorted(where.items()):
+        near = difflib.get_close_matches(model, [f"rules/{k}" for k in known], n=3)
+        hint = f"nearest: {', '.join(near)}; " if near else ""
+        out.append(f"{model}: unknown rule-based model (config {', '.join(sorted(names))}): {hint}known: "
+                   f"{', '.join('rules/' + k for k in known)}")
+    return out
 
 
 def context_problems(configs: list[DebateConfig], memos: dict[str, Memo]) -> list[str]:
@@ -246,19 +275,20 @@ def writable_problems(dirs: dict[str, Path]) -> list[str]:
 
 def price_problems(configs: list[DebateConfig], cap_usd: float | None) -> list[str]:
     """Under a ``max_cost_usd``, every model a run can reach must have a known price: a call of one without (litellm's
-    cost map has no entry, and a model spec cannot declare one) would count $0 against the cap, which then holds
-    nothing. Rule-based and local models cost 0, known."""
+    cost map has no entry, or lists a hosted model at $0, and its spec declares no ``price``) would count $0 against
+    the cap, which then holds nothing. Rule-based and local models cost 0, known."""
     if cap_usd is None:
         return []
     where: dict[str, set[str]] = {}
     providers = build_providers()
     for config in configs:
         for _, _, spec in reachable_models(config):
-            if providers.for_model(spec.model).cost(spec.model, 1000, 1000) is None:
+            if spec_cost(providers.for_model(spec.model), spec, 1000, 1000) is None:
                 where.setdefault(spec.model, set()).add(config.name)
-    return [f"{model} has no price in litellm's cost map, so max_cost_usd (${cap_usd:g}) cannot be enforced for its calls "
-            f"(config {', '.join(sorted(names))}): remove max_cost_usd from the batch, or use a model litellm prices (the "
-            "simulated provider answers for any model name: e.g. openai/gpt-4o-mini with its api_base)"
+    return [f"{model}: unknown price (litellm's cost map has none, or lists it at $0), so max_cost_usd (${cap_usd:g}) "
+            f"cannot be enforced for its calls (config {', '.join(sorted(names))}): declare its price on its tier in "
+            "the routing profile (configs/routing/NAME.yaml: price: {input_usd_per_mtok: …, output_usd_per_mtok: …}) or "
+            "in the batch's `model` spec, or remove max_cost_usd"
             for model, names in sorted(where.items())]
 
 
@@ -270,6 +300,7 @@ def preflight(runs: list[RunSpec], pack: Pack, where: str, cache_dir: Path | Non
     configs = list({r.config.name: r.config for r in runs}.values())
     scenarios = list({r.scenario.id: r.scenario for r in runs}.values())
     memos, problems = scenario_problems(scenarios, pack, where)
+    problems += rule_model_problems(configs)
     problems += model_problems(configs)
     problems += price_problems(configs, cap_usd)
     problems += context_problems(configs, memos)

@@ -55,7 +55,7 @@ JOURNAL_DIR = "provider_batches"
 class ProviderBatchOptions(BaseModel):
     """``execution:`` in a batch file, in full (``execution: batch`` is these defaults)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     mode: Literal["batch"] = "batch"
     #: The longest a request waits to be submitted (when some run is busy elsewhere and never blocks).
     window_s: float = Field(60.0, gt=0)
@@ -73,7 +73,7 @@ class ProviderBatchOptions(BaseModel):
 class JournalEntry(BaseModel):
     """What ``<results>/provider_batches/<id>.json`` holds about one provider batch."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     id: str
     provider: str
     model: str

@@ -23,21 +23,21 @@ RUBRICS_DIR = CONFIGS_DIR / "rubrics"
 
 
 class PillarDef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     label: str
     description: str
     weight: float = Field(1.0, ge=0)
 
 
 class PillarOverride(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     label: str | None = None
     description: str | None = None
     weight: float | None = Field(None, ge=0)
 
 
 class Rubric(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str
     pillars: dict[str, PillarDef]
     roles: dict[str, dict[str, PillarOverride]] = Field(default_factory=dict)
@@ -50,6 +50,14 @@ class Rubric(BaseModel):
             unknown = sorted(set(table) - set(PILLARS))
             if unknown:
                 raise ValueError(f"roles.{role}: unknown pillar(s) {', '.join(unknown)}; use {', '.join(PILLARS)}")
+        # ρ divides by the weights' sum (``rho``): all zero would be 0/0 in every scored run
+        if not sum(d.weight for d in self.pillars.values()) > 0:
+            raise ValueError("pillars: every weight is 0, so ρ (the weighted mean) is undefined; give at least one "
+                             "pillar a positive weight")
+        for role in self.roles:
+            if not sum(d.weight for d in self.for_role(role).values()) > 0:
+                raise ValueError(f"roles.{role}: every weight is 0 for this role, so its ρ is undefined; give at least "
+                                 "one pillar a positive weight")
         return self
 
     def for_role(self, role: str) -> dict[str, PillarDef]:

@@ -22,7 +22,7 @@ FIRING_RATES = ("cc_fire", "cc_refire")
 
 
 class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     p4_threshold: float = Field(0.8, ge=0, le=1)
     nudge: str = DEFAULT_NUDGE
     max_retries: int = Field(1, ge=1)

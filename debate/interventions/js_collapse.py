@@ -40,7 +40,7 @@ MIN_AGENTS = 2
 
 
 class Params(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     threshold: float = Field(0.8, gt=0, le=1)
     min_js_prop: float = Field(0.10, ge=0)
     nudges: dict[str, str] = Field(default_factory=dict)

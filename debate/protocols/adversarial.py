@@ -25,7 +25,7 @@ P = "adversarial"
 
 
 class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     #: The author's "what I would change": a second bear turn on the rebuttal.
     extra_bear_round: bool = False
 

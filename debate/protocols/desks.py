@@ -93,7 +93,7 @@ def _rounded(weights: dict[str, float]) -> dict[str, float]:
 # -- the protocol --------------------------------------------------------------------------------
 
 class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     debate_rounds: int = Field(3, ge=0, le=6)
     enable_research_manager: bool = True
     #: What an all-zero conviction book holds: equal weights, or cash where the scenario allows it.

@@ -31,7 +31,7 @@ from madbench.debate.validation import Validated, cap_weights
 
 class Options(BaseModel):
     """The paper protocol's knobs are the config's own fields (rounds, pid, interventions …)."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def scores_proposals(cfg: DebateConfig) -> bool:

@@ -76,7 +76,7 @@ class Options(BaseModel):
     """How many draws: ``samples`` N; ``match_tokens_of`` a debate config with a ``pilot`` results dir (the batch
     resolves N from mean tokens per run); or ``match_generated_of`` with a ``pilot`` (the batch resolves ``targets``,
     each scenario's generated tokens in the pilot's runs of that config)."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
     combine: Literal["mean", "majority", "median"] = "mean"
     #: A config name in the pilot's runs.parquet: N = its mean tokens per run ÷ its mean tokens per proposal.

@@ -30,7 +30,7 @@ STANCES = ("aggressive", "neutral", "conservative")
 
 
 class Options(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     debate_rounds: int = Field(2, ge=0, le=6)
     reflection: bool = True
 

@@ -94,4 +94,12 @@ def batch_pairs(results_dir: str | Path) -> list[tuple[str, str]] | None:
     manifest = ResultsDir(results_dir).manifest
     if manifest is None:
         return None
-    return [(p["treatment"], p["control"]) for p in manifest.spec.get("pairs") or []]
+    pairs = manifest.spec.get("pairs") or []
+    names = sorted({r.config for r in manifest.runs})
+    for i, p in enumerate(pairs):  # a pair naming no config of the batch would be silently left out of the tests
+        for side in ("control", "treatment"):
+            if p.get(side) not in names:
+                raise InputError(Path(results_dir) / "manifest.json", f"spec.pairs[{i}].{side}: {p.get(side)!r} is not a "
+                                 f"config of this batch (its configs: {', '.join(names)})",
+                                 "pass --all-pairs to compare every pair, or fix `pairs` in the batch file and run it again")
+    return [(p["treatment"], p["control"]) for p in pairs]

@@ -13,7 +13,7 @@ from madbench.bench.stages import run_bench
 from madbench.data.errors import InputError
 from madbench.gateway.models import SchemaScope, StructuredMode
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import ROOT, add_pack_args
+from madbench.runner.cli.common import ROOT, add_pack_args, number
 
 WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost", "cluster-cache", "scale"]
 #: --runs when it is not given: `throughput` and `cache` measure a sustained rate, `cost` prices a few a7 runs,
@@ -26,15 +26,15 @@ def register(sub) -> None:
     p.add_argument("what", choices=WHAT, help="which benchmark: " + ", ".join(WHAT))
     p.add_argument("--scenarios", default=str(ROOT / "configs" / "scenarios" / "market-35.yaml"),
                    help="scenario file for `bench memo`, `throughput` and `cache` (default configs/scenarios/market-35.yaml)")
-    p.add_argument("--n", type=int, default=10_000, help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (at most 2000)")
-    p.add_argument("--runs", type=int, help="runs for `throughput` and `cache` (3-agent, 1-round debates with CRIT; default 100); "
+    p.add_argument("--n", type=number(int, ge=1), default=10_000, help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (at most 2000)")
+    p.add_argument("--runs", type=number(int), help="runs for `throughput` and `cache` (3-agent, 1-round debates with CRIT; default 100); "
                    "for `cost`, scenarios of the paper's A7 treatment (default 3); for `scale`, single-agent runs on 3 "
                    "raylets (default 1000); for `cluster-cache`, cached answers asked for (default 500)")
-    p.add_argument("--rpm", type=float, default=600, help="`throughput`: requests/min the simulated provider allows (default 600)")
-    p.add_argument("--tpm", type=float, help="`throughput`: tokens/min the simulated provider allows (default: none)")
-    p.add_argument("--latency-median", type=float, default=2.0, help="`throughput`: median provider latency in s, lognormal (default 2)")
-    p.add_argument("--concurrency", type=int, default=32, help="`throughput`: runs in flight (default 32)")
-    p.add_argument("--serial-runs", type=int, default=3, help="`throughput`: runs measured one at a time for the speed-up (default 3)")
+    p.add_argument("--rpm", type=number(gt=0), default=600, help="`throughput`: requests/min the simulated provider allows (default 600)")
+    p.add_argument("--tpm", type=number(gt=0), help="`throughput`: tokens/min the simulated provider allows (default: none)")
+    p.add_argument("--latency-median", type=number(ge=0, le=3600), default=2.0, help="`throughput`: median provider latency in s, lognormal (default 2)")
+    p.add_argument("--concurrency", type=number(int, ge=1, le=10_000), default=32, help="`throughput`: runs in flight (default 32)")
+    p.add_argument("--serial-runs", type=number(int, ge=1), default=3, help="`throughput`: runs measured one at a time for the speed-up (default 3)")
     p.add_argument("--json", action="store_true", help="`throughput` and `cost`: print only the headline JSON record")
     p.add_argument("--price-model", default=PRICE_MODEL,
                    help=f"`cost`: the model whose list prices (litellm's cost map) every call is priced at (default {PRICE_MODEL})")

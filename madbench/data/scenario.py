@@ -23,7 +23,7 @@ WEIGHT_TOL = 1e-6
 
 
 class Constraints(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_weight: float = Field(1.0, gt=0, le=1, description="largest weight of any one ticker")
     min_holdings: int = Field(1, ge=1, description="fewest tickers with weight > 0")

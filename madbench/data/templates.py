@@ -445,16 +445,54 @@ class PromptSpec(BaseModel):
     template: str
 
 
+class DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping that names one key twice."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping naming one key twice: PyYAML keeps the last silently, so a
+    ``workers: 2`` written below ``workers: 1`` would win unseen."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: the base loader reports it
+                    continue
+                if first is not None:
+                    raise DuplicateKey(
+                        None, None, f"duplicate key {key!r} (first on line {first})", key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str) -> object:
+    """YAML text as Python data through the one loader madbench uses (duplicate keys refused); ``yaml.YAMLError``
+    for malformed text, which ``read_yaml`` turns into one line."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def read_yaml(path: Path) -> object:
-    """Parse a YAML file, turning parser errors into one clear line."""
+    """Parse a YAML file, turning parser errors (and a key given twice in one mapping) into one clear line."""
+    if path.is_dir():
+        raise InputError(path, "is a directory, not a YAML file", "give the path of a .yaml file")
     if not path.is_file():
         raise InputError(path, "file not found", "check the path")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return parse_yaml(path.read_text(encoding="utf-8"))
+    except PermissionError:
+        raise InputError(path, "not readable by this user", f"make it readable (chmod u+r {path})") from None
     except UnicodeDecodeError as exc:
         line = exc.object[:exc.start].count(b"\n") + 1
         raise InputError(path, f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} on line {line} is not valid UTF-8",
                          "save the file as UTF-8") from None
+    except DuplicateKey as exc:
+        mark = exc.problem_mark
+        raise InputError(path, f"line {mark.line + 1 if mark else '?'}: {exc.problem}",
+                         "keep one of the two entries (YAML would silently keep the last)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

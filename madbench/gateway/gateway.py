@@ -35,7 +35,7 @@ from .accounting import Attempt, Budget, Completion, Totals, max_tokens, total_c
 from .cache import ResponseCache, answer_sha256
 from .errors import FatalProviderError, GatewayFailure, OutputInvalid, RateLimited, TransientError
 from .limiter import LimiterPool
-from .models import ModelSpec, SchemaScope, as_spec
+from .models import ModelSpec, SchemaScope, as_spec, spec_cost
 from .providers import Provider, Providers
 from .providers.base import RawResponse
 from .request import LLMRequest, Message
@@ -239,7 +239,7 @@ class Gateway:
         whose maximum is known only when it is made, and a call's whole chain would hold many times what it
         spends. Reserved before the limiter's queue, so a refusal holds no lease."""
         prompt, completion = max_tokens(request)
-        token = await self.budget.reserve(provider.cost(spec.model, prompt, completion) or 0.0)
+        token = await self.budget.reserve(spec_cost(provider, spec, prompt, completion) or 0.0)
         first = len(attempts)
         try:
             return await self._call(request, spec, provider, attempts)
@@ -311,12 +311,12 @@ class Gateway:
     @staticmethod
     def _answer_attempt(spec: ModelSpec, provider: Provider, raw: RawResponse, latency: float) -> Attempt:
         """The attempt that got an answer, priced as billed and, beside it, at the synchronous list price."""
-        cost = provider.cost(spec.model, raw.prompt_tokens, raw.completion_tokens, cached_tokens=raw.cached_tokens,
+        cost = spec_cost(provider, spec, raw.prompt_tokens, raw.completion_tokens, cached_tokens=raw.cached_tokens,
                              cache_write_tokens=raw.cache_write_tokens)
         return Attempt(model=spec.model, kind="ok", latency_s=latency, prompt_tokens=raw.prompt_tokens,
                        completion_tokens=raw.completion_tokens, cached_tokens=raw.cached_tokens,
                        cache_write_tokens=raw.cache_write_tokens, cost_usd=cost,
-                       list_cost_usd=provider.cost(spec.model, raw.prompt_tokens, raw.completion_tokens, batch=False),
+                       list_cost_usd=spec_cost(provider, spec, raw.prompt_tokens, raw.completion_tokens, batch=False),
                        provider_batch=raw.extra.get("provider_batch"))
 
     @staticmethod

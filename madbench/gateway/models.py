@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
 
 Phase = Literal["propose", "critique", "revise", "judge", "crit", "rca"]
 PHASES: tuple[str, ...] = ("propose", "critique", "revise", "judge", "crit", "rca")
@@ -26,43 +26,61 @@ DEPLOYMENT_FIELDS: tuple[str, ...] = ("api_base", "api_key_env", "limits")
 class RateLimits(BaseModel):
     """Limits of one (provider, model, api_base), enforced across the whole cluster."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     rpm: PositiveFloat | None = None
     tpm: PositiveFloat | None = None
-    max_concurrency: PositiveInt = 8
+    max_concurrency: int = Field(8, ge=1, le=10_000)
     #: Requests that may start back-to-back before pacing at rpm/60 per second.
-    burst: float = Field(1.0, ge=1.0)
+    burst: float = Field(1.0, ge=1.0, le=10_000)
     #: Share of rpm and tpm left unused. Providers count arrivals over a sliding minute; requests paced exactly
     #: at the limit arrive a few ms early or late, and at saturation that is a 429 for every other late one.
     headroom: float = Field(0.02, ge=0.0, lt=0.5)
     #: Upper bound on an honoured Retry-After header.
-    retry_after_cap_s: float = Field(60.0, gt=0)
+    retry_after_cap_s: float = Field(60.0, gt=0, le=3600)
     #: Successful calls in a row before the adaptive concurrency grows by one.
-    increase_after: PositiveInt = 10
+    increase_after: int = Field(10, ge=1, le=10_000)
     #: A lease not released within this time (a crashed caller) is reclaimed.
-    lease_timeout_s: float = Field(900.0, gt=0)
+    lease_timeout_s: float = Field(900.0, gt=0, le=86_400)
 
 
 class RetryPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    timeout_s: float = Field(120.0, gt=0)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    timeout_s: float = Field(120.0, gt=0, le=3600)
     #: Timeouts, 5xx and connection errors; jittered exponential backoff.
-    max_transient_retries: int = Field(5, ge=0)
+    max_transient_retries: int = Field(5, ge=0, le=100)
     #: A provider outage (every try failing with 5xx or no connection) is waited out for this long, counted from
     #: the call's first transient failure, even past max_transient_retries: runs pause instead of failing.
-    outage_patience_s: float = Field(300.0, ge=0)
+    outage_patience_s: float = Field(300.0, ge=0, le=86_400)
     #: 429s before moving to the next model in the fallback chain.
-    max_rate_limit_retries: int = Field(8, ge=0)
-    backoff_base_s: float = Field(1.0, gt=0)
-    backoff_max_s: float = Field(30.0, gt=0)
+    max_rate_limit_retries: int = Field(8, ge=0, le=100)
+    backoff_base_s: float = Field(1.0, gt=0, le=600)
+    backoff_max_s: float = Field(30.0, gt=0, le=3600)
     #: Answers that fail the schema or domain checks, retried with the error as feedback.
-    max_validation_retries: int = Field(2, ge=0)
+    max_validation_retries: int = Field(2, ge=0, le=10)
+
+
+class ModelPrice(BaseModel):
+    """A model's list price, declared where litellm's cost map has none (a model newer than the map, or one it lists
+    at $0): what the estimate, the cost cap and the recorded spend use for it instead."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+    #: US dollars per million prompt tokens (cached ones too: a bound from above where the provider discounts them).
+    input_usd_per_mtok: float = Field(ge=0, le=10_000)
+    #: US dollars per million completion tokens.
+    output_usd_per_mtok: float = Field(ge=0, le=10_000)
+    #: The batch API's share of the price (OpenAI, Anthropic, Vertex and Bedrock charge half).
+    batch_discount: float = Field(0.5, gt=0, le=1)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int, batch: bool = False) -> float:
+        """USD = (prompt · input + completion · output) / 10⁶, times ``batch_discount`` in provider batch mode."""
+        usd = (prompt_tokens * self.input_usd_per_mtok + completion_tokens * self.output_usd_per_mtok) / 1e6
+        return usd * (self.batch_discount if batch else 1.0)
 
 
 class ModelSpec(BaseModel):
     """One model endpoint and how to talk to it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     model: str
     api_base: str | None = None
     #: Name of the environment variable holding the key (the key itself is never configured).
@@ -86,6 +104,8 @@ class ModelSpec(BaseModel):
     #: Send the structured task beside the prompt (``madbench_context`` in the body). Only madbench's
     #: simulated provider reads it; never set it for a real provider.
     send_context: bool = False
+    #: The model's price where litellm's cost map has none (or lists $0 for a hosted model); None: the map's.
+    price: ModelPrice | None = None
 
     @property
     def provider(self) -> str:
@@ -112,8 +132,10 @@ def spec_identity(value: ModelSpec | str) -> dict[str, Any] | str:
     the same runs as the bare model string."""
     if isinstance(value, str):
         return value
-    data = value.model_dump(mode="json") | {"fallbacks": [spec_identity(f) for f in value.fallbacks]}
-    defaults = ModelSpec(model=value.model).model_dump(mode="json")
+    # A price changes what is counted, not what is answered; left out entirely, so that ids from before the field
+    # existed stay the same.
+    data = value.model_dump(mode="json", exclude={"price"}) | {"fallbacks": [spec_identity(f) for f in value.fallbacks]}
+    defaults = ModelSpec(model=value.model).model_dump(mode="json", exclude={"price"})
     data |= {f: defaults[f] for f in DEPLOYMENT_FIELDS}
     return value.model if data == defaults else data
 
@@ -125,7 +147,7 @@ def _rule_tiers() -> dict[str, ModelSpec | str]:
 class ModelRouting(BaseModel):
     """Models per role and phase, by tier name or inline spec."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     tiers: dict[str, ModelSpec | str] = Field(default_factory=lambda: _rule_tiers())
     default: str = "quick"
     roles: dict[str, str | ModelSpec] = Field(default_factory=dict)
@@ -178,3 +200,20 @@ class ModelRouting(BaseModel):
     def single(cls, model: str | ModelSpec) -> ModelRouting:
         """Every role and phase on one model (the CLI's --model)."""
         return cls(tiers={"deep": model, "quick": model}, default="quick")
+
+
+def spec_cost(provider: Any, spec: ModelSpec, prompt_tokens: int | None, completion_tokens: int | None,
+              cached_tokens: int | None = None, cache_write_tokens: int | None = None,
+              batch: bool | None = None) -> float | None:
+    """US dollars of one attempt of ``spec``: at its declared ``price`` when it has one, else its provider's
+    (``Provider.cost``: litellm's cost map; None when unknown, never a made-up 0). ``batch`` None: as the provider
+    bills (a provider-batch provider at batch prices, ``bills_batches``)."""
+    if spec.price is not None:
+        if prompt_tokens is None or completion_tokens is None:
+            return None
+        at_batch = getattr(provider, "bills_batches", False) if batch is None else batch
+        return spec.price.cost(prompt_tokens, completion_tokens, batch=at_batch)
+    extra = {} if batch is None else {"batch": batch}
+    cost: float | None = provider.cost(spec.model, prompt_tokens, completion_tokens, cached_tokens=cached_tokens,
+                                       cache_write_tokens=cache_write_tokens, **extra)
+    return cost

@@ -72,7 +72,7 @@ def with_profile(data: dict[str, Any], where: str) -> dict[str, Any]:
 class Deployment(BaseModel):
     """Deployment settings of one tier, each replacing the tier's own when given (limits field by field)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     api_base: str | None = None
     api_key_env: str | None = None
     limits: RateLimits | None = None

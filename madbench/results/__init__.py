@@ -3,6 +3,7 @@
 Every package above it (scoring, eval, runner) finds, writes and reads results only through here.
 """
 
+from madbench.results.checks import check_results_dir
 from madbench.results.layout import TABLES, BatchDirs, DebateDirs, ScoreDirs, run_files
 from madbench.results.reader import ResultsDir, read_scores
 from madbench.results.records import Manifest, ManifestRun, RunResult, read_manifest, read_result, write_manifest
@@ -12,4 +13,4 @@ from madbench.results.version import FORMAT_VERSION
 
 __all__ = ["FORMAT_VERSION", "SPECS", "TABLES", "BatchDirs", "DebateDirs", "Manifest", "ManifestRun", "ResultsDir",
            "RunResult", "ScoreDirs", "read_history", "read_manifest", "read_result", "read_scores", "read_table",
-           "run_files", "write_manifest", "write_rows"]
+           "check_results_dir", "run_files", "write_manifest", "write_rows"]

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from madbench.data.errors import InputError
 from madbench.debate.events import AnyEvent
+from madbench.results.checks import check_results_dir
 from madbench.results.layout import TABLES, BatchDirs, ScoreDirs
 from madbench.results.records import Manifest, RunResult, read_manifest, read_result
 from madbench.results.table_schemas import SPECS, concat, read_table
@@ -24,7 +25,9 @@ class ResultsDir:
         self.dirs = BatchDirs(root)
         self.root = self.dirs.root
         if not self.root.is_dir():
-            raise InputError(root, "not a directory", "give a batch results directory (written by `madbench run`)")
+            raise InputError(root, "not a directory" if self.root.exists() else "not found",
+                             "give a batch results directory (written by `madbench run`)")
+        check_results_dir(self.root)
 
     @cached_property
     def manifest(self) -> Manifest | None:

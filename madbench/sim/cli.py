@@ -9,6 +9,7 @@ import threading
 
 from madbench.data.errors import InputError
 from madbench.runner.cli.commands import command_parser
+from madbench.runner.cli.common import number
 from madbench.sim.anthropic_api import AnthropicDouble
 from madbench.sim.api_double import FAULTS, ApiDouble
 from madbench.sim.gemini_api import GeminiDouble
@@ -39,27 +40,27 @@ def register(sub) -> None:
     p.add_argument("--api", choices=["sim", *DOUBLES], default="sim",
                    help="sim (default): the simulated provider; openai, anthropic, gemini: that provider's API double")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
-    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0 picks a free one)")
-    p.add_argument("--rpm", type=float, help="requests per minute it allows, over a sliding 60 s window; more get 429 "
+    p.add_argument("--port", type=number(int, ge=0, le=65_535), default=8000, help="port to listen on (default 8000; 0 picks a free one)")
+    p.add_argument("--rpm", type=number(gt=0), help="requests per minute it allows, over a sliding 60 s window; more get 429 "
                                              "with Retry-After (default: no limit; --api sim only)")
-    p.add_argument("--tpm", type=float, help="tokens per minute it allows (prompt characters / 4 + 16 a request; default: "
+    p.add_argument("--tpm", type=number(gt=0), help="tokens per minute it allows (prompt characters / 4 + 16 a request; default: "
                                              "no limit; --api sim only)")
-    p.add_argument("--latency-median", type=float, default=0.0, help="median answer latency in s, lognormal (default 0: "
+    p.add_argument("--latency-median", type=number(ge=0, le=3600), default=0.0, help="median answer latency in s, lognormal (default 0: "
                                                                      "answer at once; --api sim only)")
-    p.add_argument("--latency-sigma", type=float, default=0.5, help="sigma of the lognormal latency (default 0.5)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the latency draws (default 0)")
-    p.add_argument("--batch-delay", type=float, default=0.0,
+    p.add_argument("--latency-sigma", type=number(ge=0, le=10), default=0.5, help="sigma of the lognormal latency (default 0.5)")
+    p.add_argument("--seed", type=number(int, ge=0), default=0, help="seed of the latency draws (default 0)")
+    p.add_argument("--batch-delay", type=number(ge=0, le=86_400), default=0.0,
                    help="seconds a provider batch (/v1/files and /v1/batches, for `madbench run --provider-batch`) takes "
                         "from its creation to completed (default 0; --api sim only)")
-    p.add_argument("--batch-fail-rate", type=float, default=0.0,
+    p.add_argument("--batch-fail-rate", type=number(ge=0, le=1), default=0.0,
                    help="share of a provider batch's requests answered with an error, to be resubmitted (default 0; "
                         "--api sim only)")
-    p.add_argument("--batch-expire", type=int, default=0,
+    p.add_argument("--batch-expire", type=number(int, ge=0), default=0,
                    help="the first N provider batches expire with half their requests answered, as a batch past its "
                         "completion window does (default 0; --api sim only)")
     p.add_argument("--fault", choices=FAULTS, help="a double only: answer every request with this fault, in the provider's "
                                                    "form (e.g. overloaded: Anthropic's 529), to watch retries and fallbacks")
-    p.add_argument("--hidden-tokens", type=int, default=0, help="a double only: reasoning (OpenAI's reasoning models) or "
+    p.add_argument("--hidden-tokens", type=number(int, ge=0, le=1_000_000), default=0, help="a double only: reasoning (OpenAI's reasoning models) or "
                                                                 "thinking (Gemini) tokens billed per answer (default 0)")
     p.set_defaults(func=cmd_sim_serve)
 

@@ -21,6 +21,7 @@ import importlib
 import sys
 from collections.abc import Iterable
 from importlib import metadata
+from typing import NoReturn
 
 from madbench.data.errors import InputError
 from madbench.runner.cli.commands import GROUPS, Group, command_parser, command_word, group_of
@@ -47,12 +48,22 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with its errors on one line (argparse prints the usage above them); every subcommand's
+    parser is one too (``add_parser`` builds them of the top parser's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("argument --"):  # a value out of its bounds or of the wrong type: bad input, as any
+            raise InputError(self.prog, message, f"see `{self.prog} --help`")
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser(full: Iterable[Group] | None = None) -> argparse.ArgumentParser:
     """The parser tree. ``full``: the groups whose commands get their full arguments (each group's module is
     imported and its ``register`` called); every other command is a bare entry with its one-line description.
     None (the default): every group, the complete tree."""
     full = set(GROUPS if full is None else full)
-    parser = argparse.ArgumentParser(prog="madbench",
+    parser = _Parser(prog="madbench",
                                      description="Batch runner for multi-agent LLM debate experiments on portfolio allocation.")
     parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="run `madbench COMMAND --help` for its options")
@@ -80,8 +91,9 @@ def _describe(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     owner = group_of(command_word(argv))
-    args = build_parser([owner] if owner else []).parse_args(argv)
+    parser = build_parser([owner] if owner else [])
     try:
+        args = parser.parse_args(argv)
         return args.func(args)
     except InputError as exc:
         print(f"madbench: error: {exc}", file=sys.stderr)
@@ -91,6 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # before a batch started, or in a command without its own handling
         print("\nmadbench: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+        # a path given on the command line or in a file, of the wrong kind or closed to this user: the input's problem
+        fix = {PermissionError: f"make it accessible (chmod u+rwX {exc.filename}) or choose another path",
+               IsADirectoryError: "give a file there, not a folder",
+               NotADirectoryError: "give a folder there, not a file"}[type(exc)]
+        print(f"madbench: error: {exc.filename or ''}: {exc.strerror or exc} (fix: {fix})", file=sys.stderr)
+        return EXIT_INPUT
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise

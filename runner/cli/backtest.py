@@ -14,7 +14,7 @@ from madbench.eval.backtest import backtest, backtest_positions, holding_window
 from madbench.eval.baselines import BASELINES, baseline_metrics, baseline_weights
 from madbench.eval.multiquarter import QuarterAllocation, backtest_sequence
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import add_pack_args, csv_list, load_pack
+from madbench.runner.cli.common import add_pack_args, csv_list, load_pack, number
 
 
 def register(sub) -> None:
@@ -23,9 +23,9 @@ def register(sub) -> None:
     p.add_argument("--tickers", required=True, help="comma-separated universe")
     p.add_argument("--weights", default=None, help="equal | ivol | minvar | FILE.json ({ticker: weight})")
     p.add_argument("--positions", help="FILE.json of share counts {ticker: shares}, instead of --weights")
-    p.add_argument("--cash", type=float, default=0.0, help="cash in USD beside --positions")
+    p.add_argument("--cash", type=number(ge=0), default=0.0, help="cash in USD beside --positions")
     p.add_argument("--rf", default="dff", choices=["dff", "dtb3", "0"], help="risk-free rate for cash and Sharpe (default dff)")
-    p.add_argument("--capital", type=float, default=100_000.0, help="starting cash in USD (default 100000)")
+    p.add_argument("--capital", type=number(gt=0), default=100_000.0, help="starting cash in USD (default 100000)")
     p.add_argument("--allow-cash", action="store_true", help="weights may sum to less than 1; the rest stays in cash")
     p.add_argument("--whole-shares", action="store_true", help="buy whole shares only; the remainder stays in cash")
     p.add_argument("--baselines", action="store_true", help="also print the equal, ivol, minvar and SPY baselines")
@@ -35,9 +35,9 @@ def register(sub) -> None:
     q = command_parser(sub, "backtest-quarters")
     q.add_argument("--steps", required=True, help='FILE.json: consecutive quarters, e.g. [{"quarter": "2023Q1", "weights": '
                    '{"AAPL": 0.5, "MSFT": 0.5}}, {"quarter": "2023Q2", "weights": {...}, "allow_cash": true}]')
-    q.add_argument("--cost-bps", type=float, default=0.0, help="cost per rebalance in basis points of turnover (default 0)")
+    q.add_argument("--cost-bps", type=number(ge=0, le=10_000), default=0.0, help="cost per rebalance in basis points of turnover (default 0)")
     q.add_argument("--rf", default="dff", choices=["dff", "dtb3", "0"], help="risk-free rate for cash and Sharpe (default dff)")
-    q.add_argument("--capital", type=float, default=100_000.0, help="starting cash in USD (default 100000)")
+    q.add_argument("--capital", type=number(gt=0), default=100_000.0, help="starting cash in USD (default 100000)")
     q.add_argument("--json", action="store_true", help="print the result (metrics, turnover, equity curve) as JSON")
     add_pack_args(q)
     q.set_defaults(func=cmd_backtest_quarters)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 
 from madbench.data.market.pack import Pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.market.pack import load_pack as _load_pack
@@ -29,3 +31,26 @@ def load_pack(args: argparse.Namespace) -> Pack:
 def csv_list(value: str | None) -> list[str] | None:
     """'a, b,,c' -> ['a', 'b', 'c']; None or '' -> None."""
     return [v.strip() for v in value.split(",") if v.strip()] if value else None
+
+
+def number(kind: type[int] | type[float] = float, *, ge: float | None = None, gt: float | None = None,
+           le: float | None = None, lt: float | None = None) -> Callable[[str], int | float]:
+    """An argparse ``type`` for a finite number within bounds: a value outside them (or nan, inf) is the parser's
+    one-line error naming the option, before any work starts."""
+    bounds = [(ge, ">=", lambda v, b: v >= b), (gt, ">", lambda v, b: v > b), (le, "<=", lambda v, b: v <= b),
+              (lt, "<", lambda v, b: v < b)]
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        for bound, sign, ok in bounds:
+            if bound is not None and not ok(value, bound):
+                raise argparse.ArgumentTypeError(f"{text} is out of range: it must be {sign} {bound:g}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse

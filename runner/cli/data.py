@@ -14,7 +14,7 @@ from madbench.data.memo import build_memo
 from madbench.data.scenario import dump_scenarios, find_scenario, load_scenarios
 from madbench.data.scenario_gen import draw_scenarios, draw_stats
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import add_pack_args, csv_list, load_pack
+from madbench.runner.cli.common import add_pack_args, csv_list, load_pack, number
 
 
 def register(sub) -> None:
@@ -36,10 +36,10 @@ def register(sub) -> None:
     ssub = sc.add_subparsers(dest="scenarios_command", required=True, metavar="ACTION", help="what to do with scenarios")
     p = ssub.add_parser("make", help="draw seeded random scenarios spread over quarters and sectors")
     p.add_argument("--quarters", required=True, help="inclusive range, e.g. 2021Q4:2025Q3")
-    p.add_argument("--count", type=int, default=35, help="number of scenarios (default 35)")
-    p.add_argument("--min-tickers", type=int, default=3, help="fewest tickers in a scenario (default 3)")
-    p.add_argument("--max-tickers", type=int, default=35, help="most tickers in a scenario (default 35)")
-    p.add_argument("--seed", type=int, default=0, help="random seed; the same seed and pack draw the same scenarios (default 0)")
+    p.add_argument("--count", type=number(int, ge=1, le=1_000_000), default=35, help="number of scenarios (default 35)")
+    p.add_argument("--min-tickers", type=number(int, ge=1, le=10_000), default=3, help="fewest tickers in a scenario (default 3)")
+    p.add_argument("--max-tickers", type=number(int, ge=1, le=10_000), default=35, help="most tickers in a scenario (default 35)")
+    p.add_argument("--seed", type=number(int, ge=0), default=0, help="random seed; the same seed and pack draw the same scenarios (default 0)")
     p.add_argument("--out", help="YAML file to write (else only the statistics are printed)")
     add_pack_args(p)
     p.set_defaults(func=cmd_scenarios_make)

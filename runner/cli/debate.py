@@ -35,7 +35,7 @@ from madbench.debate.trace import read_trace
 from madbench.gateway import ModelRouting, ResponseCache, resolve_cache_dir
 from madbench.results import DebateDirs
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack
+from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack, number
 from madbench.runner.exit_codes import EXIT_INPUT
 from madbench.runner.pipeline import run_debate
 from madbench.runner.wiring import build_gateway
@@ -47,7 +47,7 @@ def register(sub) -> None:
     p.add_argument("--scenarios", required=True, help="scenario YAML file")
     p.add_argument("--config", required=True, help="debate config, e.g. configs/debate/causal-debate-3.yaml")
     p.add_argument("--model", help="run every role and phase on this model (e.g. rules/auto, local/gemma3-270m, openai/gpt-4o-mini)")
-    p.add_argument("--sample-index", type=int, default=0, help="replicate number (default 0)")
+    p.add_argument("--sample-index", type=number(int, ge=0), default=0, help="replicate number (default 0)")
     p.add_argument("--out", default="results/debates", help="directory for the run directory (default results/debates)")
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")

@@ -45,7 +45,7 @@ from madbench.results import BatchDirs, read_manifest, run_files
 from madbench.results.layout import run_id_of
 from madbench.results.traces import check_attempts
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import CACHE_DIR_HELP
+from madbench.runner.cli.common import CACHE_DIR_HELP, number
 from madbench.runner.wiring import build_gateway
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -71,12 +71,12 @@ def register(sub) -> None:
     p.add_argument("--prompt", required=True, help="the user message")
     p.add_argument("--system", help="a system message")
     p.add_argument("--schema", help="FILE.json: a JSON schema the answer must satisfy (sent for constrained decoding)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0)")
-    p.add_argument("--max-tokens", type=int, default=None, help="most tokens in the answer (default: the provider's)")
-    p.add_argument("--sample-index", type=int, default=0, help="replicate number (distinct cached samples)")
-    p.add_argument("--rpm", type=float, help="requests per minute limit")
-    p.add_argument("--tpm", type=float, help="tokens per minute limit")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per attempt (default 120)")
+    p.add_argument("--temperature", type=number(ge=0, le=2), default=0.0, help="sampling temperature (default 0)")
+    p.add_argument("--max-tokens", type=number(int, ge=1, le=1_000_000), default=None, help="most tokens in the answer (default: the provider's)")
+    p.add_argument("--sample-index", type=number(int, ge=0), default=0, help="replicate number (distinct cached samples)")
+    p.add_argument("--rpm", type=number(gt=0), help="requests per minute limit")
+    p.add_argument("--tpm", type=number(gt=0), help="tokens per minute limit")
+    p.add_argument("--timeout", type=number(gt=0, le=3600), default=120.0, help="seconds per attempt (default 120)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
     p.add_argument("--cache-dir", help="cache directory (else $MADBENCH_CACHE_DIR, else ~/.cache/madbench/llm)")
     p.add_argument("--json", action="store_true", help="print the response and its metadata as one JSON object")
@@ -106,7 +106,7 @@ def register(sub) -> None:
     model = p.add_subparsers(dest="model_cmd", required=True, metavar="ACTION", help="what to do with the model's server")
     p = model.add_parser("serve", help="start the local model server and keep it up until Ctrl-C")
     p.add_argument("--name", default="gemma3-270m", help=LOCAL_NAME_HELP)
-    p.add_argument("--threads", type=int, default=None, help="llama.cpp threads (default: 2, or 1 on a one-core machine)")
+    p.add_argument("--threads", type=number(int, ge=1, le=1024), default=None, help="llama.cpp threads (default: 2, or 1 on a one-core machine)")
     p.add_argument("--reuse-prefix", action="store_true",
                    help="let llama.cpp reuse cached prompt prefixes (faster; output bytes then depend on earlier requests)")
     p.set_defaults(func=cmd_model_serve)

@@ -15,7 +15,7 @@ from madbench.data.scenario import load_scenarios
 from madbench.eval.stats.frame import json_safe
 from madbench.gateway import ModelSpec, RateLimits, ResponseCache, RetryPolicy, resolve_cache_dir
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import CACHE_DIR_HELP
+from madbench.runner.cli.common import CACHE_DIR_HELP, number
 from madbench.runner.cutoffs import CUTOFFS_FILE, load_cutoffs
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
 from madbench.runner.recall_probe import PROBE_FILE, ProbeFailed, check_model, load_recall_prompt, probe_recall, write_recall
@@ -47,10 +47,10 @@ def register(sub) -> None:
                         "(`madbench sim serve`), never for a real one")
     p.add_argument("--prompt", default=str(PROBE_FILE), help="the probe's prompt YAML (default configs/probes/recall.yaml)")
     p.add_argument("--cutoffs", default=str(CUTOFFS_FILE), help="model-cutoff registry (default configs/model_cutoffs.yaml)")
-    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0)")
-    p.add_argument("--max-tokens", type=int, default=None, help="most tokens in one answer (default: the provider's)")
-    p.add_argument("--rpm", type=float, help="requests per minute limit")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per attempt (default 120)")
+    p.add_argument("--temperature", type=number(ge=0, le=2), default=0.0, help="sampling temperature (default 0)")
+    p.add_argument("--max-tokens", type=number(int, ge=1, le=1_000_000), default=None, help="most tokens in one answer (default: the provider's)")
+    p.add_argument("--rpm", type=number(gt=0), help="requests per minute limit")
+    p.add_argument("--timeout", type=number(gt=0, le=3600), default=120.0, help="seconds per attempt (default 120)")
     p.add_argument("--pack", help="data pack with the realised prices (else $MADBENCH_PACK, else ../shared/data/market)")
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")

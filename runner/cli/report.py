@@ -5,7 +5,7 @@ from __future__ import annotations
 from madbench.eval.report.page import build_report
 from madbench.runner.batch_view import check_committed
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import csv_list
+from madbench.runner.cli.common import csv_list, number
 
 
 def register(sub) -> None:
@@ -15,7 +15,7 @@ def register(sub) -> None:
     p.add_argument("--compare", help="comma-separated configs, in column order (default: all)")
     p.add_argument("--correction", choices=["holm", "bh", "none"], default="holm",
                    help="adjust the p of every pair × metric as one family: holm (default), bh or none")
-    p.add_argument("--max-traces", type=int, default=500, help="runs embedded in the trace explorer (default 500)")
+    p.add_argument("--max-traces", type=number(int, ge=0, le=100_000), default=500, help="runs embedded in the trace explorer (default 500)")
     p.set_defaults(func=cmd_report)
 
 

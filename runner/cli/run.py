@@ -12,7 +12,7 @@ from madbench.runner.batch import MAX_RUNS, MAX_RUNS_CEILING
 from madbench.runner.batch_view import FailureGroup, attempt_counts
 from madbench.runner.budget import spend_text
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import add_pack_args
+from madbench.runner.cli.common import add_pack_args, number
 from madbench.runner.estimate import format_table
 from madbench.runner.options import RunOptions
 
@@ -42,7 +42,7 @@ def register(sub) -> None:
     p.add_argument("--provider-batch", action="store_true", help="answer LLM calls through the provider's batch API "
                    "(about half the price, results within hours): one provider batch per debate phase; the same as "
                    "`execution: batch` in the batch file")
-    p.add_argument("--max-runs", type=int, metavar="N", help=f"allow a batch of up to N runs (default {MAX_RUNS:,}: a "
+    p.add_argument("--max-runs", type=number(int), metavar="N", help=f"allow a batch of up to N runs (default {MAX_RUNS:,}: a "
                    f"larger expansion is refused before anything is built; at most {MAX_RUNS_CEILING:,})")
     add_pack_args(p)
     p.set_defaults(func=cmd_run)
@@ -118,7 +118,10 @@ def print_run(r: BatchRun) -> int:
 
 
 def print_estimate(e: BatchEstimate, as_json: bool) -> int:
-    """The dry run: the estimate of the runs left, as a table (or JSON); what is already committed on stderr."""
+    """The dry run: the estimate of the runs left, as a table (or JSON); what is already committed, and what a run
+    would refuse (a missing key, an unknown model), on stderr."""
+    for line in e.warnings:
+        print(f"madbench: warning: {line} (a run would refuse to start)", file=sys.stderr)
     if e.committed:
         print(f"{e.committed} of {e.runs} runs are already committed in {e.results_dir}: estimating the "
               f"{e.runs - e.committed} left", file=sys.stderr)

@@ -8,10 +8,14 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 from madbench.data.markdown import markdown_table
+from madbench.data.paths import MAX_NAME_LENGTH
 from madbench.gateway import ModelSpec, RateLimits, resolve_cache_dir
-from madbench.results import BatchDirs, read_manifest, read_scores
+from madbench.results import BatchDirs, check_results_dir, read_manifest, read_scores
 from madbench.results.layout import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL
+from madbench.runner.batch import MAX_IN_FLIGHT, MAX_WORKERS
 from madbench.runner.cli.commands import command_parser
+from madbench.runner.cli.common import number
+from madbench.runner.ray_address import check_address, split_address
 from madbench.runner.rescore_job import Job, Outcome, Plan, dry_run, failure_reasons, plan, run_rescore
 from madbench.scoring.rescore import agreement_tables
 from madbench.scoring.rubric import load_rubric
@@ -29,14 +33,14 @@ def register(sub) -> None:
     p.add_argument("--api-key-env", help="environment variable holding the scorer's key")
     p.add_argument("--send-context", action="store_true",
                    help="send each CRIT task beside the prompt: only for madbench's simulated provider (`madbench sim serve`)")
-    p.add_argument("--rpm", type=float, help="the scorer's requests per minute (one limiter per provider, model and api_base)")
-    p.add_argument("--tpm", type=float, help="the scorer's tokens per minute")
-    p.add_argument("--max-concurrency", type=int, help="the scorer's requests in flight across the cluster (default 8)")
+    p.add_argument("--rpm", type=number(gt=0), help="the scorer's requests per minute (one limiter per provider, model and api_base)")
+    p.add_argument("--tpm", type=number(gt=0), help="the scorer's tokens per minute")
+    p.add_argument("--max-concurrency", type=number(int, ge=1, le=10_000), help="the scorer's requests in flight across the cluster (default 8)")
     p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm)")
     p.add_argument("--address", help="join a Ray cluster (else $RAY_ADDRESS, else a local Ray)")
-    p.add_argument("--workers", type=int, default=2, help="runner actors (default 2)")
-    p.add_argument("--max-in-flight", type=int, default=8, help="runs being graded at once (default 8)")
-    p.add_argument("--concurrency", type=int, default=8, help="turns graded at once per actor (the limiter still applies; default 8)")
+    p.add_argument("--workers", type=number(int, ge=1, le=MAX_WORKERS), default=2, help="runner actors (default 2)")
+    p.add_argument("--max-in-flight", type=number(int, ge=1, le=MAX_IN_FLIGHT), default=8, help="runs being graded at once (default 8)")
+    p.add_argument("--concurrency", type=number(int, ge=1, le=10_000), default=8, help="turns graded at once per actor (the limiter still applies; default 8)")
     p.add_argument("--dry-run", action="store_true", help="print runs, CRIT tasks, expected and cached calls and cost; call nothing")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_rescore)
@@ -68,19 +72,26 @@ def make_job(args) -> Job:
     label = args.label or re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{spec.model}.{rubric.name}")
     if label in (ORIGINAL, FAILED) or not re.fullmatch(r"[A-Za-z0-9_.-]+", label) or label.startswith("."):
         raise InputError("--label", f"{label!r} is reserved or not a plain name", "choose a name of letters, digits, _ . -")
+    if len(label) > MAX_NAME_LENGTH:  # the name of its folder under scores/
+        raise InputError("--label", f"{label[:40]}… is {len(label):,} characters, over the limit of {MAX_NAME_LENGTH}",
+                         f"pass a shorter --label (at most {MAX_NAME_LENGTH} characters)")
     for name, value in (("--workers", args.workers), ("--max-in-flight", args.max_in_flight), ("--concurrency", args.concurrency)):
         if value < 1:
             raise InputError(name, f"{value} is not a positive count", "give 1 or more")
     root = Path(args.results_dir)
+    check_results_dir(root)
     return Job(root, label, spec, rubric, resolve_cache_dir(args.cache_dir, _batch_cache_dir(root)))
 
 
 def cmd_rescore(args) -> int:
+    if args.address:
+        split_address(args.address)
     job = make_job(args)
     p = plan(job)
     if args.dry_run:
         print(json.dumps(dry_run(job, p), indent=1))
         return 0
+    check_address(args.address)
     outcome = run_rescore(job, p, args.address, args.workers, args.max_in_flight, args.concurrency, args.quiet)
     print_summary(job, p, outcome)
     print_agreement(job)

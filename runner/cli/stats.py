@@ -17,7 +17,7 @@ from madbench.eval.stats.split import split_by
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.batch_view import check_committed
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import csv_list
+from madbench.runner.cli.common import csv_list, number
 
 
 def register(sub) -> None:
@@ -46,11 +46,11 @@ def register(sub) -> None:
 
     p = command_parser(sub, "power")
     p.add_argument("--metric", default="sharpe", help="name of the metric (for the printout)")
-    p.add_argument("--effect", type=float, required=True, help="mean paired difference to detect, e.g. 0.14")
-    p.add_argument("--sd", type=float, required=True, help="standard deviation of the paired differences, e.g. 0.37")
-    p.add_argument("--alpha", type=float, default=0.05, help="two-sided significance level (default 0.05)")
+    p.add_argument("--effect", type=number(gt=0), required=True, help="mean paired difference to detect, e.g. 0.14")
+    p.add_argument("--sd", type=number(gt=0), required=True, help="standard deviation of the paired differences, e.g. 0.37")
+    p.add_argument("--alpha", type=number(gt=0, lt=1), default=0.05, help="two-sided significance level (default 0.05)")
     p.add_argument("--power", default="0.8,0.9", help="target power(s), comma-separated (default 0.8,0.9)")
-    p.add_argument("--n", type=int, help="also report the power achieved with this many scenarios")
+    p.add_argument("--n", type=number(int, ge=2), help="also report the power achieved with this many scenarios")
     p.add_argument("--json", action="store_true", help="print the table as one JSON object")
     p.set_defaults(func=cmd_power)
 

@@ -11,7 +11,13 @@ def _money(cost, known: float) -> str:
     """A cost, or what is known of it when a model has no price (never shown as 0)."""
     if cost is not None:
         return f"{cost:.2f}"
-    return f"≥{known:.2f}" if known > 0 else "n/a"
+    return f"≥{known:.2f}" if known > 0 else "unknown"
+
+
+def _dollars(cost, known: float) -> str:
+    """``_money`` with its dollar sign: $1.23, ≥$1.23 or unknown."""
+    text = _money(cost, known)
+    return "unknown" if text == "unknown" else text.replace("≥", "≥$") if text.startswith("≥") else f"${text}"
 
 
 def _duration(s: float) -> str:
@@ -70,10 +76,12 @@ def format_table(d: dict) -> str:
     worst_known = t["cost_known_part_usd_worst"]
     out(f"batch: {t['runs']} runs, {t['calls']:.0f} calls (worst {t['calls_worst']:.0f}; {t['attempts']:.0f} HTTP attempts "
         f"with validation retries), {_tokens(t['prompt_tokens'])} tokens in / {_tokens(t['completion_tokens'])} out, "
-        f"${_money(t['cost_usd'], t['cost_known_part_usd'])} (worst ${_money(t['cost_usd_worst'], worst_known)}); "
+        f"{_dollars(t['cost_usd'], t['cost_known_part_usd'])} (worst {_dollars(t['cost_usd_worst'], worst_known)}); "
         f"wall time {_duration(d['batch_wall_s'])}, bound by {d['bottleneck']}")
-    if t["cost_usd"]:
+    if t["cost_usd"] and (d["execution"] == "batch" or not d.get("provider_batch_unsupported")):
         out(batch_line(t, d["execution"]))
+    elif t["cost_usd"]:  # offered only where every model it calls has a batch API madbench can use
+        out(f"provider batch mode: not available for this batch ({d['provider_batch_unsupported'][0]})")
     models: dict[str, list] = {}
     for row in d["by_model"]:
         m = models.setdefault(row["model"], [0.0, 0.0, 0.0, 0.0, True])
@@ -86,11 +94,13 @@ def format_table(d: dict) -> str:
             m[3] += row["cost_usd"]
     for model, (n, p, c, cost, known) in models.items():
         out(f"  {model:<32} {n:>9.0f} calls {_tokens(p):>8} in {_tokens(c):>8} out  "
-            + (f"${cost:.2f}" if known else "no price in litellm's cost map: not costed"))
+            + (f"${cost:.2f}" if known else "unknown price (none in litellm's cost map, none declared)"))
     out("expected case: " + ", ".join(f"{k} {v:.2f}" for k, v in d["rates"].items())
         + "; worst case: every intervention fires to its max_retries in every round, no early stop")
     if cal:
         out("rates from: " + "; ".join(f"{k} {v}" for k, v in cal["rate_sources"].items()))
     if d["models_without_price"]:
-        out(f"no price for {', '.join(d['models_without_price'])}: costs that include them show what is known (≥) or n/a")
+        out(f"unknown price for {', '.join(d['models_without_price'])}: costs that include them show what is known (≥) "
+            "or unknown, never $0; declare a price on the model's tier in its routing profile (price: "
+            "{input_usd_per_mtok: …, output_usd_per_mtok: …})")
     return "\n".join(lines)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from madbench.gateway.models import ModelPrice, ModelSpec, spec_cost
 from madbench.runner.wiring import build_providers
 
 
@@ -16,11 +17,13 @@ def counts_tokens(model: str) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def price(model: str, prompt: int, completion: int, batch: bool = False) -> float | None:
-    """US dollars of one call from the gateway's provider for the model (None: not in the cost map); ``batch``: at
-    its batch-API prices (litellm's batch prices, or half the synchronous price where the map has none)."""
+def price(model: str, prompt: int, completion: int, batch: bool = False, declared: ModelPrice | None = None) -> float | None:
+    """US dollars of one call: at the ``declared`` price of its spec (a routing profile's ``price``), else from the
+    gateway's provider for the model (None: not in the cost map, or listed at $0 for a hosted model); ``batch``: at
+    batch-API prices (litellm's batch prices, or half the synchronous price where the map has none)."""
+    spec = ModelSpec(model=model, price=declared)
     # None for a model outside the cost map; a model litellm cannot place raises (the preflight names it first).
-    return build_providers().for_model(model).cost(model, prompt, completion, batch=batch)
+    return spec_cost(build_providers().for_model(model), spec, prompt, completion, batch=batch)
 
 
 def cost(e, field_name: str = "cost_usd") -> float | None:

@@ -128,12 +128,13 @@ class Tally:
         e.attempts += n * (1 + v)
         e.prompt_tokens += n * prompt
         e.completion_tokens += n * completion
-        usd = price(s.model, round(prompt), round(completion))
+        usd = price(s.model, round(prompt), round(completion), declared=s.spec.price)
         if usd is None:
             e.unpriced.add(s.model)
         else:
             line.cost_usd += n * usd
-            line.cost_batch_usd += n * price(s.model, round(prompt), round(completion), batch=True)
+            line.cost_batch_usd += n * (price(s.model, round(prompt), round(completion), batch=True,
+                                              declared=s.spec.price) or 0.0)
         u = e.limits.setdefault(s.spec.limit_key(), LimitUsage(s.spec.limits, label=limit_label(s.spec)))
         u.attempts += n * (1 + v)
         u.tokens += n * (prompt + completion)

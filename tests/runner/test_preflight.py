@@ -56,13 +56,17 @@ def test_an_unwritable_results_directory_is_a_preflight_problem(make_pack, tmp_p
     assert "results directory's path runs through a file" in capsys.readouterr().err
 
 
-def test_failed_runs_exit_1_with_their_reasons_grouped_and_the_retry_command(make_pack, tmp_path, capsys):
-    # rules/nope passes preflight (the rules provider needs no key) but every call to it fails: a run failure.
-    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), model="rules/nope", replicates=1,
+def test_failed_runs_exit_1_with_their_reasons_grouped_and_the_retry_command(make_pack, tmp_path, capsys, monkeypatch):
+    # A priced model with its key passes preflight, but nothing answers at its api_base (a closed port, no retries
+    # and no outage patience): every call fails, a run failure.
+    monkeypatch.setenv("MADBENCH_TEST_KEY", "sk-test-not-a-key")
+    dead = {"model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:1/v1", "api_key_env": "MADBENCH_TEST_KEY",
+            "retry": {"max_transient_retries": 0, "outage_patience_s": 0}}
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), model=dead, replicates=1,
                         configs=[str(ROOT / "configs/debate/single-causal.yaml")], retries=0)
     assert main(["run", str(batch), "--quiet", "--cache-dir", str(tmp_path / "cache")]) == 1
     err = capsys.readouterr().err
-    assert "4 run(s) failed" in err and "4 run(s), e.g." in err and "no rule-based model 'rules/nope'" in err
+    assert "4 run(s) failed" in err and "4 run(s), e.g." in err and "openai/gpt-4o-mini" in err
     assert f"madbench run {batch} --cache-dir {tmp_path / 'cache'} --retry-failed" in err
     assert main(["status", str(tmp_path / "results" / "t")]) == 0
     assert "4 failed" in capsys.readouterr().out

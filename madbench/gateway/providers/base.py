@@ -21,6 +21,11 @@ class RawResponse:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class SendOnly(str):
+    """A preflight problem that only sending a call meets (a missing key, a model name litellm does not list): a dry
+    run, which sends nothing, reports it as a warning; a run refuses to start."""
+
+
 class Provider(Protocol):
     #: Label shown in every table: False for the rule-based analysts.
     is_llm: bool

@@ -6,6 +6,7 @@ reaches our limiter and every retry is recorded by the gateway.
 
 from __future__ import annotations
 
+import difflib
 import email.utils
 import os
 import re
@@ -17,7 +18,7 @@ from ..errors import FatalProviderError, Overloaded, RateLimited, Refused, Trans
 from ..models import ModelSpec
 from ..request import LLMRequest
 from ..secrets import api_key_from_env, redact, remember, remember_env
-from .base import RawResponse
+from .base import RawResponse, SendOnly
 from .llama_schema import llama_cpp_schema
 
 _litellm = None
@@ -111,9 +112,7 @@ def token_cost(model: str, prompt_tokens: int, completion_tokens: int, cached_to
     read and write rates. ``batch``: at the map's batch prices (``input_cost_per_token_batches`` …), or half the
     synchronous price where it has none (litellm's own rule, what OpenAI, Anthropic, Vertex and Bedrock charge)."""
     litellm = import_litellm()
-    try:
-        litellm.get_model_info(model)
-    except litellm.exceptions.ModelNotMappedError:
+    if not has_price(model):
         return None
     if batch:
         from litellm.cost_calculator import batch_cost_calculator
@@ -228,6 +227,45 @@ def unanswered(choice: Any, usage: Any, spec: ModelSpec, cost: Callable[..., flo
                      f"completion tokens{of_which}); raise this phase's max_tokens in the config", billed)
 
 
+#: litellm providers that serve a model on the user's own machine: a $0 price in the map is the real one.
+LOCAL_PROVIDERS = frozenset({"ollama", "ollama_chat", "lm_studio", "llamafile", "hosted_vllm", "vllm", "local"})
+
+
+def listed(model: str) -> bool:
+    """Whether litellm's cost map has an entry of its own for ``model``: for a name it does not list,
+    ``get_model_info`` answers a stand-in with the provider's defaults and every price 0."""
+    info = model_info(model)
+    return info is not None and info.get("key") in import_litellm().model_cost
+
+
+def has_price(model: str) -> bool:
+    """Whether litellm's cost map prices ``model``: it lists it, with a price other than 0 unless its provider runs on
+    the user's machine (a hosted model listed at $0 is an entry without a price, not a free model)."""
+    if not listed(model):
+        return False
+    info = model_info(model) or {}
+    prices = [info.get("input_cost_per_token"), info.get("output_cost_per_token")]
+    if any(p is None for p in prices):
+        return False
+    return any(prices) or info.get("litellm_provider") in LOCAL_PROVIDERS
+
+
+def known_models() -> list[str]:
+    """Every chat model litellm's cost map lists, as ``provider/name`` (the form a config writes)."""
+    out = set()
+    for key, info in import_litellm().model_cost.items():
+        provider = info.get("litellm_provider")
+        if not provider or info.get("mode") not in (None, "chat", "responses"):
+            continue
+        out.add(key if key.startswith(provider + "/") else f"{provider}/{key}")
+    return sorted(out)
+
+
+def nearest_models(model: str, n: int = 3) -> list[str]:
+    """The ``n`` names in ``known_models`` closest to ``model`` (difflib's ratio), for a name that may be mistyped."""
+    return difflib.get_close_matches(model, known_models(), n=n, cutoff=0.6)
+
+
 def model_info(model: str, api_base: str | None = None) -> dict[str, Any] | None:
     """litellm's model information (context window, output limit, prices, capabilities), None when it has none."""
     litellm = import_litellm()
@@ -319,15 +357,25 @@ class LiteLLMProvider:
             return [f"{spec.model}: {named}: litellm cannot route it, so every call would fail; write "
                     "<provider>/<model> with a provider litellm knows (e.g. openai/gpt-4o-mini, anthropic/..., "
                     "openrouter/..., or openai/<name> with api_base for an OpenAI-compatible server), or rules/auto"]
-        problems = []
+        problems: list[str] = []
         if spec.api_key_env is not None:
             if not remember_env(spec.api_key_env):  # remembered: the driver scrubs it from what it records too
-                problems.append(f"{spec.model}: environment variable {spec.api_key_env} (its api_key_env) is not set")
+                problems.append(SendOnly(f"{spec.model}: environment variable {spec.api_key_env} (its api_key_env) is "
+                                         "not set"))
         elif not spec.api_base:  # a self-hosted endpoint takes no key; a hosted one reads the provider's variable
             missing = litellm.validate_environment(model=spec.model).get("missing_keys") or []
             if missing:
-                problems.append(f"{spec.model}: no API key: export {' or '.join(missing)} (or name another variable "
-                                "with api_key_env in the model spec)")
+                problems.append(SendOnly(f"{spec.model}: no API key: export {' or '.join(missing)} (or name another "
+                                         "variable with api_key_env in the model spec)"))
+        if not spec.api_base and provider not in LOCAL_PROVIDERS and not listed(spec.model):
+            # litellm's stand-in information for a name it does not list says nothing true about the model
+            if spec.price is not None:
+                return problems  # declared, with its price, by someone who knows the model: not a typo
+            near = nearest_models(spec.model)
+            hint = f"nearest known: {', '.join(near)}" if near else "no similar name is known"
+            return [SendOnly(f"{spec.model}: unknown model: litellm's model list has no such name ({hint}); correct the "
+                             "name, or for a model newer than litellm's list declare its price in its routing profile "
+                             "tier (price: {input_usd_per_mtok: …, output_usd_per_mtok: …})"), *problems]
         return problems + capability_problems(spec, model, provider, temperature, max_tokens)
 
     def context_window(self, spec: ModelSpec) -> int | None:
