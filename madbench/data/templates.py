@@ -449,8 +449,13 @@ class DuplicateKey(yaml.constructor.ConstructorError):
     """A mapping that names one key twice."""
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a mapping naming one key twice: PyYAML keeps the last silently, so a
+#: libyaml's parser where PyYAML was built with it (several times faster: every run reads its configs and rubric),
+#: with the same safe constructor.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _UniqueKeyLoader(_SafeLoader):  # type: ignore[valid-type,misc]
+    """A safe YAML loader that refuses a mapping naming one key twice: PyYAML keeps the last silently, so a
     ``workers: 2`` written below ``workers: 1`` would win unseen."""
 
     def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
