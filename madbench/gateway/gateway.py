@@ -28,6 +28,7 @@ import asyncio
 import dataclasses
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,7 @@ from .limiter import LimiterPool
 from .models import ModelSpec, SchemaScope, as_spec
 from .providers import Provider, Providers
 from .providers.base import RawResponse
+from .providers.batching import current_party
 from .request import LLMRequest, Message
 from .secrets import redact, redact_known
 from .single_flight import SingleFlight
@@ -77,6 +79,9 @@ class Gateway:
         self.budget = budget or Budget(None)
         self.use_cache = use_cache and cache is not None
         self.totals = Totals()
+        #: Provider attempts begun or ended, per party (the run a call belongs to, ``current_party``): a runner's
+        #: watchdog reads a run whose count moves as alive even while its trace does not (a slow answer, retries).
+        self.activity: Counter[str | None] = Counter()
         self._prepared: dict[str, ModelSpec] = {}
 
     def prepare(self, spec: ModelSpec) -> tuple[ModelSpec, Provider]:
@@ -278,14 +283,18 @@ class Gateway:
             try:
                 self._check_guard()  # after the wait, which may be long: nothing is paid for an orphan
                 start = time.perf_counter()
+                party = current_party.get()
                 try:
                     sent["sent"] = True
+                    self.activity[party] += 1
                     raw = await provider.complete(request, spec)
+                    self.activity[party] += 1
                     # A provider that echoes the key in an answer: scrub known keys only (an answer is no error text).
                     clean = redact_known(raw.content, named=False)
                     if clean != raw.content:
                         raw = dataclasses.replace(raw, content=clean)
                 except (RateLimited, TransientError) as exc:
+                    self.activity[party] += 1
                     # 429s honour Retry-After (capped) and tell the limiter; other transient errors back off.
                     kind = exc.kind
                     retry_after = getattr(exc, "retry_after", None)

@@ -184,6 +184,10 @@ class BatchingProvider:
         return raw_response(line, spec, self.cost)
 
 
+class NotKnown(FatalProviderError):
+    """The provider does not know the batch or file asked for (404): it was lost on its side (or never made)."""
+
+
 class BatchAPI:
     """A provider's files and batches endpoints for one ``batch_group``, through litellm. Every method raises
     ``TransientError`` (worth trying again) or ``FatalProviderError``."""
@@ -245,13 +249,27 @@ class BatchAPI:
         except (litellm.RateLimitError, litellm.Timeout, litellm.InternalServerError, litellm.APIConnectionError,
                 litellm.ServiceUnavailableError, litellm.BadGatewayError) as exc:
             raise TransientError(redact(f"{type(exc).__name__}: {exc}")[:500]) from None
-        except (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError,
-                litellm.BadRequestError) as exc:
+        except litellm.NotFoundError as exc:
+            raise NotKnown(redact(f"{type(exc).__name__}: {exc}")[:500]) from None
+        except (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.BadRequestError) as exc:
             raise FatalProviderError(redact(f"{type(exc).__name__}: {exc}")[:500]) from None
         except litellm.APIError as exc:
             status = getattr(exc, "status_code", 0) or 0
             cls = TransientError if status >= 500 or status == 0 else FatalProviderError
             raise cls(redact(f"{status} {type(exc).__name__}: {exc}")[:500]) from None
+        except Exception as exc:
+            # litellm's batch and file calls pass the OpenAI client's own errors through unmapped (a 404 arrives as
+            # openai.NotFoundError): classified by their status here, never left to kill the caller's task.
+            import openai
+            if isinstance(exc, openai.APIConnectionError):  # a timeout included
+                raise TransientError(redact(f"{type(exc).__name__}: {exc}")[:500]) from None
+            status = getattr(exc, "status_code", None)
+            if not isinstance(exc, openai.APIStatusError) or status is None:
+                raise
+            reason = redact(f"{status} {type(exc).__name__}: {exc}")[:500]
+            if status == 404:
+                raise NotKnown(reason) from None
+            raise (TransientError if status >= 500 or status == 429 else FatalProviderError)(reason) from None
 
 
 def _plain(batch: Any) -> dict[str, Any]:
