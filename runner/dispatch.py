@@ -148,7 +148,8 @@ class Dispatch(Generic[Unit]):
         self.pool, self.work, self.progress = pool, work, progress
         self.max_in_flight, self.retries, self.stall_s = max_in_flight, retries, stall_s
         self.marks: dict[str, tuple[Any, float]] = {}  # unit key → (its last progress marker, when it last changed)
-        self.beating: dict[int, Any] = {}  # actor index → the ref of the progress markers asked of it
+        self.beating: dict[int, tuple[Any, Any]] = {}  # actor index → (the ref of the markers asked of it, its handle)
+        self.up: dict[int, tuple[Any, float]] = {}  # actor index → (its handle, when it first answered)
         self.queue = list(todo)
         self.in_flight: dict[Any, tuple[Unit, int, Any]] = {}  # ref → (unit, actor index, actor handle)
         self.attempts: Counter = Counter()  # unit key → attempts made in this dispatch
@@ -219,7 +220,7 @@ class Dispatch(Generic[Unit]):
         if not self.work.watched:
             return
         ray = self.pool.ray
-        for k, ref in list(self.beating.items()):
+        for k, (ref, handle) in list(self.beating.items()):
             if not ray.wait([ref], timeout=0)[0]:
                 continue
             del self.beating[k]
@@ -227,6 +228,8 @@ class Dispatch(Generic[Unit]):
                 marks = ray.get(ref)
             except ray.exceptions.RayError:
                 continue  # the actor is gone: its units report that themselves
+            if self.up.get(k, (None,))[0] is not handle:
+                self.up[k] = (handle, now)
             for key, mark in marks.items():
                 if key in self.marks and (mark is None or mark != self.marks[key][0]):
                     self.marks[key] = (mark, now)
@@ -235,10 +238,14 @@ class Dispatch(Generic[Unit]):
             if k not in self.beating and self.pool.actors[k] is handle:
                 ref = self.work.beat(handle)
                 if ref is not None:
-                    self.beating[k] = ref
+                    self.beating[k] = (ref, handle)
         for ref, (unit, k, handle) in list(self.in_flight.items()):
-            idle = now - self.marks[self.work.key(unit)][1]
-            if idle > self.stall_s and ref in self.in_flight:
+            since = self.marks[self.work.key(unit)][1]
+            up_handle, up_since = self.up.get(k, (None, 0.0))
+            # Counted from when its actor is up (a cold start on a loaded node may take minutes); an actor that never
+            # answers at all (never started, or blocked from the start) is given three times as long.
+            idle, limit = (now - max(since, up_since), self.stall_s) if up_handle is handle else (now - since, 3 * self.stall_s)
+            if idle > limit and ref in self.in_flight:
                 self._stalled(ref, unit, k, handle, idle)
 
     def _stalled(self, ref, unit: Unit, k: int, handle, idle: float) -> None:
