@@ -141,6 +141,7 @@ class RunnerActor:
                                       f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")) from None
         finally:
             self.running.discard(run_id)
+            self.gateway.activity.pop(run_id, None)
         self.guard()
         write_parts(self.layout, self.batch, result, config, scenario, self.node_id)
         return ActorReport(run_id=result.run_id, status=Status(result.status), error=result.error, totals=result.totals,
