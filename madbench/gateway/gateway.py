@@ -249,7 +249,7 @@ class Gateway:
         first = len(attempts)
         sent = {"sent": False}
         try:
-            return await self._call(request, spec, provider, attempts, sent)
+            answer = await self._call(request, spec, provider, attempts, sent)
         except asyncio.CancelledError:
             # Cancelled with a request at the provider (a failed run stops its sibling turns): what it bills is never
             # reported to us, so it is settled at the maximum it was reserved for; spend never under-reports.
@@ -259,8 +259,8 @@ class Gateway:
         except BaseException:
             await self.budget.settle(token, total_cost(attempts[first:])[0])
             raise
-        else:
-            await self.budget.settle(token, total_cost(attempts[first:])[0])
+        await self.budget.settle(token, total_cost(attempts[first:])[0])
+        return answer
 
     async def _call(self, request: LLMRequest, spec: ModelSpec, provider: Provider, attempts: list[Attempt],
                     sent: dict[str, bool]) -> tuple[RawResponse, float]:

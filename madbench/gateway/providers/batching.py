@@ -21,6 +21,7 @@ Bedrock charge). ``batch_pricing`` says which was used.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -244,8 +245,15 @@ class BatchAPI:
 
     async def _call(self, awaitable: Awaitable[Any]) -> Any:
         litellm = import_litellm()
+        call = asyncio.ensure_future(awaitable)
         try:
-            return await awaitable
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # litellm builds the request in a worker thread and awaits it afterwards: cancelled in between (the
+            # collector stopping), the coroutine it built would be dropped unawaited. Let it finish, answer dropped.
+            call.add_done_callback(_retrieved)
+            await asyncio.wait([call])
+            raise
         except (litellm.RateLimitError, litellm.Timeout, litellm.InternalServerError, litellm.APIConnectionError,
                 litellm.ServiceUnavailableError, litellm.BadGatewayError) as exc:
             raise TransientError(redact(f"{type(exc).__name__}: {exc}")[:500]) from None
@@ -270,6 +278,12 @@ class BatchAPI:
             if status == 404:
                 raise NotKnown(reason) from None
             raise (TransientError if status >= 500 or status == 429 else FatalProviderError)(reason) from None
+
+
+def _retrieved(call: asyncio.Future) -> None:
+    """A dropped call's outcome, read so that its error is not reported as never retrieved."""
+    if not call.cancelled():
+        call.exception()
 
 
 def _plain(batch: Any) -> dict[str, Any]:
