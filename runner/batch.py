@@ -146,6 +146,10 @@ class BatchSpec(BaseModel):
     max_in_flight: int = Field(16, ge=1, le=MAX_IN_FLIGHT)
     #: Runner actors (each imports litellm once: about 250 MB and 5 s).
     workers: int = Field(2, ge=1, le=MAX_WORKERS)
+    #: Seconds a run may make no progress (its trace and its provider attempts unchanged; a wait for a provider batch
+    #: is the collector's to watch) before the watchdog fails it with that reason and replaces its runner actor
+    #: (runner/dispatch.py). Recorded in the manifest with the rest of the spec.
+    stall_timeout_s: float = Field(600.0, gt=0, le=7 * 24 * 3600)
     #: ``sync`` (each call when it is made) or ``batch``: through the provider's batch API at about half the price,
     #: one provider batch per debate phase (runner/provider_batches.py; the full form sets its window and polling).
     execution: Literal["sync", "batch"] | ProviderBatchOptions = "sync"

@@ -9,9 +9,10 @@ what was billed. A reservation waits while spent plus every hold plus its own wo
 (the budget is reached) when spent plus its own would. So calls in flight on many actors at once stay under the cap
 together, and the batch stops only when the next call cannot fit.
 
-Persistence: the actor rewrites budget.json (atomically) after every settlement that cost something and when it
-first refuses a reservation. A crash (kill -9 of the driver takes the actor with it) therefore loses at most the
-calls in flight, whose reservations were never settled. A driver joined through the Ray client keeps its results
+Persistence: the actor rewrites budget.json (atomically) after every reservation and settlement and when it first
+refuses a reservation; the reservations not yet settled are journaled in it (``in_flight_usd``). A crash (kill -9 of
+the driver takes the actor with it) leaves those there, and the next invocation counts each as spent at its maximum
+cost (``read_budget``): the spend never under-reports, and the cap holds across crashes. A driver joined through the Ray client keeps its results
 directory on its own machine, where the actor (on the head) cannot write: there the driver writes budget.json
 itself (``persist``) every few seconds and at the end, so a crash loses at most those seconds' spend.
 
@@ -44,6 +45,10 @@ class BudgetRecord(BaseModel):
     spent_usd: float = Field(0.0, ge=0)
     #: Why an invocation stopped at this cap (a call that could not fit); None while calls may go on.
     reached: str | None = None
+    #: The reservations (maximum costs) of the paid calls in flight when this was written: journaled before each
+    #: request is sent, removed when it settles. A crash leaves them here, and the next invocation counts each as
+    #: spent at its maximum: what the provider billed for it is never reported, and spend must not under-report.
+    in_flight_usd: list[float] = Field(default_factory=list)
     updated: str = ""
 
 
@@ -58,12 +63,14 @@ def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
         except ValidationError as exc:
             raise InputError(path, f"not a budget record: {exc.errors()[0]['msg']}",
                              "restore it, or delete it to count this batch's spend from zero") from None
+    # Calls in flight at a crash were (or may have been) billed: spent at their reserved maximum.
+    spent = record.spent_usd + sum(record.in_flight_usd)
     reached = record.reached
     if cap_usd is None or (record.cap_usd is not None and cap_usd > record.cap_usd):
         reached = None
-    if cap_usd is not None and record.spent_usd >= cap_usd:
-        reached = f"budget of ${cap_usd:g} reached: ${record.spent_usd:.4f} spent by earlier invocations"
-    return BudgetRecord(cap_usd=cap_usd, spent_usd=record.spent_usd, reached=reached, updated=record.updated)
+    if cap_usd is not None and spent >= cap_usd:
+        reached = f"budget of ${cap_usd:g} reached: ${spent:.4f} spent by earlier invocations"
+    return BudgetRecord(cap_usd=cap_usd, spent_usd=spent, reached=reached, updated=record.updated)
 
 
 def write_budget(root: str | Path, record: BudgetRecord) -> None:
@@ -90,24 +97,27 @@ class BudgetActor:
             if was is None:
                 self._persist()
             return {"refused": str(exc), **self.state()}
+        if token:
+            self._persist()  # journaled before the request is sent: a crash from here on counts it
         return {"token": token, **self.state()}
 
     def settle(self, token: int | None, cost: float | None) -> dict[str, Any]:
         self.ledger.settle(token, cost)
-        if cost:
+        if cost or token:
             self._persist()
         return self.state()
 
     def state(self) -> dict[str, Any]:
         led = self.ledger
         return {"cap_usd": led.cap_usd, "spent_usd": led.spent_usd, "reserved_usd": led.reserved_usd,
-                "reached": led.reached}
+                "reached": led.reached, "in_flight_usd": list(led.held.values())}
 
     def _persist(self) -> None:
         if self.root is None:
             return
         led = self.ledger
-        write_budget(self.root, BudgetRecord(cap_usd=led.cap_usd, spent_usd=led.spent_usd, reached=led.reached))
+        write_budget(self.root, BudgetRecord(cap_usd=led.cap_usd, spent_usd=led.spent_usd, reached=led.reached,
+                                             in_flight_usd=list(led.held.values())))
 
 
 class RayBudget(Budget):
@@ -143,7 +153,8 @@ class RayBudget(Budget):
     def persist(self, root: str | Path) -> dict[str, Any]:
         """Write the ledger now to ``root``'s budget.json, from the driver; returns its state."""
         state = self.snapshot()
-        write_budget(root, BudgetRecord(cap_usd=state["cap_usd"], spent_usd=state["spent_usd"], reached=state["reached"]))
+        write_budget(root, BudgetRecord(cap_usd=state["cap_usd"], spent_usd=state["spent_usd"], reached=state["reached"],
+                                        in_flight_usd=state["in_flight_usd"]))
         return state
 
     def _mirror(self, state: dict[str, Any]) -> dict[str, Any]:

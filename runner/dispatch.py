@@ -30,6 +30,14 @@ STATUS_INTERVAL_S = 2.0
 #: How a dispatch ended (a batch's manifest records it as its state).
 FINISHED, BUDGET_STOP, INTERRUPTED = "finished", "stopped: budget reached", "interrupted"
 
+#: Seconds a unit may go without progress (``Work.beat``) before the watchdog fails it and replaces its actor: a batch
+#: setting (``stall_timeout_s``). Longer than any one call's retries and backoff (``outage_patience_s`` is 300 s).
+STALL_S = 600.0
+
+
+class Stalled(RuntimeError):
+    """A unit made no progress for the watchdog's time: failed with this reason, its actor replaced."""
+
 
 def _pick_node(ray, load: Counter, avoid: set[str]) -> str:
     """The alive node that hosts fewest of the pool's actors (ties in node id order): the actors spread over a
@@ -71,6 +79,15 @@ class ActorPool:
                                f"{str(exc).splitlines()[0][:500]}") from None
         self.actors[k] = self._start(k)
 
+    def restart(self, k: int, handle) -> None:
+        """Replace actor k (``handle``), alive but stuck (the watchdog's call): killed, and a fresh one started on
+        the same node. Its other units report the kill and are requeued, their attempts not counted."""
+        if self.actors[k] is not handle:
+            return
+        self.ray.kill(handle)
+        strategy = self._affinity(node_id=self.node_of[k], soft=False)
+        self.actors[k] = self._cls.options(scheduling_strategy=strategy).remote(*self._args)
+
     def kill_all(self) -> None:
         for a in self.actors:
             self.ray.kill(a)
@@ -85,6 +102,8 @@ class Work(ABC, Generic[Unit]):
 
     #: What Ctrl-C keeps, for the line it prints.
     kept: str
+    #: Whether the watchdog watches its units (``beat`` answers progress markers).
+    watched: bool = False
 
     @abstractmethod
     def key(self, unit: Unit) -> str:
@@ -114,14 +133,23 @@ class Work(ABC, Generic[Unit]):
     def tick(self) -> None:
         """Every ``STATUS_INTERVAL_S`` seconds while the loop runs."""
 
+    def beat(self, handle):
+        """The ObjectRef of actor ``handle``'s progress markers, {unit key: marker} for its units in flight (a
+        marker that changes is progress; None: alive, waiting on something watched elsewhere); None: this job's
+        units are not watched."""
+        return None
+
 
 class Dispatch(Generic[Unit]):
     """Feeds ``todo`` to the pool's actors with at most ``max_in_flight`` outstanding, and settles each as it returns."""
 
     def __init__(self, pool: ActorPool, work: Work[Unit], todo: list[Unit], max_in_flight: int, progress: Progress,
-                 retries: int = 0):
+                 retries: int = 0, stall_s: float = STALL_S):
         self.pool, self.work, self.progress = pool, work, progress
-        self.max_in_flight, self.retries = max_in_flight, retries
+        self.max_in_flight, self.retries, self.stall_s = max_in_flight, retries, stall_s
+        self.marks: dict[str, tuple[Any, float]] = {}  # unit key → (its last progress marker, when it last changed)
+        self.beating: dict[int, tuple[Any, Any]] = {}  # actor index → (the ref of the markers asked of it, its handle)
+        self.up: dict[int, tuple[Any, float]] = {}  # actor index → (its handle, when it first answered)
         self.queue = list(todo)
         self.in_flight: dict[Any, tuple[Unit, int, Any]] = {}  # ref → (unit, actor index, actor handle)
         self.attempts: Counter = Counter()  # unit key → attempts made in this dispatch
@@ -152,6 +180,7 @@ class Dispatch(Generic[Unit]):
             if now - self.last_tick >= STATUS_INTERVAL_S:
                 self.last_tick = now
                 self.work.tick()
+                self._watch(now)
             if self.budget_hit and not self.in_flight:
                 return BUDGET_STOP
         return FINISHED
@@ -164,6 +193,7 @@ class Dispatch(Generic[Unit]):
             k = self.sent % len(self.pool.actors)
             handle = self.pool.actors[k]
             self.in_flight[self.work.submit(handle, unit, k, self.attempts[key])] = (unit, k, handle)
+            self.marks[key] = (None, time.monotonic())  # a fresh attempt: its time without progress starts now
             self.sent += 1
 
     def _settle(self, ref) -> None:
@@ -181,6 +211,54 @@ class Dispatch(Generic[Unit]):
             return
         except ray.exceptions.RayError as exc:  # a bug in the unit: it failed, the job goes on
             answer = self.work.failure(unit, exc)
+        self._account(unit, answer, k, handle)
+
+    def _watch(self, now: float) -> None:
+        """The watchdog: read the actors' progress markers that came back, ask again, and fail every unit in flight
+        that made no progress for ``stall_s`` (its actor replaced). Never blocks: an actor too stuck to answer shows
+        no progress."""
+        if not self.work.watched:
+            return
+        ray = self.pool.ray
+        for k, (ref, handle) in list(self.beating.items()):
+            if not ray.wait([ref], timeout=0)[0]:
+                continue
+            del self.beating[k]
+            try:
+                marks = ray.get(ref)
+            except ray.exceptions.RayError:
+                continue  # the actor is gone: its units report that themselves
+            if self.up.get(k, (None,))[0] is not handle:
+                self.up[k] = (handle, now)
+            for key, mark in marks.items():
+                if key in self.marks and (mark is None or mark != self.marks[key][0]):
+                    self.marks[key] = (mark, now)
+        busy = {k: h for _, k, h in self.in_flight.values()}
+        for k, handle in busy.items():
+            if k not in self.beating and self.pool.actors[k] is handle:
+                ref = self.work.beat(handle)
+                if ref is not None:
+                    self.beating[k] = (ref, handle)
+        for ref, (unit, k, handle) in list(self.in_flight.items()):
+            since = self.marks[self.work.key(unit)][1]
+            up_handle, up_since = self.up.get(k, (None, 0.0))
+            # Counted from when its actor is up (a cold start on a loaded node may take minutes); an actor that never
+            # answers at all (never started, or blocked from the start) is given three times as long.
+            idle, limit = (now - max(since, up_since), self.stall_s) if up_handle is handle else (now - since, 3 * self.stall_s)
+            if idle > limit and ref in self.in_flight:
+                self._stalled(ref, unit, k, handle, idle)
+
+    def _stalled(self, ref, unit: Unit, k: int, handle, idle: float) -> None:
+        del self.in_flight[ref]
+        self.work.returned(unit)
+        self.beating.pop(k, None)
+        self.pool.restart(k, handle)
+        self.work.lost(k)
+        exc = Stalled(f"no progress for {idle:.0f} s (the watchdog's stall_timeout_s is {self.stall_s:g} s): failed, and "
+                      "its runner actor replaced")
+        self._account(unit, self.work.failure(unit, exc), k, handle)
+
+    def _account(self, unit: Unit, answer: Any, k: int, handle) -> None:
         report = self.work.settle(unit, answer, k, handle)
         if report.status is Status.BUDGET_REACHED:
             self.budget_hit = True

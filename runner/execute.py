@@ -90,9 +90,24 @@ class RunnerActor:
         self.cache = cache.open(self.node_id, ctx.get_actor_id())
         # Provider batch mode (a collector given): litellm-routed calls wait for the batch's collector.
         self.gateway = build_gateway(cache=self.cache, budget=budget, guard=self.guard, collector=collector)
+        self.collector = collector
+        self.running: set[str] = set()  # the runs in flight on this actor (what ``beats`` reports on)
         if collector is not None:
             self.gateway.providers.default.warm()  # litellm now: a run slow to its first call would miss phase 1's batch
         self.batch = batch
+
+    async def beats(self) -> dict[str, Any]:
+        """For each run in flight here, what moves while it makes progress: its trace's size and its provider
+        attempts (the driver's watchdog, runner/dispatch.py, compares them from one look to the next); None for a run
+        waiting for a provider batch, which the collector watches. Unanswered when this actor's event loop is
+        blocked: that is no progress either."""
+        waiting = self.collector.waiting if self.collector is not None else {}
+        out: dict[str, Any] = {}
+        for run_id in self.running:
+            path = self.layout.trace_path(run_id)
+            size = path.stat().st_size if path.exists() else -1
+            out[run_id] = None if waiting.get(run_id) else (size, self.gateway.activity.get(run_id, 0))
+        return out
 
     async def run(self, scenario: dict, config: dict, sample_index: int, retry_failed: bool, run_id: str,
                   trace: bytes | None = None) -> ActorReport:
@@ -108,6 +123,7 @@ class RunnerActor:
         # This run's calls tell the provider-batch collector whose they are (each actor call is its own asyncio task,
         # with its own copy of the context).
         current_party.set(run_id)
+        self.running.add(run_id)
         try:
             result = await run_debate(s, self.pack, c, self.gateway, self.layout, sample_index, where=f"scenario {s.id}",
                                       retry_failed=retry_failed, run_id=run_id)
@@ -123,6 +139,9 @@ class RunnerActor:
             # message and traceback does, so the driver records the real reason with the failed run.
             raise RuntimeError(redact(str(exc) if isinstance(exc, InputError) else  # bad input: its one line says it all
                                       f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=8)}")) from None
+        finally:
+            self.running.discard(run_id)
+            self.gateway.activity.pop(run_id, None)
         self.guard()
         write_parts(self.layout, self.batch, result, config, scenario, self.node_id)
         return ActorReport(run_id=result.run_id, status=Status(result.status), error=result.error, totals=result.totals,
@@ -206,6 +225,7 @@ class RunWork(Work[RunSpec]):
     recorded in the manifest, which is rewritten every few seconds."""
 
     kept = "committed runs are kept"
+    watched = True
 
     def __init__(self, pool: ActorPool, layout: BatchLayout, manifest_runs: dict[str, ManifestRun], stats: dict[str, Any],
                  retry_failed: bool, spec_json: dict[str, Any], collector=None,
@@ -269,11 +289,23 @@ class RunWork(Work[RunSpec]):
         reason = redact(str(cause) if cause is not None else str(exc))
         return ActorReport(run_id=r.run_id, status=Status.FAILED, error=reason.splitlines()[0][:500])
 
+    def beat(self, handle):
+        return handle.beats.remote()
+
     def tick(self) -> None:
         """Rewrite the manifest, so that `madbench status` sees the runs in flight."""
         write_manifest(self.layout.root, self.spec_json, list(self.manifest_runs.values()), "running")
         for hook in self.every_status:
             hook()
+
+
+def settled_state(state: str, manifest_runs: dict[str, ManifestRun]) -> str:
+    """``state``, unless it says ``finished`` while runs are pending: then it says how many, so that `madbench
+    status` never calls a batch finished with runs left to do."""
+    pending = sum(1 for m in manifest_runs.values() if m.status == "pending")
+    if state == FINISHED and pending:
+        return f"stopped: {pending} run(s) pending after the dispatch ended; run the same command to resume"
+    return state
 
 
 def _manifest_entries(runs: list[RunSpec]) -> dict[str, ManifestRun]:
@@ -354,14 +386,18 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
                 ray.get(ready)  # the collector has read its journal (it starts while the runner actors do)
             work = RunWork(pool, layout, manifest_runs, stats, retry_failed, spec_json, collector,
                            every_status=[lambda: budget.persist(layout.root)] if off_cluster else [])
+            # What the manifest says if the dispatch never returns (a signal's SystemExit): never `finished`.
+            state = "stopped: the driver exited before the runs settled; run the same command to resume"
             try:
-                state = Dispatch(pool, work, todo, spec.max_in_flight, progress, spec.retries).run()
+                state = Dispatch(pool, work, todo, spec.max_in_flight, progress, spec.retries,
+                                 spec.stall_timeout_s).run()
             except Exception as exc:  # the batch stopped on an error: the manifest says so, never `finished`
                 state = "stopped: " + redact(f"{type(exc).__name__}: {exc}".splitlines()[0])[:300]
                 raise
             finally:
                 for m in manifest_runs.values():
                     m.in_flight_since = None
+                state = settled_state(state, manifest_runs)
                 write_manifest(layout.root, spec_json, list(manifest_runs.values()), state)
                 stats["budget"] = stop_budget(ray, budget, record.spent_usd, layout.root if off_cluster else None)
                 stats["cache"] = stop_cache(ray, cache)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections import Counter
@@ -40,6 +41,7 @@ from madbench.gateway.providers.batching import (
     BATCH_PROVIDERS,
     TERMINAL_STATES,
     BatchAPI,
+    NotKnown,
     batch_group,
     batch_pricing,
     parse_lines,
@@ -50,6 +52,10 @@ from madbench.runner.lock import WriterGuard
 from madbench.runner.wiring import build_providers
 
 JOURNAL_DIR = "provider_batches"
+#: A journaled batch the provider answered 404 for: its requests went to later batches (or failed), never polled again.
+LOST = "lost"
+
+log = logging.getLogger(__name__)
 
 
 class ProviderBatchOptions(BaseModel):
@@ -68,6 +74,9 @@ class ProviderBatchOptions(BaseModel):
     poll_s: float = Field(30.0, gt=0)
     #: Times a request an expired or failed batch left unanswered is submitted again before its call fails.
     max_resubmits: int = Field(3, ge=0)
+    #: Seconds a submitted batch may go without one answer from the provider about it (every poll failing) before
+    #: its calls fail with that reason; a batch the provider reports on is in progress however long it takes.
+    stall_s: float = Field(600.0, gt=0)
 
 
 class JournalEntry(BaseModel):
@@ -82,7 +91,8 @@ class JournalEntry(BaseModel):
     #: The custom_id of each request in it: the gateway's key of the request as sent.
     keys: list[str]
     #: uploading → submitting → the provider's states (validating, in_progress, finalizing, completed, expired,
-    #: failed, cancelling, cancelled); ``abandoned``: it never reached the provider (nothing to pay).
+    #: failed, cancelling, cancelled); ``abandoned``: it never reached the provider (nothing to pay); ``lost``: the
+    #: provider answered 404 for it (its requests went to later batches, or failed with the reason).
     state: str = "uploading"
     input_file_id: str | None = None
     batch_id: str | None = None
@@ -181,6 +191,8 @@ class Collector:
         self.entries: dict[str, JournalEntry] = {}
         self.last_arrival = 0.0
         self.tasks: set[asyncio.Task] = set()
+        self.lost_once: set[str] = set()  # requests already resubmitted after their batch was lost
+        self.failures: list[str] = []  # background tasks that raised, and why (in stats)
 
     # ------------------------------------------------------------ the driver's side
 
@@ -190,14 +202,16 @@ class Collector:
         self.dir.mkdir(parents=True, exist_ok=True)
         for entry in read_journal(self.dir.parent):
             self.entries[entry.id] = entry
+            if entry.state == LOST:
+                continue  # its requests were given to later batches, or failed; the runs ask again
             if entry.collected:
                 self._load_answers(entry)
             elif entry.batch_id is not None:
                 self._attach(entry)
-                self._spawn(self._poll(entry))
+                self._spawn(self._poll(entry), entry.id)
             elif entry.state == "submitting":
                 self._attach(entry)
-                self._spawn(self._reconcile(entry))
+                self._spawn(self._reconcile(entry), entry.id)
             elif entry.state == "uploading":
                 self._write(entry.model_copy(update={"state": "abandoned", "reason": "the driver stopped before the "
                                                      "upload was confirmed: never submitted"}))
@@ -215,7 +229,8 @@ class Collector:
     def stats(self) -> dict[str, Any]:
         return {"queued": len(self.queued), "in_batch": len(self.in_batch), "answers": len(self.answers),
                 "in_flight_runs": len(self.expected), "journaled": len(self.entries),
-                "provider_batches": sum(1 for e in self.entries.values() if e.batch_id is not None)}
+                "provider_batches": sum(1 for e in self.entries.values() if e.batch_id is not None),
+                "failures": list(self.failures)}
 
     async def stop(self) -> dict[str, Any]:
         for task in list(self.tasks):
@@ -290,7 +305,7 @@ class Collector:
                      for k in keys]
             self._attach(entry)
             self._write(entry)  # the intent, before anything reaches the provider
-            self._spawn(self._submit(entry, lines))
+            self._spawn(self._submit(entry, lines), entry.id)
             made.append(entry.id)
         self.queued.clear()
         return made
@@ -335,14 +350,22 @@ class Collector:
 
     async def _poll(self, entry: JournalEntry) -> None:
         api = BatchAPI(entry.group)
+        answered = time.monotonic()  # the provider's last word about it
         while entry.state not in TERMINAL_STATES:
             await asyncio.sleep(self.opt.poll_s)
             try:
                 batch = await api.retrieve(entry.batch_id)
+            except NotKnown as exc:
+                return self._lost(entry, f"provider batch {entry.batch_id} is unknown to the provider ({exc.reason})")
             except FatalProviderError as exc:
                 return self._fail_keys(entry, f"provider batch {entry.batch_id}: {exc.reason}")
-            except ProviderError:
+            except ProviderError as exc:
+                if time.monotonic() - answered > self.opt.stall_s:
+                    reason = (f"provider batch {entry.batch_id}: no answer about it for {self.opt.stall_s:g} s "
+                              f"(stall_s; last error: {exc.reason})")
+                    return self._fail_keys(self._write(entry.model_copy(update={"reason": redact(reason)[:500]})), reason)
                 continue  # a transient error: look again later
+            answered = time.monotonic()
             if batch["status"] != entry.state:
                 entry = self._write(_seen(entry, batch))
         await self._collect(entry, api)
@@ -397,6 +420,26 @@ class Collector:
         q = self.asked[key]
         self.queued[key] = Queued(q.group, q.body, time.monotonic())
 
+    def _lost(self, entry: JournalEntry, reason: str) -> None:
+        """The provider no longer knows a batch it accepted (its store was lost, or another account's): its requests
+        are submitted once more, journaled as such; a request whose batch is lost a second time fails its call with
+        the reason. Nothing polls it again, this driver or the next."""
+        waiting = [k for k in entry.keys if self.in_batch.get(k) == entry.id and k in self.waiters]
+        again = [k for k in waiting if k not in self.lost_once]
+        entry = self._write(entry.model_copy(update={"state": LOST, "reason": redact(reason)[:500],
+                                                     "resubmitted": entry.resubmitted + len(again)}))
+        for key in entry.keys:
+            if self.in_batch.get(key) == entry.id:
+                del self.in_batch[key]
+        for key in waiting:
+            if key in again:
+                self.lost_once.add(key)
+                q = self.asked[key]
+                self.queued[key] = Queued(q.group, q.body, time.monotonic())
+            else:
+                self._resolve(key, {"error": {"kind": "fatal", "message": redact(
+                    f"{reason}; its request was already resubmitted once after a lost batch")[:500]}})
+
     def _abandon(self, entry: JournalEntry, reason: str, fatal: bool = False) -> None:
         """Nothing reached the provider (nothing to pay): each waiting call gets the error, and the gateway asks
         again after its backoff (into a later batch), or stops on a fatal one."""
@@ -435,10 +478,29 @@ class Collector:
         if self.guard is not None:
             self.guard()
 
-    def _spawn(self, coro) -> None:
+    def _spawn(self, coro, entry_id: str | None = None) -> None:
+        """Run ``coro`` in the background for ``entry_id``'s provider batch (None: the flushing loop). An exception
+        it raises is never lost: the calls it serves get it as a fatal error, so their runs fail with the reason."""
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        task.add_done_callback(lambda t: self._ended(t, entry_id))
+
+    def _ended(self, task: asyncio.Task, entry_id: str | None) -> None:
+        self.tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        what = f"provider batch {entry_id}" if entry_id else "the provider-batch collector"
+        reason = redact(f"{what} stopped on {type(exc).__name__}: {exc}".splitlines()[0])[:500]
+        log.error("%s", reason)
+        self.failures.append(reason)
+        if entry_id is not None and entry_id in self.entries:
+            self._fail_keys(self.entries[entry_id], reason)
+        else:  # nothing flushes any more: every call waiting would wait for good
+            for key in list(self.waiters):
+                self.in_batch.pop(key, None)
+                self.queued.pop(key, None)
+                self._resolve(key, {"error": {"kind": "fatal", "message": reason}})
 
 
 def _ok(line: dict[str, Any] | None) -> bool:
@@ -464,9 +526,18 @@ class CollectorClient:
 
     def __init__(self, handle):
         self.handle = handle
+        #: Calls waiting for the collector, per party (run): a run waiting for a provider batch is alive (the
+        #: collector's own watchdog fails a batch that stops answering).
+        self.waiting: Counter[str | None] = Counter()
 
     async def ask(self, party: str | None, group: dict[str, Any], custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self.handle.ask.remote(party, group, custom_id, body)
+        self.waiting[party] += 1
+        try:
+            return await self.handle.ask.remote(party, group, custom_id, body)
+        finally:
+            self.waiting[party] -= 1
+            if self.waiting[party] <= 0:
+                del self.waiting[party]
 
 
 def start_collector(ray, root: str | Path, holder: str, options: ProviderBatchOptions):

@@ -34,6 +34,8 @@ from madbench.runner.store import BatchLayout
 
 #: Every this many seconds at most, a staged actor checks that its driver is still there.
 OWNER_CHECK_S = 2.0
+#: Seconds a question to the budget actor may go unanswered before the driver is taken for gone.
+OWNER_PATIENCE_S = 60.0
 
 
 def sees_results(root: str | Path, holder: str) -> bool:
@@ -53,21 +55,35 @@ def staging_root(root: str | Path) -> Path:
 
 class OwnerGuard:
     """The ``WriterGuard`` of a node that cannot see the lock: the driver is alive while the batch's budget actor,
-    which Ray ends with its driver, answers. Raises ``DriverGone`` otherwise; asked at most every few seconds."""
+    which Ray ends with its driver, answers. Raises ``DriverGone`` otherwise; asked at most every few seconds.
+
+    Never blocks the runner actor's event loop (it is asked from inside async runs): each check sends a question and
+    reads the previous one's answer if it came; a question unanswered for ``OWNER_PATIENCE_S`` means the driver is
+    gone, as a lost actor does."""
 
     def __init__(self, handle):
         self.handle = handle
         self.checked = float("-inf")
+        self.asked: tuple[Any, float] | None = None  # (the ref of the question in flight, when it was sent)
 
     def __call__(self) -> None:
         import ray
-        if time.monotonic() - self.checked < OWNER_CHECK_S:
+        now = time.monotonic()
+        if now - self.checked < OWNER_CHECK_S:
+            return
+        if self.asked is None:
+            self.asked = (self.handle.state.remote(), now)
+            return
+        ref, since = self.asked
+        if not ray.wait([ref], timeout=0)[0]:
+            if now - since > OWNER_PATIENCE_S:
+                raise DriverGone("the driver that started this work is gone (its budget actor no longer answers)")
             return
         try:
-            ray.get(self.handle.state.remote(), timeout=60)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            ray.get(ref, timeout=0)  # ready: returns at once
+        except ray.exceptions.RayActorError:
             raise DriverGone("the driver that started this work is gone (its budget actor no longer answers)") from None
-        self.checked = time.monotonic()
+        self.checked, self.asked = now, None
 
 
 def prepare(staged: BatchLayout, run_id: str, head_trace: bytes | None) -> None:

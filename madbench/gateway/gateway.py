@@ -28,6 +28,7 @@ import asyncio
 import dataclasses
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,7 @@ from .limiter import LimiterPool
 from .models import ModelSpec, SchemaScope, as_spec, spec_cost
 from .providers import Provider, Providers
 from .providers.base import RawResponse
+from .providers.batching import current_party
 from .request import LLMRequest, Message
 from .secrets import redact, redact_known
 from .single_flight import SingleFlight
@@ -77,6 +79,9 @@ class Gateway:
         self.budget = budget or Budget(None)
         self.use_cache = use_cache and cache is not None
         self.totals = Totals()
+        #: Provider attempts begun or ended, per party (the run a call belongs to, ``current_party``): a runner's
+        #: watchdog reads a run whose count moves as alive even while its trace does not (a slow answer, retries).
+        self.activity: Counter[str | None] = Counter()
         self._prepared: dict[str, ModelSpec] = {}
 
     def prepare(self, spec: ModelSpec) -> tuple[ModelSpec, Provider]:
@@ -239,16 +244,28 @@ class Gateway:
         whose maximum is known only when it is made, and a call's whole chain would hold many times what it
         spends. Reserved before the limiter's queue, so a refusal holds no lease."""
         prompt, completion = max_tokens(request)
-        token = await self.budget.reserve(spec_cost(provider, spec, prompt, completion) or 0.0)
+        reserved = spec_cost(provider, spec, prompt, completion) or 0.0
+        token = await self.budget.reserve(reserved)
         first = len(attempts)
+        sent = {"sent": False}
         try:
-            return await self._call(request, spec, provider, attempts)
-        finally:
+            answer = await self._call(request, spec, provider, attempts, sent)
+        except asyncio.CancelledError:
+            # Cancelled with a request at the provider (a failed run stops its sibling turns): what it bills is never
+            # reported to us, so it is settled at the maximum it was reserved for; spend never under-reports.
+            billed = reserved if sent["sent"] else total_cost(attempts[first:])[0]
+            await asyncio.shield(self.budget.settle(token, billed))
+            raise
+        except BaseException:
             await self.budget.settle(token, total_cost(attempts[first:])[0])
+            raise
+        await self.budget.settle(token, total_cost(attempts[first:])[0])
+        return answer
 
-    async def _call(self, request: LLMRequest, spec: ModelSpec, provider: Provider,
-                    attempts: list[Attempt]) -> tuple[RawResponse, float]:
-        """One answer from one model, retrying 429s and transient errors; raises _Exhausted when it gives up."""
+    async def _call(self, request: LLMRequest, spec: ModelSpec, provider: Provider, attempts: list[Attempt],
+                    sent: dict[str, bool]) -> tuple[RawResponse, float]:
+        """One answer from one model, retrying 429s and transient errors; raises _Exhausted when it gives up.
+        ``sent["sent"]`` turns true once a request has gone to the provider (it may bill it from then on)."""
         limiter = self.limiters.get(spec.limit_key(), spec.limits) if provider.rate_limited else None
         provider.warm()  # before the lease: see Provider.warm
         tries = {"rate_limited": 0, "transient": 0}
@@ -260,51 +277,62 @@ class Gateway:
             lease = await limiter.acquire(est) if limiter else None
             if lease:
                 waited += lease["waited_s"]
+            # A lease is handed back on every way out, a cancelled call's (a failed run cancels its sibling turns)
+            # included: one never released holds a concurrency slot until lease_timeout_s and stalls later calls.
+            held = limiter is not None and lease is not None
             try:
                 self._check_guard()  # after the wait, which may be long: nothing is paid for an orphan
+                start = time.perf_counter()
+                party = current_party.get()
+                try:
+                    sent["sent"] = True
+                    self.activity[party] += 1
+                    raw = await provider.complete(request, spec)
+                    self.activity[party] += 1
+                    # A provider that echoes the key in an answer: scrub known keys only (an answer is no error text).
+                    clean = redact_known(raw.content, named=False)
+                    if clean != raw.content:
+                        raw = dataclasses.replace(raw, content=clean)
+                except (RateLimited, TransientError) as exc:
+                    self.activity[party] += 1
+                    # 429s honour Retry-After (capped) and tell the limiter; other transient errors back off.
+                    kind = exc.kind
+                    retry_after = getattr(exc, "retry_after", None)
+                    if held:
+                        held = False
+                        await limiter.release(lease["lease_id"], "rate_limited" if kind == "rate_limited" else "error",
+                                              None, retry_after)
+                    tries[kind] += 1
+                    pause = self._backoff(spec, tries[kind]) if retry_after is None else retry_after
+                    if kind == "rate_limited":
+                        pause = min(pause, spec.limits.retry_after_cap_s)
+                    gives_up = tries[kind] > bounds[kind]
+                    if kind == "transient":
+                        first_transient = first_transient or time.monotonic()
+                        gives_up = gives_up and time.monotonic() - first_transient >= spec.retry.outage_patience_s
+                    attempts.append(Attempt(model=spec.model, kind=kind, reason=redact(exc.reason),
+                                            latency_s=time.perf_counter() - start, wait_s=0.0 if gives_up else pause))
+                    if gives_up:
+                        raise _Exhausted() from None
+                    await asyncio.sleep(pause)
+                    continue
+                except FatalProviderError as exc:
+                    if held:
+                        held = False
+                        await limiter.release(lease["lease_id"], "error")
+                    attempts.append(Attempt(model=spec.model, kind=exc.kind, reason=redact(exc.reason),  # fatal, refused, truncated
+                                            latency_s=time.perf_counter() - start, **exc.billed))  # a refusal is billed
+                    named = exc.reason if spec.model in exc.reason else f"{spec.model}: {exc.reason}"  # named once
+                    raise GatewayFailure(redact(named), []) from None
+                latency = time.perf_counter() - start
+                used = None if raw.prompt_tokens is None else raw.prompt_tokens + (raw.completion_tokens or 0)
+                if held:
+                    held = False
+                    await limiter.release(lease["lease_id"], "ok", used)
             except BaseException:
-                if limiter is not None and lease is not None:
-                    await limiter.release(lease["lease_id"], "error")
+                if held:  # shielded: a second cancellation must not leave the slot taken either
+                    await asyncio.shield(limiter.release(lease["lease_id"], "error"))
                 raise
-            start = time.perf_counter()
-            try:
-                raw = await provider.complete(request, spec)
-                # A provider that echoes the key in an answer: scrub known keys only (an answer is no error text).
-                clean = redact_known(raw.content, named=False)
-                if clean != raw.content:
-                    raw = dataclasses.replace(raw, content=clean)
-            except (RateLimited, TransientError) as exc:
-                # 429s honour Retry-After (capped) and tell the limiter; other transient errors back off.
-                kind = exc.kind
-                retry_after = getattr(exc, "retry_after", None)
-                if limiter is not None and lease is not None:
-                    await limiter.release(lease["lease_id"], "rate_limited" if kind == "rate_limited" else "error",
-                                          None, retry_after)
-                tries[kind] += 1
-                pause = self._backoff(spec, tries[kind]) if retry_after is None else retry_after
-                if kind == "rate_limited":
-                    pause = min(pause, spec.limits.retry_after_cap_s)
-                gives_up = tries[kind] > bounds[kind]
-                if kind == "transient":
-                    first_transient = first_transient or time.monotonic()
-                    gives_up = gives_up and time.monotonic() - first_transient >= spec.retry.outage_patience_s
-                attempts.append(Attempt(model=spec.model, kind=kind, reason=redact(exc.reason), latency_s=time.perf_counter() - start,
-                                        wait_s=0.0 if gives_up else pause))
-                if gives_up:
-                    raise _Exhausted() from None
-                await asyncio.sleep(pause)
-                continue
-            except FatalProviderError as exc:
-                if limiter is not None and lease is not None:
-                    await limiter.release(lease["lease_id"], "error")
-                attempts.append(Attempt(model=spec.model, kind=exc.kind, reason=redact(exc.reason),  # fatal, refused, truncated
-                                        latency_s=time.perf_counter() - start, **exc.billed))  # a refusal is billed
-                named = exc.reason if spec.model in exc.reason else f"{spec.model}: {exc.reason}"  # named once
-                raise GatewayFailure(redact(named), []) from None
-            latency = time.perf_counter() - start
-            used = None if raw.prompt_tokens is None else raw.prompt_tokens + (raw.completion_tokens or 0)
-            if limiter is not None and lease is not None:
-                await limiter.release(lease["lease_id"], "ok", used)
             attempts.append(self._answer_attempt(spec, provider, raw, latency))
             return raw, waited
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import math
 import sys
 import time
@@ -20,6 +21,8 @@ from .bucket import LimiterCore
 from .models import RateLimits
 
 RAY_NAMESPACE = "madbench"
+
+log = logging.getLogger(__name__)
 
 
 class AsyncLimiter:
@@ -66,20 +69,55 @@ class AsyncLimiter:
 
 
 class RayLimiterClient:
-    """Awaitable facade over the named limiter actor."""
+    """Awaitable facade over the named limiter actor.
 
-    def __init__(self, actor: Any) -> None:
+    Nothing here blocks the caller's event loop (a runner actor is an async actor: a blocking ``ray.get`` would stall
+    every run on it): the actor adopts ``limits`` on the first awaited call. A lease the actor grants to a caller that
+    was cancelled while it waited (a failed run cancels its sibling turns) is handed back as soon as it is granted:
+    a lease nobody releases holds a concurrency slot until ``lease_timeout_s`` (15 min by default), and a few of them
+    stall every later call to the model."""
+
+    def __init__(self, actor: Any, limits: RateLimits | None = None) -> None:
         self.actor = actor
+        self._limits = limits
+        self._configured: Any = None  # the ObjectRef of the configure call, once sent
+        self._returning: set[asyncio.Task] = set()
+
+    async def _configure(self) -> None:
+        if self._limits is None:
+            return
+        if self._configured is None:
+            self._configured = self.actor.configure.remote(self._limits.model_dump())  # the latest configuration applies
+        await self._configured
 
     async def acquire(self, est_tokens: float = 0.0) -> dict[str, Any]:
-        lease: dict[str, Any] = await self.actor.acquire.remote(est_tokens)
+        await self._configure()
+        ref = self.actor.acquire.remote(est_tokens)
+        try:
+            lease: dict[str, Any] = await ref
+        except asyncio.CancelledError:
+            task = asyncio.ensure_future(self._hand_back(ref))
+            self._returning.add(task)
+            task.add_done_callback(self._returned)
+            raise
         return lease
+
+    async def _hand_back(self, ref: Any) -> None:
+        lease = await ref
+        await self.actor.release.remote(lease["lease_id"], "error")
+
+    def _returned(self, task: asyncio.Task) -> None:
+        self._returning.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # Not swallowed: the slot stays taken until lease_timeout_s, which the log must explain.
+            log.error("limiter: could not hand back a lease granted to a cancelled call: %r", task.exception())
 
     async def release(self, lease_id: int, outcome: str, tokens_used: float | None = None,
                       retry_after: float | None = None) -> None:
         await self.actor.release.remote(lease_id, outcome, tokens_used, retry_after)
 
     async def snapshot(self) -> dict[str, Any]:
+        await self._configure()
         snapshot: dict[str, Any] = await self.actor.snapshot.remote()
         return snapshot
 
@@ -104,8 +142,7 @@ def ray_limiter(limit_key: str, limits: RateLimits) -> RayLimiterClient:
     # on the head's built-in resource places it there wherever the first caller runs.
     actor = actor_cls.options(name=actor_name(limit_key), namespace=RAY_NAMESPACE, get_if_exists=True,
                               lifetime="detached", resources={"node:__internal_head__": 0.001}).remote(limits.model_dump())
-    ray.get(actor.configure.remote(limits.model_dump()))  # the latest configuration applies
-    return RayLimiterClient(actor)
+    return RayLimiterClient(actor, limits)
 
 
 class LimiterPool:

@@ -94,6 +94,9 @@ class SimStats:
     outage_refusals: int = 0
     arrivals: list[float] = field(default_factory=list)
     admitted: list[float] = field(default_factory=list)  # monotonic times of requests let through
+    #: What it billed: (model, prompt_tokens, completion_tokens, cached_tokens) of every answer it sent, counted as it
+    #: is sent (a caller killed while reading it was billed all the same, as by a hosted provider).
+    billed: list[tuple[str, int, int, int]] = field(default_factory=list)
 
 
 class SimProvider(StubServer):
@@ -139,7 +142,12 @@ class SimProvider(StubServer):
                                           {"Retry-After": str(max(1, math.ceil(retry_after)))})
                 if delay:
                     time.sleep(delay)
-                self.send_json(200, sim.reply(body))
+                answer = sim.reply(body)
+                usage = answer["usage"]
+                with sim._lock:
+                    sim.stats.billed.append((answer["model"], usage["prompt_tokens"], usage["completion_tokens"],
+                                             usage["prompt_tokens_details"]["cached_tokens"]))
+                self.send_json(200, answer)
 
         super().__init__(Handler, host, port)
 

@@ -21,6 +21,7 @@ Bedrock charge). ``batch_pricing`` says which was used.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
@@ -186,6 +187,10 @@ class BatchingProvider:
         return raw_response(line, spec, self.cost)
 
 
+class NotKnown(FatalProviderError):
+    """The provider does not know the batch or file asked for (404): it was lost on its side (or never made)."""
+
+
 class BatchAPI:
     """A provider's files and batches endpoints for one ``batch_group``, through litellm. Every method raises
     ``TransientError`` (worth trying again) or ``FatalProviderError``."""
@@ -242,18 +247,45 @@ class BatchAPI:
 
     async def _call(self, awaitable: Awaitable[Any]) -> Any:
         litellm = import_litellm()
+        call = asyncio.ensure_future(awaitable)
         try:
-            return await awaitable
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            # litellm builds the request in a worker thread and awaits it afterwards: cancelled in between (the
+            # collector stopping), the coroutine it built would be dropped unawaited. Let it finish, answer dropped.
+            call.add_done_callback(_retrieved)
+            await asyncio.wait([call])
+            raise
         except (litellm.RateLimitError, litellm.Timeout, litellm.InternalServerError, litellm.APIConnectionError,
                 litellm.ServiceUnavailableError, litellm.BadGatewayError) as exc:
             raise TransientError(redact(f"{type(exc).__name__}: {exc}")[:500]) from None
-        except (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.NotFoundError,
-                litellm.BadRequestError) as exc:
+        except litellm.NotFoundError as exc:
+            raise NotKnown(redact(f"{type(exc).__name__}: {exc}")[:500]) from None
+        except (litellm.AuthenticationError, litellm.PermissionDeniedError, litellm.BadRequestError) as exc:
             raise FatalProviderError(redact(f"{type(exc).__name__}: {exc}")[:500]) from None
         except litellm.APIError as exc:
             status = getattr(exc, "status_code", 0) or 0
             cls = TransientError if status >= 500 or status == 0 else FatalProviderError
             raise cls(redact(f"{status} {type(exc).__name__}: {exc}")[:500]) from None
+        except Exception as exc:
+            # litellm's batch and file calls pass the OpenAI client's own errors through unmapped (a 404 arrives as
+            # openai.NotFoundError): classified by their status here, never left to kill the caller's task.
+            import openai
+            if isinstance(exc, openai.APIConnectionError):  # a timeout included
+                raise TransientError(redact(f"{type(exc).__name__}: {exc}")[:500]) from None
+            status = getattr(exc, "status_code", None)
+            if not isinstance(exc, openai.APIStatusError) or status is None:
+                raise
+            reason = redact(f"{status} {type(exc).__name__}: {exc}")[:500]
+            if status == 404:
+                raise NotKnown(reason) from None
+            raise (TransientError if status >= 500 or status == 429 else FatalProviderError)(reason) from None
+
+
+def _retrieved(call: asyncio.Future) -> None:
+    """A dropped call's outcome, read so that its error is not reported as never retrieved."""
+    if not call.cancelled():
+        call.exception()
 
 
 def _plain(batch: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ reaches our limiter and every retry is recorded by the gateway.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import email.utils
 import os
@@ -180,10 +181,25 @@ def _transient(exc: Exception, spec: ModelSpec) -> TransientError:
     return TransientError(reason) if wait is None else Overloaded(reason, min(wait, spec.limits.retry_after_cap_s))
 
 
+def _retrieved(call: asyncio.Future) -> None:
+    """A dropped call's outcome, read so that its error is not reported as never retrieved (its caller was
+    cancelled and wants nothing from it)."""
+    if not call.cancelled():
+        call.exception()
+
+
 async def sent(litellm: Any, kwargs: dict[str, Any], spec: ModelSpec) -> Any:
     """``litellm.acompletion(**kwargs)``, its errors classified once (``errors``: rate limited, transient, fatal)."""
+    call = asyncio.ensure_future(litellm.acompletion(**kwargs))
     try:
-        return await litellm.acompletion(**kwargs)
+        return await asyncio.shield(call)
+    except asyncio.CancelledError:
+        # litellm builds the request in a worker thread and awaits it afterwards: cancelled in between, the coroutine
+        # it built is dropped unawaited. So a cancelled call (a failed run stops its sibling turns) is let finish
+        # within its own timeout, and its answer dropped; the caller settles it at its reserved maximum.
+        call.add_done_callback(_retrieved)
+        await asyncio.wait([call])
+        raise
     except litellm.RateLimitError as exc:
         raise RateLimited(redact(f"429 rate limited: {exc}")[:500], _retry_after(exc)) from None
     except litellm.Timeout:
