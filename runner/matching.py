@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from madbench.debate.protocols import protocol_options
+from madbench.debate.protocols.self_consistency import Options
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.batch import RunSpec
 from madbench.runner.pipeline import run_id_for
@@ -23,7 +23,7 @@ def matched_to(r: RunSpec) -> str | None:
     """The config a run matches within the batch, or None."""
     if r.config.protocol != "self_consistency":
         return None
-    opt = protocol_options(r.config)
+    opt = Options.model_validate(r.config.options)
     return opt.match_generated_of if opt.targets is None and opt.pilot is None else None
 
 

@@ -85,7 +85,7 @@ def test_the_batch_runs_offline_and_stats_puts_tokens_and_cost_beside_each_diffe
     assert len(paired) == 6 * 2 and "Comparisons: the batch's declared pairs" in out
     # the per-scenario table is there, its ratios undefined (0 ÷ 0), not 1 and not 0
     match = pd.read_csv(root / "stats" / "compute_match.csv")
-    assert len(match) == 4 * 2 and match.ratio_generated.isna().all() and "Equal compute per scenario" in out
+    assert len(match) == 5 * 2 and match.ratio_generated.isna().all() and "Equal compute per scenario" in out
     # …and so a rules/auto run is no pilot to match tokens on; nor is a config the pilot did not run
     with pytest.raises(InputError, match="record no tokens for a proposal"):
         resolve_one(tmp_path, sc_config(tmp_path / "c1", match_tokens_of="causal-debate-3", pilot=str(root)))
