@@ -36,6 +36,8 @@ def batch_copy(tmp_path: Path, pack_dir: Path, **over) -> Path:
     """The ready batch on two synthetic scenarios: its configs and pairs as they are, small and local."""
     spec = yaml.safe_load(BATCH.read_text())
     spec["configs"] = [str((BATCH.parent / c).resolve()) for c in spec["configs"]]
+    if "configs" in over:  # other arms: the batch's declared pairs name configs they may not have
+        over.setdefault("pairs", [])
     spec |= {"scenarios": {"file": str(write_scenarios(tmp_path))}, "pack": str(pack_dir),
              "results_dir": str(tmp_path / "results"), "max_in_flight": 4, "workers": 1, "retries": 0} | over
     path = tmp_path / f"{spec['name']}.yaml"
