@@ -24,7 +24,7 @@ LAYER_NAMES = tuple(name for name, _ in LAYERS)
 BARE_NAMES = {"runner", "debate", "scoring", "eval", "madbench_data", "madbench_gateway"}
 #: Third-party modules slow to import (measured: `madbench --help` stays fast only without them), the only
 #: imports allowed inside functions.
-LAZY_THIRD_PARTY = {"ray", "litellm", "llama_cpp", "uvicorn", "yfinance", "scipy", "statsmodels", "plotly", "jsonschema",
+LAZY_THIRD_PARTY = {"ray", "litellm", "openai", "llama_cpp", "uvicorn", "yfinance", "scipy", "statsmodels", "plotly", "jsonschema",
                     "playwright"}
 MAX_FUNCTION_LINES = 65
 IMPORT_GRAPH = ROOT.parent / "shared" / "tools" / "import_graph.py"

@@ -32,6 +32,7 @@ and ``note`` says why; it never marks a difference in the comparison table.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -105,8 +106,6 @@ def by_scenario(paired: pd.DataFrame) -> pd.DataFrame:
 def mixed_model(paired: pd.DataFrame) -> tuple[float, float, str]:
     """(β̂, its p, a note) of y ~ C(side) with a random intercept per scenario, on the paired runs (see the module
     docstring). A fit that converges on the boundary (τ² = 0) or not at all says so in the note."""
-    import warnings
-
     import statsmodels.formula.api as smf
     long = pd.concat([pd.DataFrame({"y": paired[s].to_numpy(), "side": s, "scenario": paired.index.get_level_values(SCENARIO)})
                       for s in ("b", "a")], ignore_index=True)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pandas as pd
+
 
 def scenarios_needed(effect: float, sd: float, power: float, alpha: float = 0.05, alternative: str = "two-sided") -> int:
     from statsmodels.stats.power import TTestPower
@@ -39,8 +42,6 @@ def icc_oneway(values, groups) -> float:
 
     truncated at 0 (a negative estimate is sampling noise around no clustering). NaN with fewer than 2 groups or
     no group of 2."""
-    import numpy as np
-    import pandas as pd
     frame = pd.DataFrame({"x": np.asarray(values, float), "g": np.asarray(groups)}).dropna()
     sizes = frame.groupby("g")["x"].size()
     big_n, n_groups = len(frame), len(sizes)
@@ -79,7 +80,6 @@ def plan_from_pilot(diffs, quarters, powers: list[float], alpha: float = 0.05, c
       needed     ⌈n₀ · deff⌉ scenarios, in ⌈needed / m⌉ quarters of m scenarios
 
     and the power the pilot's own design had for that effect at n / deff effective scenarios."""
-    import numpy as np
     d = np.asarray(diffs, float)
     n = len(d)
     nan = float("nan")

@@ -471,7 +471,8 @@ class _UniqueKeyLoader(_SafeLoader):  # type: ignore[valid-type,misc]
                     raise DuplicateKey(
                         None, None, f"duplicate key {key!r} (first on line {first})", key_node.start_mark)
                 seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
 
 def parse_yaml(text: str) -> object:

@@ -279,7 +279,8 @@ class Gateway:
                 waited += lease["waited_s"]
             # A lease is handed back on every way out, a cancelled call's (a failed run cancels its sibling turns)
             # included: one never released holds a concurrency slot until lease_timeout_s and stalls later calls.
-            held = limiter is not None and lease is not None
+            release = limiter.release if limiter is not None and lease is not None else None
+            lease_id: Any = lease["lease_id"] if lease is not None else None
             try:
                 self._check_guard()  # after the wait, which may be long: nothing is paid for an orphan
                 start = time.perf_counter()
@@ -287,29 +288,17 @@ class Gateway:
                 try:
                     sent["sent"] = True
                     self.activity[party] += 1
-                    raw = await provider.complete(request, spec)
+                    raw = _scrubbed(await provider.complete(request, spec))
                     self.activity[party] += 1
-                    # A provider that echoes the key in an answer: scrub known keys only (an answer is no error text).
-                    clean = redact_known(raw.content, named=False)
-                    if clean != raw.content:
-                        raw = dataclasses.replace(raw, content=clean)
                 except (RateLimited, TransientError) as exc:
                     self.activity[party] += 1
                     # 429s honour Retry-After (capped) and tell the limiter; other transient errors back off.
                     kind = exc.kind
                     retry_after = getattr(exc, "retry_after", None)
-                    if held:
-                        held = False
-                        await limiter.release(lease["lease_id"], "rate_limited" if kind == "rate_limited" else "error",
-                                              None, retry_after)
-                    tries[kind] += 1
-                    pause = self._backoff(spec, tries[kind]) if retry_after is None else retry_after
-                    if kind == "rate_limited":
-                        pause = min(pause, spec.limits.retry_after_cap_s)
-                    gives_up = tries[kind] > bounds[kind]
-                    if kind == "transient":
-                        first_transient = first_transient or time.monotonic()
-                        gives_up = gives_up and time.monotonic() - first_transient >= spec.retry.outage_patience_s
+                    if release is not None:
+                        done, release = release, None
+                        await done(lease_id, "rate_limited" if kind == "rate_limited" else "error", None, retry_after)
+                    pause, gives_up, first_transient = self._pause(spec, kind, retry_after, tries, bounds, first_transient)
                     attempts.append(Attempt(model=spec.model, kind=kind, reason=redact(exc.reason),
                                             latency_s=time.perf_counter() - start, wait_s=0.0 if gives_up else pause))
                     if gives_up:
@@ -317,24 +306,39 @@ class Gateway:
                     await asyncio.sleep(pause)
                     continue
                 except FatalProviderError as exc:
-                    if held:
-                        held = False
-                        await limiter.release(lease["lease_id"], "error")
+                    if release is not None:
+                        done, release = release, None
+                        await done(lease_id, "error")
                     attempts.append(Attempt(model=spec.model, kind=exc.kind, reason=redact(exc.reason),  # fatal, refused, truncated
                                             latency_s=time.perf_counter() - start, **exc.billed))  # a refusal is billed
                     named = exc.reason if spec.model in exc.reason else f"{spec.model}: {exc.reason}"  # named once
                     raise GatewayFailure(redact(named), []) from None
                 latency = time.perf_counter() - start
                 used = None if raw.prompt_tokens is None else raw.prompt_tokens + (raw.completion_tokens or 0)
-                if held:
-                    held = False
-                    await limiter.release(lease["lease_id"], "ok", used)
+                if release is not None:
+                    done, release = release, None
+                    await done(lease_id, "ok", used)
             except BaseException:
-                if held:  # shielded: a second cancellation must not leave the slot taken either
-                    await asyncio.shield(limiter.release(lease["lease_id"], "error"))
+                if release is not None:  # shielded: a second cancellation must not leave the slot taken either
+                    await asyncio.shield(release(lease_id, "error"))
                 raise
             attempts.append(self._answer_attempt(spec, provider, raw, latency))
             return raw, waited
+
+    def _pause(self, spec: ModelSpec, kind: str, retry_after: float | None, tries: dict[str, int], bounds: dict[str, int],
+               first_transient: float | None) -> tuple[float, bool, float | None]:
+        """(the wait before the next try, whether the call gives up, when its first transient failure was): a 429
+        honours Retry-After (capped), other transient errors back off; the call gives up past its retries, and a
+        transient failure also only past the outage patience, counted from the first."""
+        tries[kind] += 1
+        pause = self._backoff(spec, tries[kind]) if retry_after is None else retry_after
+        if kind == "rate_limited":
+            pause = min(pause, spec.limits.retry_after_cap_s)
+        gives_up = tries[kind] > bounds[kind]
+        if kind == "transient":
+            first_transient = first_transient or time.monotonic()
+            gives_up = gives_up and time.monotonic() - first_transient >= spec.retry.outage_patience_s
+        return pause, gives_up, first_transient
 
     @staticmethod
     def _answer_attempt(spec: ModelSpec, provider: Provider, raw: RawResponse, latency: float) -> Attempt:
@@ -351,3 +355,10 @@ class Gateway:
     def _backoff(spec: ModelSpec, n: int) -> float:
         """Exponential backoff with jitter: base·2^(n−1), capped, times U(0.5, 1)."""
         return min(spec.retry.backoff_max_s, spec.retry.backoff_base_s * 2.0 ** (n - 1)) * random.uniform(0.5, 1.0)
+
+
+def _scrubbed(raw: RawResponse) -> RawResponse:
+    """``raw`` with any known key in its answer scrubbed (a provider that echoes the key; known keys only: an answer
+    is no error text)."""
+    clean = redact_known(raw.content, named=False)
+    return raw if clean == raw.content else dataclasses.replace(raw, content=clean)

@@ -81,7 +81,7 @@ class RayLimiterClient:
         self.actor = actor
         self._limits = limits
         self._configured: Any = None  # the ObjectRef of the configure call, once sent
-        self._returning: set[asyncio.Task] = set()
+        self._returning: set[asyncio.Task[Any]] = set()
 
     async def _configure(self) -> None:
         if self._limits is None:
@@ -106,7 +106,7 @@ class RayLimiterClient:
         lease = await ref
         await self.actor.release.remote(lease["lease_id"], "error")
 
-    def _returned(self, task: asyncio.Task) -> None:
+    def _returned(self, task: asyncio.Task[Any]) -> None:
         self._returning.discard(task)
         if not task.cancelled() and task.exception() is not None:
             # Not swallowed: the slot stays taken until lease_timeout_s, which the log must explain.

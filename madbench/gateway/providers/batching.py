@@ -282,7 +282,7 @@ class BatchAPI:
             raise (TransientError if status >= 500 or status == 429 else FatalProviderError)(reason) from None
 
 
-def _retrieved(call: asyncio.Future) -> None:
+def _retrieved(call: asyncio.Future[Any]) -> None:
     """A dropped call's outcome, read so that its error is not reported as never retrieved."""
     if not call.cancelled():
         call.exception()

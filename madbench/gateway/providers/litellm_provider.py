@@ -181,7 +181,7 @@ def _transient(exc: Exception, spec: ModelSpec) -> TransientError:
     return TransientError(reason) if wait is None else Overloaded(reason, min(wait, spec.limits.retry_after_cap_s))
 
 
-def _retrieved(call: asyncio.Future) -> None:
+def _retrieved(call: asyncio.Future[Any]) -> None:
     """A dropped call's outcome, read so that its error is not reported as never retrieved (its caller was
     cancelled and wants nothing from it)."""
     if not call.cancelled():
