@@ -38,6 +38,7 @@ from .litellm_provider import (
     import_litellm,
     merged_messages,
     needs_cache_breakpoint,
+    read_dropped_outcome,
     response_format,
     token_cost,
     unanswered,
@@ -253,7 +254,7 @@ class BatchAPI:
         except asyncio.CancelledError:
             # litellm builds the request in a worker thread and awaits it afterwards: cancelled in between (the
             # collector stopping), the coroutine it built would be dropped unawaited. Let it finish, answer dropped.
-            call.add_done_callback(_retrieved)
+            call.add_done_callback(read_dropped_outcome)
             await asyncio.wait([call])
             raise
         except (litellm.RateLimitError, litellm.Timeout, litellm.InternalServerError, litellm.APIConnectionError,
@@ -280,12 +281,6 @@ class BatchAPI:
             if status == 404:
                 raise NotKnown(reason) from None
             raise (TransientError if status >= 500 or status == 429 else FatalProviderError)(reason) from None
-
-
-def _retrieved(call: asyncio.Future[Any]) -> None:
-    """A dropped call's outcome, read so that its error is not reported as never retrieved."""
-    if not call.cancelled():
-        call.exception()
 
 
 def _plain(batch: Any) -> dict[str, Any]:

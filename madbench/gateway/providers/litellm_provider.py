@@ -181,7 +181,7 @@ def _transient(exc: Exception, spec: ModelSpec) -> TransientError:
     return TransientError(reason) if wait is None else Overloaded(reason, min(wait, spec.limits.retry_after_cap_s))
 
 
-def _retrieved(call: asyncio.Future[Any]) -> None:
+def read_dropped_outcome(call: asyncio.Future[Any]) -> None:
     """A dropped call's outcome, read so that its error is not reported as never retrieved (its caller was
     cancelled and wants nothing from it)."""
     if not call.cancelled():
@@ -197,7 +197,7 @@ async def sent(litellm: Any, kwargs: dict[str, Any], spec: ModelSpec) -> Any:
         # litellm builds the request in a worker thread and awaits it afterwards: cancelled in between, the coroutine
         # it built is dropped unawaited. So a cancelled call (a failed run stops its sibling turns) is let finish
         # within its own timeout, and its answer dropped; the caller settles it at its reserved maximum.
-        call.add_done_callback(_retrieved)
+        call.add_done_callback(read_dropped_outcome)
         await asyncio.wait([call])
         raise
     except litellm.RateLimitError as exc:
