@@ -28,10 +28,13 @@ from madbench.debate.trace import TraceWriter
 from madbench.debate.validation import TurnRules, Validated, schema_outline, validate_turn
 from madbench.gateway import Gateway, GatewayFailure, LLMRequest, Message, Totals
 from madbench.gateway.accounting import Completion
-from madbench.gateway.errors import OutputInvalid
+from madbench.gateway.errors import CallCancelled, OutputInvalid
 from madbench.gateway.models import ModelSpec
 
 T = TypeVar("T")
+
+#: The request fields a trace records with each call (``LLMCall.request_params``).
+REQUEST_PARAMS = {"temperature", "max_tokens", "top_p", "seed", "sample_index"}
 
 
 class DebateFailure(Exception):
@@ -132,8 +135,14 @@ class RunContext:
             self.trace.write(LLMFailure(agent=who, phase=phase, round=round_, label=label, reason=exc.reason,
                             attempts=exc.attempts))
             raise DebateFailure(f"{who} {label} (round {round_}): {exc.reason}") from None
+        except CallCancelled as exc:
+            if any(a.get("cost_usd") for a in exc.attempts):  # what the budget counted is in the trace too
+                self.trace.write(LLMFailure(agent=who, phase=phase, round=round_, label=label,
+                                            reason="cancelled: the run stopped", attempts=exc.attempts))
+            raise
         self.trace.write(LLMCall(agent=who, phase=phase, round=round_, label=label, key=c.key,
                         messages_hash=c.messages_hash, model_requested=c.model_requested, model_used=c.model_used,
+                        model_served=c.model_served, request_params=request.model_dump(include=REQUEST_PARAMS),
                         provider=ModelSpec(model=c.model_used).provider, is_llm=c.is_llm, cached=c.cached, prompt_tokens=c.prompt_tokens,
                         completion_tokens=c.completion_tokens, cost_usd=c.cost_usd, latency_s=round(c.latency_s, 4),
                         overhead_ms=round(c.overhead_s * 1e3, 3), validation_retries=c.validation_retries,

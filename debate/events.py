@@ -61,6 +61,12 @@ class LLMCall(Event):
     messages_hash: str | None = None
     model_requested: str
     model_used: str
+    #: The model the provider reported serving (e.g. a dated snapshot of ``model_used``); None where it reported none
+    #: and in traces before it was recorded.
+    model_served: str | None = None
+    #: The request's sampling parameters (temperature, max_tokens, top_p, seed, sample_index): what `madbench diff`
+    #: shows of the first request two runs sent differently (absent in traces before it was recorded).
+    request_params: dict[str, Any] | None = None
     #: The provider of ``model_used`` (``openai``, ``anthropic``, ``gemini``, ``rules``...: its litellm prefix), which
     #: differs from the requested one's after a fallback across providers (absent in traces before it existed).
     provider: str | None = None

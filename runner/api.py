@@ -6,6 +6,7 @@ Bad input raises ``InputError`` (naming the file or argument and the fix), as th
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,18 +14,23 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from madbench.data.memo import build_memo
+from madbench.eval.stats.group_sequential import design_power
+from madbench.eval.stats.sequential_record import batch_summary, read_record
 from madbench.results import BatchDirs, ResultsDir, read_manifest
+from madbench.results.provenance import Provenance, collect, dirty_warning, require_clean
 from madbench.runner.batch_view import FailureGroup, Results, attempt_counts, failure_groups
 from madbench.runner.budget import read_budget
 from madbench.runner.dispatch import FINISHED
 from madbench.runner.estimate import MemoInfo, calibrate, estimate_batch
-from madbench.runner.execute import run_batch
+from madbench.runner.execute import ray_client, run_batch
 from madbench.runner.exit_codes import EXIT_INTERRUPTED, EXIT_RUNS_FAILED
 from madbench.runner.launch import Launch, load_checked
+from madbench.runner.leakage_gate import audit_batch
 from madbench.runner.matching import split, with_targets
 from madbench.runner.options import RunOptions
 from madbench.runner.preflight import reachable_models
 from madbench.runner.provider_batches import batch_problems
+from madbench.runner.sequential import design_of
 from madbench.runner.store import BatchLayout
 
 #: A figure the estimate rounds: an int stays an int (its JSON says 12, not 12.0).
@@ -62,6 +68,10 @@ class BatchRun(BaseModel):
     ok: int
     failed: int
     pending: int
+    #: Runs a sequential batch's decision made unnecessary (never started; runner/sequential.py).
+    not_needed: int = 0
+    #: A sequential batch's decision and looks (``sequential_record.summary``), else None.
+    sequential: dict[str, Any] | None = None
     #: Rows of runs.parquet, rounds.parquet and calls.parquet.
     tables: dict[str, int]
     failures: list[FailureGroup]
@@ -107,6 +117,9 @@ class Estimate(BaseModel):
     budget_note: str | None
     #: Why provider batch mode could not run this batch (a model without a batch API madbench can use); empty: it can.
     provider_batch_unsupported: list[str] = []
+    #: A sequential batch's plan (``sequential_plan``): its looks, and its maximum and expected scenarios, cost and
+    #: time under the null and under the planned effect.
+    sequential: dict[str, Any] | None = None
 
 
 class BatchEstimate(BaseModel):
@@ -126,33 +139,42 @@ def run(batch: str | Path, *, model: str | None = None, routing: str | None = No
         results_dir: str | Path | None = None,
         cache_dir: str | Path | None = None, scenarios: str | Path | None = None, pack: str | Path | None = None,
         evidence: Sequence[str | Path] | None = None, address: str | None = None, provider_batch: bool = False,
-        max_runs: int | None = None, retry_failed: bool = False, progress: bool = False) -> BatchRun:
+        max_runs: int | None = None, retry_failed: bool = False, progress: bool = False,
+        continue_past: bool = False, require_clean: bool = False) -> BatchRun:
     """Run a batch file (resumable: committed runs are kept), exactly as `madbench run BATCH` with the same options.
 
     ``model`` runs every role on one model (e.g. ``rules/auto``: any batch offline) with results in <batch>@<model>;
     ``routing`` puts every config on a routing profile (``configs/routing/NAME.yaml``) with results in <batch>@<NAME>;
     ``settings`` are deployment overrides (``"agents.limits.rpm=200"``), which leave the run ids as they are;
     ``results_dir`` is the parent of the batch's results directory. A local Ray started here stays up for the next
-    call (``ray.shutdown()`` stops it). Failed runs are reported in the result, not raised."""
+    call (``ray.shutdown()`` stops it). Failed runs are reported in the result, not raised. ``continue_past``: a
+    sequential batch goes on past its recorded decision (`--continue`). ``require_clean`` refuses a git checkout with
+    uncommitted changes (else they are warned about and recorded in the manifest)."""
     return run_with(RunOptions.of(batch=batch, model=model, routing=routing, settings=settings or [], results_dir=results_dir, cache_dir=cache_dir,
                                   scenarios=scenarios, pack=pack, evidence=evidence, address=address,
                                   provider_batch=provider_batch, max_runs=max_runs, retry_failed=retry_failed,
-                                  progress=progress))
+                                  progress=progress, continue_past=continue_past, require_clean=require_clean))
 
 
 def run_with(o: RunOptions) -> BatchRun:
     """``run`` from its options."""
     b = load_checked(o)
+    provenance = checked_provenance(b.pack_dir, b.evidence, b.scenario_file, o.require_clean)
+    if b.spec.leakage_audit is not None:  # before any debate: a refusal starts none
+        audit_batch(list({r.config.name: r.config for r in b.runs}.values()),
+                    list({r.scenario.id: r.scenario for r in b.runs}.values()), b.pack, b.root, o.batch,
+                    b.spec.leakage_audit, None if ray_client(o.address) else Path(b.cache_dir), b.spec.max_cost_usd)
     runs = b.runs
     first, later = split(runs)
     stats = None
     if later:  # runs matched to others' generated tokens wait for them (runner/matching.py)
         stats = run_batch(b.spec, first, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence],
-                          str(b.cache_dir), o.address, o.retry_failed, not o.progress)
+                          str(b.cache_dir), o.address, o.retry_failed, not o.progress, provenance=provenance)
         runs = first + with_targets(later, b.root)
     if stats is None or stats["state"] == FINISHED:  # a stopped first wave leaves the matched runs to the next run
         stats = run_batch(b.spec, runs, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence],
-                          str(b.cache_dir), o.address, o.retry_failed, not o.progress)
+                          str(b.cache_dir), o.address, o.retry_failed, not o.progress, o.continue_past,
+                          provenance=provenance)
     manifest_runs = read_manifest(b.root).runs
     submitted, retries = attempt_counts(manifest_runs)
     status = stats["status"]
@@ -160,9 +182,31 @@ def run_with(o: RunOptions) -> BatchRun:
     return BatchRun(batch=b.spec.name, batch_file=o.batch, results_dir=b.root, runs=stats["runs"], skipped=stats["skipped"],
                     submitted=submitted, retries=retries,
                     wall_s=stats["wall_s"], state=stats["state"], **status, tables=stats["tables"],
+                    sequential=sequential_summary(b.root),
                     failures=failure_groups(manifest_runs), spend=Spend(**stats["budget"], unpriced_calls=unpriced_calls(b.root)),
                     provider_batches=None if pb is None else pb | {"journal": str(b.root / "provider_batches")},
                     retry_command=o.retry_command(), exit_status=exit_status(stats["state"], status))
+
+
+def checked_provenance(pack_dir: Path | None, evidence: Sequence[Path], scenario_file: Path | None,
+                       clean: bool) -> Provenance:
+    """The provenance of results made now from these inputs; with ``clean``, a checkout with uncommitted changes is
+    refused (an InputError), else it is warned about on stderr and recorded as dirty."""
+    provenance = collect(pack_dir, list(evidence), scenario_file)
+    if clean:
+        require_clean(provenance.git)
+    warning = dirty_warning(provenance.git)
+    if warning:
+        print(f"madbench: warning: {warning}", file=sys.stderr)
+    return provenance
+
+
+def sequential_summary(root: Path) -> dict[str, Any] | None:
+    """A sequential batch's decision, its look and adjusted figures, and what it saved (None for another batch)."""
+    record = read_record(root)
+    if record is None:
+        return None
+    return batch_summary(record, ResultsDir(root).runs if BatchDirs(root).table("runs").is_file() else None)
 
 
 def exit_status(state: str, status: dict[str, int]) -> int:
@@ -228,7 +272,31 @@ def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimat
     out |= {"max_cost_usd": spec.max_cost_usd, "budget_note": budget_note(spec.max_cost_usd, out, b.root)}
     configs = {r.config.name: r.config for r in todo}.values()
     out["provider_batch_unsupported"] = batch_problems([m for c in configs for _, _, m in reachable_models(c)])
+    if spec.sequential is not None:
+        out["sequential"] = sequential_plan(spec, b.runs, todo, out)
     return Estimate(**out)
+
+
+def sequential_plan(spec, runs: list, todo: list, figures: dict[str, Any]) -> dict[str, Any]:
+    """A sequential batch's looks and the scenarios it uses at most and on average under H0 (no effect) and H1 (the
+    planned effect), from the design's stopping probabilities (eval/stats/group_sequential.py), with the estimate of the
+    runs left scaled by the share of scenarios used: cost and time as if every scenario cost the same."""
+    n_scenarios = len({r.scenario.id for r in runs})
+    design = design_of(spec, n_scenarios)
+    share_left = len({r.scenario.id for r in todo}) / n_scenarios
+    rows = {}
+    for label, theta in (("h0", 0.0), ("h1", abs(spec.sequential.effect))):
+        power, expected = design_power(design, theta)
+        share = expected / n_scenarios
+        cost = figures["estimated_cost_usd"]
+        rows[label] = {"reject": round(power, 4), "expected_scenarios": round(expected, 1),
+                       "expected_cost_usd": None if cost is None else round(cost * share / share_left, 4),
+                       "expected_wall_s": round(figures["batch_wall_s"] * share / share_left, 1)}
+    return {"looks": list(design.n), "max_scenarios": n_scenarios, "efficacy_z": [round(c, 4) for c in design.efficacy],
+            "futility_z": None if design.futility is None else [round(f, 4) for f in design.futility],
+            "power": round(design.power, 4), "notes": list(design.notes),
+            "fixed_cost_usd": None if figures["estimated_cost_usd"] is None else
+            round(figures["estimated_cost_usd"] / share_left, 4), **rows}
 
 
 def budget_note(cap: float | None, d: dict, root: Path) -> str | None:

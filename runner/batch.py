@@ -37,6 +37,7 @@ from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.pairs import check_pairs
 from madbench.runner.pipeline import config_identity, run_id_for
 from madbench.runner.provider_batches import ProviderBatchOptions
+from madbench.runner.sequential import SequentialSpec
 from madbench.scoring.debate_scorer import scorer_for
 
 #: The most runs one batch expands to (configs × grid cells × scenarios × replicates) unless `madbench run
@@ -73,12 +74,14 @@ class ScenarioSource(BaseModel):
     file: str | None = None
     #: A subset of the file's scenario ids (default: all).
     ids: list[str] | None = None
+    #: Scenarios drawn from the pack; with a ``file`` too, they follow the file's (e.g. post-cutoff quarters added to
+    #: the paper's scenarios).
     make: ScenarioMake | None = None
 
     @model_validator(mode="after")
     def _one(self):
-        if (self.file is None) == (self.make is None):
-            raise ValueError("give exactly one of `file` or `make`")
+        if self.file is None and self.make is None:
+            raise ValueError("give `file`, `make`, or both")
         if self.ids is not None and self.file is None:
             raise ValueError("`ids` selects from a `file`")
         if self.ids is not None and not self.ids:
@@ -100,6 +103,15 @@ class ConfigPair(BaseModel):
     #: What the treatment changes: dotted config paths with * wildcards (e.g. interventions, agents.*.tier, models),
     #: or ``roles`` (a change of role set). Checked when the batch loads, on what the arms run (runner/pairs.py).
     factor: list[str] = Field(min_length=1)
+
+
+class LeakageAuditSpec(BaseModel):
+    """``leakage_audit:``: before any debate, audit the blind arm's memos (runner/leakage_gate.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    #: What a probed model whose hit rate's 95% interval lies above chance does to the batch: ``refuse`` to start any
+    #: debate, or ``warn`` on stderr and run it (the audit is recorded either way).
+    on_leak: Literal["refuse", "warn"] = "refuse"
 
 
 class BatchRouting(BaseModel):
@@ -153,6 +165,12 @@ class BatchSpec(BaseModel):
     #: ``sync`` (each call when it is made) or ``batch``: through the provider's batch API at about half the price,
     #: one provider batch per debate phase (runner/provider_batches.py; the full form sets its window and polling).
     execution: Literal["sync", "batch"] | ProviderBatchOptions = "sync"
+    #: A group-sequential design on one declared pair: looks at planned counts of complete pairs, and a stop once the
+    #: answer is known (runner/sequential.py).
+    sequential: SequentialSpec | None = None
+    #: The identification probe and residue pass of `madbench leakage audit` on the batch's own blind memos before
+    #: any debate, recorded in <results>/leakage_audit/ (runner/leakage_gate.py); needs a blind config.
+    leakage_audit: LeakageAuditSpec | None = None
 
     @field_validator("execution", mode="before")
     @classmethod
@@ -170,6 +188,11 @@ class BatchSpec(BaseModel):
     def _one_routing(self):
         if self.model is not None and self.routing.profile is not None:
             raise ValueError("give `model` (one model everywhere) or `routing.profile` (a routing profile), not both")
+        if self.sequential is not None and self.sequential.pair not in [p.treatment for p in self.pairs]:
+            raise ValueError(f"sequential.pair: {self.sequential.pair!r} is not the treatment of a declared pair (the "
+                             f"batch's: {', '.join(p.treatment for p in self.pairs) or 'none'}); declare it under `pairs:`")
+        if self.sequential is not None and self.grid:
+            raise ValueError("sequential: a design compares one pair of configs; a grid makes more (drop the grid)")
         if "routing" in self.grid:
             raise ValueError("grid: a routing is no grid axis (a profile is applied as a config file is read): list "
                              "one config per routing, or run the batch once per `--routing NAME`")
@@ -231,8 +254,8 @@ def check_size(spec: BatchSpec, where: str, max_runs: int | None = None, n_scena
     at_least = ""
     if n_scenarios is None:  # the file is not read yet: it holds at least one scenario
         src = spec.scenarios
-        n_scenarios = src.make.count if src.make else len(src.ids) if src.ids else 1
-        at_least = "" if src.make or src.ids else "at least "
+        n_scenarios = (src.make.count if src.make else 0) + (len(src.ids) if src.ids else 1 if src.file else 0)
+        at_least = "" if src.file is None or src.ids else "at least "
     total = len(spec.configs) * cells * n_scenarios * spec.n_replicates
     if total > limit:
         raise too_many_runs(where, f"{len(spec.configs)} config(s) × {cells:,} grid cell(s) × {at_least}{n_scenarios:,} "
@@ -284,6 +307,18 @@ def _rel(base: Path, value: str) -> Path:
 
 
 def resolve_scenarios(spec: BatchSpec, base: Path, pack, where: str) -> list[Scenario]:
+    """The file's scenarios (or those of ``ids``), then the drawn ones; an id in both is an error."""
+    listed = _file_scenarios(spec, base, where) if spec.scenarios.file else []
+    m = spec.scenarios.make
+    drawn = draw_scenarios(pack, quarter_range(m.quarters), m.count, m.min_tickers, m.max_tickers, m.seed) if m else []
+    twice = sorted({s.id for s in listed} & {s.id for s in drawn})
+    if twice:
+        raise InputError(where, f"scenarios: drawn ids also in the file: {', '.join(twice)}",
+                         "change scenarios.make.seed or rename the file's scenarios")
+    return listed + drawn
+
+
+def _file_scenarios(spec: BatchSpec, base: Path, where: str) -> list[Scenario]:
     if spec.scenarios.file:
         path = _rel(base, spec.scenarios.file)
         if not path.is_file():
@@ -297,8 +332,7 @@ def resolve_scenarios(spec: BatchSpec, base: Path, pack, where: str) -> list[Sce
                 raise InputError(where, f"scenarios.ids: not in {path}: {', '.join(missing)}", "fix the ids")
             scenarios = [known[i] for i in spec.scenarios.ids]
         return scenarios
-    m = spec.scenarios.make
-    return draw_scenarios(pack, quarter_range(m.quarters), m.count, m.min_tickers, m.max_tickers, m.seed)
+    return []
 
 
 def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfig]:

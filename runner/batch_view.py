@@ -14,8 +14,10 @@ from madbench.data.errors import InputError
 from madbench.eval.report.page import build_report
 from madbench.eval.stats.analysis import Analysis, analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, load_runs
+from madbench.eval.stats.sequential_record import SequentialRecord, batch_summary, read_record
 from madbench.results import Manifest, ManifestRun, ResultsDir, read_manifest
 from madbench.runner.lock import lock_holder
+from madbench.runner.sequential import NOT_NEEDED
 from madbench.runner.store import BatchLayout, current_step, group_failures
 
 
@@ -58,6 +60,10 @@ class BatchStatus(BaseModel):
     ok: int
     failed: int
     pending: int
+    #: Runs a sequential batch's decision made unnecessary.
+    not_needed: int = 0
+    #: A sequential batch's looks so far and its decision, a line each (empty for another batch).
+    looks: list[str] = []
     #: Runs whose result file is committed.
     committed: int
     in_flight: list[InFlight]
@@ -73,6 +79,24 @@ def batch_state(root: Path, m: Manifest) -> tuple[str, str | None]:
     if m.state == "running" and holder is None:
         return f"stopped (driver gone: last update {m.updated}; run the same command to resume)", None
     return m.state, holder
+
+
+def look_lines(record: SequentialRecord | None) -> list[str]:
+    """A sequential batch's looks so far, a line each, and its decision (what `madbench status` prints)."""
+    if record is None:
+        return []
+    d = record.design
+    out = [f"sequential: {record.treatment} − {record.control} on {record.metric}, {len(d.n)} looks at {d.n} complete "
+           f"pairs, {d.spending} spending" + (", non-binding futility" if d.futility else "")]
+    for x in record.looks:
+        fut = "" if x.futility_t is None else f", futility {x.futility_t:.3f}"
+        out.append(f"look {x.look}: {x.n} pairs, t = {x.t:.3f} (efficacy ±{x.efficacy_t:.3f}{fut}): {x.decision}")
+    if record.decision:
+        # Past a decision, --continue ran the runs it had made unnecessary: they are no longer not_needed.
+        idle = (f"{len(record.not_needed)} not_needed" if record.stopped else
+                f"continued past it: the {len(record.not_needed)} runs it had made not_needed were run")
+        out.append(f"decision: {record.decision}; {len(record.overrun)} overrun, {idle}")
+    return out
 
 
 def check_committed(results_dir: str | Path) -> None:
@@ -108,9 +132,10 @@ class Results(ResultsDir):
                               step=current_step(layout.trace_path(r.run_id))) for r in flying]
         by_config: dict[str, dict[str, int]] = {}
         for r in runs:
-            by_config.setdefault(r.config, {"ok": 0, "failed": 0, "pending": 0})[r.status] += 1
-        counts = {s: sum(1 for r in runs if r.status == s) for s in ("ok", "failed", "pending")}
+            by_config.setdefault(r.config, {"ok": 0, "failed": 0, "pending": 0, NOT_NEEDED: 0})[r.status] += 1
+        counts = {s: sum(1 for r in runs if r.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
         return BatchStatus(batch=m.spec["name"], state=state, driver=driver, updated=m.updated, **counts,
+                           looks=look_lines(read_record(self.path)),
                            committed=committed, in_flight=in_flight, by_config=by_config, failures=failure_groups(runs))
 
     def stats(self, compare: list[str] | None = None, metrics: list[str] | None = None, correction: str = "holm",
@@ -123,7 +148,11 @@ class Results(ResultsDir):
         rounds = self.rounds if self.dirs.table("rounds").exists() else None
         compare = compare or batch_order(self.path, runs)
         declared = None if all_pairs else batch_pairs(self.path)
-        return analyse(runs, str(self.dirs.table("runs")), compare, metrics, correction, rounds, declared)
+        analysis = analyse(runs, str(self.dirs.table("runs")), compare, metrics, correction, rounds, declared)
+        record = read_record(self.path)
+        if record is not None:  # the looks' adjusted inference leads; the plain paired tests below are naive
+            analysis.sequential = batch_summary(record, self.runs)
+        return analysis
 
     def report(self, out: str | Path | None = None, compare: list[str] | None = None, correction: str = "holm",
                max_traces: int = 500) -> Path:

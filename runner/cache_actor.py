@@ -144,9 +144,8 @@ class ClusterFlight:
 class RayCacheRemote:
     """The ``RemoteCache`` a runner actor's ``NodeCache`` reads through to: the ``CacheActor``.
 
-    ``fetch`` and ``contains`` block the runner actor's event loop for one round trip (about a millisecond) on
-    purpose: the gateway's cache interface is synchronous, they are asked only on a local miss, and a miss is
-    followed by a provider call that costs a hundred times more."""
+    The gateway awaits the ``*_async`` lookups, so a runner actor's event loop never blocks on the actor; the
+    blocking ones serve the synchronous callers (the CLI's cache commands, a driver's own checks)."""
 
     def __init__(self, handle, node: str, holder: str):
         self.handle, self.node = handle, node
@@ -168,6 +167,15 @@ class RayCacheRemote:
     def drop(self, key: str) -> None:
         import ray
         ray.get(self.handle.drop.remote(key))  # waited for: a store of a fresh answer must not overtake it
+
+    async def fetch_async(self, key: str, model: str) -> dict[str, Any] | None:
+        return await self.handle.fetch.remote(key, model, self.node)
+
+    async def contains_async(self, key: str) -> bool:
+        return await self.handle.contains.remote(key)
+
+    async def drop_async(self, key: str) -> None:
+        await self.handle.drop.remote(key)  # awaited: a store of a fresh answer must not overtake it
 
     def single_flight(self) -> ClusterFlight:
         return self.flight

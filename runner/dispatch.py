@@ -61,12 +61,34 @@ class ActorPool:
         self.node_of: dict[int, str] = {}
         self.lost_nodes: set[str] = set()
         self.replacements = 0
+        self._asked: dict[int, Any] = {}     # actor index -> its totals question in flight (``totals``)
+        self._counted: dict[int, dict[str, Any]] = {}  # actor index -> its last counts
         self.actors = [self._start(k) for k in range(n_workers)]
 
     def _start(self, k: int):
         self.node_of[k] = _pick_node(self.ray, Counter(n for j, n in self.node_of.items() if j != k), self.lost_nodes)
         strategy = self._affinity(node_id=self.node_of[k], soft=False)
         return self._cls.options(scheduling_strategy=strategy).remote(*self._args)
+
+    def totals(self) -> dict[str, float]:
+        """The actors' gateways' live counts summed (``calls``, ``cached``, ``failed``, ``tokens``): what the progress
+        line shows between runs' settling. Never waits: it reads the answers to the previous call's questions that have
+        come, and asks again; an actor busy in CPU-bound work (rule models) answers later, and its last counts stand.
+        A dead actor's question is dropped here (the dispatch loop replaces the actor and reports the loss)."""
+        ray = self.ray
+        for k, ref in list(self._asked.items()):
+            if ray.wait([ref], timeout=0)[0]:
+                del self._asked[k]
+                try:
+                    self._counted[k] = ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    continue
+        for k, actor in enumerate(self.actors):
+            self._asked.setdefault(k, actor.totals.remote())
+        every = list(self._counted.values())
+        return {"calls": sum(t["calls"] for t in every), "cached": sum(t["cached"] for t in every),
+                "failed": sum(t["failed"] for t in every),
+                "tokens": sum(t["prompt_tokens"] + t["completion_tokens"] for t in every)}
 
     def replace(self, k: int, handle, exc: Exception) -> None:
         """Actor k (``handle``) died; the first of its runs to report replaces it, once."""
@@ -130,6 +152,17 @@ class Work(ABC, Generic[Unit]):
     def withdrawn(self, unit: Unit, attempts: int) -> None:
         """The unit's last attempt did not count (its actor died, or the budget stopped it): ``attempts`` remain."""
 
+    def enough(self) -> bool:
+        """The job needs no more units (a sequential batch's decision): nothing more is submitted, and the loop ends
+        once the units in flight return."""
+        return False
+
+    def waits(self, unit: Unit) -> bool:
+        """``unit`` is not to be sent yet (a sequential batch holds the scenarios past its next look until the look
+        is taken): the first unit in the queue that does not wait goes first, and when every one waits the loop sends
+        the head anyway once nothing is in flight, so a hold never stalls it."""
+        return False
+
     def tick(self) -> None:
         """Every ``STATUS_INTERVAL_S`` seconds while the loop runs."""
 
@@ -183,11 +216,16 @@ class Dispatch(Generic[Unit]):
                 self._watch(now)
             if self.budget_hit and not self.in_flight:
                 return BUDGET_STOP
+            if self.work.enough() and not self.in_flight:
+                return FINISHED  # the units left are not needed (the job marks them)
         return FINISHED
 
     def _submit(self) -> None:
-        while self.queue and len(self.in_flight) < self.max_in_flight and not self.budget_hit:
-            unit = self.queue.pop(0)
+        while self.queue and len(self.in_flight) < self.max_in_flight and not self.budget_hit and not self.work.enough():
+            ready = next((i for i, u in enumerate(self.queue) if not self.work.waits(u)), None)
+            if ready is None and self.in_flight:
+                break
+            unit = self.queue.pop(ready or 0)
             key = self.work.key(unit)
             self.attempts[key] += 1
             k = self.sent % len(self.pool.actors)

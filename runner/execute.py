@@ -14,7 +14,9 @@ cluster's (runner/cache_actor.py): a call paid on one node is a hit on every oth
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import os
 import sys
 import time
@@ -23,6 +25,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack
@@ -34,6 +38,7 @@ from madbench.gateway.errors import BudgetExhausted
 from madbench.gateway.providers.batching import current_party
 from madbench.gateway.secrets import redact, remember
 from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
+from madbench.results.provenance import Provenance
 from madbench.runner.batch import BatchSpec, RunSpec
 from madbench.runner.budget import read_budget, start_budget, stop_budget, summary
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
@@ -42,7 +47,9 @@ from madbench.runner.lock import ResultsLock, WriterGuard
 from madbench.runner.pipeline import check_run_id, run_debate
 from madbench.runner.progress import BatchLine, Progress
 from madbench.runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
+from madbench.runner.ray_address import RayUnavailable
 from madbench.runner.run_report import RunReport, Status
+from madbench.runner.sequential import NOT_NEEDED, Monitor, pair_first
 from madbench.runner.staging import (
     OwnerGuard,
     collect,
@@ -95,6 +102,10 @@ class RunnerActor:
         if collector is not None:
             self.gateway.providers.default.warm()  # litellm now: a run slow to its first call would miss phase 1's batch
         self.batch = batch
+
+    async def totals(self) -> dict[str, Any]:
+        """This actor's gateway's counts so far, every call as it settles (the progress line's live calls and tokens)."""
+        return self.gateway.totals.model_dump()
 
     async def beats(self) -> dict[str, Any]:
         """For each run in flight here, what moves while it makes progress: its trace's size and its provider
@@ -173,12 +184,20 @@ def ray_client(address: str | None) -> bool:
     return (address or os.environ.get("RAY_ADDRESS") or "").startswith("ray://")
 
 
+#: Ray's variable for its workers' niceness (``ray._private.ray_constants.RAY_WORKER_NICENESS``).
+WORKER_NICENESS = "RAY_worker_niceness"
+
+
 def worker_env(address: str | None) -> dict[str, Any]:
     """The runtime env this driver gives its Ray workers: the forwarded variables, and the project on PYTHONPATH
     only where its path means something to them. Not in a ``--working-dir`` job (Ray puts each node's copy of the
     upload on the path itself, and this process's copy is one of them), nor through the Ray client (the checkout is
     on this machine; the nodes import the madbench installed on them)."""
-    env_vars = forwarded_env()
+    # Ray starts its workers at niceness 15 (to keep its own daemons responsive), so any process at the default 0
+    # (a build, a second batch, a test suite) starves the actors that run the debates: on a loaded 2-core machine a
+    # batch of four runs took minutes instead of seconds. madbench's actors are the job, so they compete as equals
+    # (Ray's own job supervisor does the same); a user's RAY_worker_niceness is kept.
+    env_vars = {WORKER_NICENESS: os.environ.get(WORKER_NICENESS, "0"), **forwarded_env()}
     if job_working_dir() is None and not ray_client(address):
         env_vars = {"PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_vars}
     return {"env_vars": env_vars}
@@ -199,8 +218,87 @@ def init_ray(address: str | None, num_cpus: int | None = None):
         if address:
             _join_cluster(ray, address, env)
         else:
-            ray.init(include_dashboard=False, num_cpus=num_cpus, runtime_env=env, log_to_driver=False, configure_logging=False)
+            _start_local_ray(ray, num_cpus, env)
+    ray_messages_to_stderr()
     return ray
+
+
+def ray_messages_to_stderr() -> None:
+    """Send the cluster's messages that Ray's driver prints (a raylet's "N worker processes have been started", an
+    actor killed for memory) to stderr. Ray prints them on stdout, at any moment from a background thread, and a
+    command's stdout is its output (`--json`); in a process that keeps Ray up (the Python API), that is every later
+    command's. Ray looks its printer up at each message, so replacing it reaches a driver already connected."""
+    from ray._private import worker
+    printer = worker.print_to_stdstream
+    if getattr(printer, "to_stderr", False):
+        return
+
+    @functools.wraps(printer)
+    def print_on_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        printer({**data, "is_err": True}, ignore_prefix)
+
+    print_on_stderr.to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = print_on_stderr
+
+
+#: A local Ray's node must register within a 30 s Ray does not let a caller change; on a busy machine it may not.
+#: The start is tried this many times (each failed one shut down first) before it is reported.
+LOCAL_START_ATTEMPTS = 3
+
+
+def _start_local_ray(ray, num_cpus: int | None, env: dict[str, Any]) -> None:
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        before = _children()
+        try:
+            ray.init(include_dashboard=False, num_cpus=num_cpus, runtime_env=env, log_to_driver=False,
+                     configure_logging=False)
+            return
+        except Exception as exc:  # Ray raises a bare Exception when its node does not come up in time
+            reason = " ".join(str(exc).split())[:300]
+            ray.shutdown()
+            # A node that failed half-way is not Ray's to shut down: its GCS server or raylet would outlive us.
+            _stop_children_since(before)
+            if attempt == LOCAL_START_ATTEMPTS:
+                raise RayUnavailable(f"a local Ray did not start ({attempt} tries): {reason}") from exc
+            print(f"madbench: warning: a local Ray did not start ({reason[:80]}...); trying again ({attempt + 1} of "
+                  f"{LOCAL_START_ATTEMPTS})", file=sys.stderr, flush=True)
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _stop_children_since(before: set[int]) -> None:
+    """Kill this process's child processes started since ``before`` (the processes of a failed Ray start)."""
+    started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    for proc in started:
+        with contextlib.suppress(psutil.NoSuchProcess):  # it ended on its own
+            proc.kill()
+    psutil.wait_procs(started, timeout=10)
+
+
+def _say(text: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"madbench: {text}", file=sys.stderr, flush=True)
+
+
+def _ray_start_text(address: str | None) -> str:
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        return f"joining the Ray cluster at {address} (seconds; a busy head or a Ray client can take a minute)"
+    return "starting a local Ray (5-30 s; longer on a busy machine)"
+
+
+def _started(start: Callable[[], Any], text: str, quiet: bool) -> Any:
+    """``start()``, with a line before it saying what is starting and how long it may take, and one after it."""
+    import ray
+    if ray.is_initialized():
+        return start()
+    _say(text + " ...", quiet)
+    t0 = time.perf_counter()
+    started = start()
+    _say(f"Ray ready in {time.perf_counter() - t0:.0f} s", quiet)
+    return started
 
 
 def _join_cluster(ray, address: str, env: dict[str, Any]) -> None:
@@ -229,8 +327,11 @@ class RunWork(Work[RunSpec]):
 
     def __init__(self, pool: ActorPool, layout: BatchLayout, manifest_runs: dict[str, ManifestRun], stats: dict[str, Any],
                  retry_failed: bool, spec_json: dict[str, Any], collector=None,
-                 every_status: list[Callable[[], Any]] | None = None):
+                 every_status: list[Callable[[], Any]] | None = None, monitor: Monitor | None = None,
+                 provenance: Provenance | None = None):
         self.pool, self.layout, self.manifest_runs, self.stats = pool, layout, manifest_runs, stats
+        self.monitor = monitor  # a sequential batch's looks (runner/sequential.py)
+        self.provenance = provenance
         self.retry_failed, self.spec_json = retry_failed, spec_json
         self.collector = collector  # provider batch mode: told which runs are in flight (runner/provider_batches.py)
         #: Called with the manifest every few seconds (a Ray client's driver writes its budget then).
@@ -278,7 +379,15 @@ class RunWork(Work[RunSpec]):
             self.committed[r.run_id] += 1
             if self.committed[r.run_id] == 2:
                 self.stats["committed_twice"].append(r.run_id)
+        if self.monitor is not None:
+            self.monitor.settled(r, report.status is Status.OK)
         return report
+
+    def enough(self) -> bool:
+        return self.monitor is not None and self.monitor.enough()
+
+    def waits(self, r: RunSpec) -> bool:
+        return self.monitor is not None and self.monitor.waits(r)
 
     def failure(self, r: RunSpec, exc: Exception) -> ActorReport:
         cause = getattr(exc, "cause", None)
@@ -294,14 +403,29 @@ class RunWork(Work[RunSpec]):
 
     def tick(self) -> None:
         """Rewrite the manifest, so that `madbench status` sees the runs in flight."""
-        write_manifest(self.layout.root, self.spec_json, list(self.manifest_runs.values()), "running")
+        write_manifest(self.layout.root, self.spec_json, list(self.manifest_runs.values()), "running", self.provenance)
         for hook in self.every_status:
             hook()
 
 
-def settled_state(state: str, manifest_runs: dict[str, ManifestRun]) -> str:
+def earlier_provenance(layout: BatchLayout) -> Provenance | None:
+    """The provenance the batch's manifest recorded (None: no manifest yet, or one written before it was recorded)."""
+    return read_manifest(layout.root).provenance if layout.manifest.exists() else None
+
+
+def cluster_shape(ray) -> dict[str, Any]:
+    """The Ray cluster the runs are sent to: its alive nodes and their CPUs and GPUs."""
+    resources = ray.cluster_resources()
+    return {"nodes": sum(1 for n in ray.nodes() if n.get("Alive")), "cpus": resources.get("CPU", 0),
+            "gpus": resources.get("GPU", 0)}
+
+
+def settled_state(state: str, manifest_runs: dict[str, ManifestRun], monitor: Monitor | None = None) -> str:
     """``state``, unless it says ``finished`` while runs are pending: then it says how many, so that `madbench
-    status` never calls a batch finished with runs left to do."""
+    status` never calls a batch finished with runs left to do. A sequential batch's runs its decision made
+    unnecessary are ``not_needed`` first (``Monitor.finish``), not pending."""
+    if monitor is not None and state == FINISHED:
+        monitor.finish()
     pending = sum(1 for m in manifest_runs.values() if m.status == "pending")
     if state == FINISHED and pending:
         return f"stopped: {pending} run(s) pending after the dispatch ended; run the same command to resume"
@@ -347,34 +471,71 @@ def _refuse_paths_in_job(job_dir: Path | None, root: Path, cache_dir: str) -> No
                              f"on storage every node mounts), e.g. {HEAD_DIRS[flag]} (cluster.yaml's)")
 
 
+def _todo(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, manifest_runs: dict[str, ManifestRun],
+          retry_failed: bool, continue_past: bool, quiet: bool) -> tuple[list[RunSpec], int, Monitor | None]:
+    """(the runs to dispatch, the runs committed before, a sequential batch's monitor or None). The monitor is fed
+    the committed runs (and so takes the looks an interrupted invocation had the pairs for), and the runs go in
+    pair-first order, or none when a decision stands."""
+    todo = [r for r in runs if manifest_runs[r.run_id].status in (("pending", "failed") if retry_failed else ("pending",))]
+    skipped = len(runs) - len(todo)
+    if spec.sequential is None:
+        return todo, skipped, None
+    monitor = Monitor(spec, runs, layout, manifest_runs, continue_past, quiet)
+    for r in runs:
+        if manifest_runs[r.run_id].status == "ok":
+            monitor.seen(r)
+    monitor.update()
+    return ([] if monitor.enough() else pair_first(todo, monitor.order)), skipped, monitor
+
+
+def _stop_services(ray, budget, spent_usd: float, root: Path, off_cluster: bool, cache, collector) -> dict[str, Any]:
+    """Stop the batch's budget, cache and collector actors: what each reports, for the batch's stats."""
+    stopped = {"budget": stop_budget(ray, budget, spent_usd, root if off_cluster else None), "cache": stop_cache(ray, cache)}
+    if collector is not None:
+        stopped["provider_batches"] = stop_collector(ray, collector) | journal_summary(root)
+    return stopped
+
+
+def _collector_ready(ray, ready, quiet: bool) -> None:
+    """Wait until the provider-batch collector has read its journal (it starts while the runner actors do)."""
+    if ready is not None:
+        ray.get(ready)
+        _say("provider batch mode: each phase's requests go to the provider as one batch; a provider answers within "
+             "its completion window (24 h at most, usually minutes), and progress moves as batches end", quiet)
+
+
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
-              address: str | None = None, retry_failed: bool = False, quiet: bool = False) -> dict[str, Any]:
+              address: str | None = None, retry_failed: bool = False, quiet: bool = False, continue_past: bool = False,
+              provenance: Provenance | None = None) -> dict[str, Any]:
     """Run the batch's pending runs, holding the results directory's lock (runner/lock.py) throughout: a second
-    driver on the same directory fails at once, naming this one."""
+    driver on the same directory fails at once, naming this one. ``continue_past``: a sequential batch goes on past
+    its decision (runner/sequential.py)."""
     job_dir = job_working_dir()
     _refuse_paths_in_job(job_dir, layout.root, cache_dir)
     cluster_cache = wants_cluster_cache(address)
     with ResultsLock(layout.root, "madbench run") as lock:
         manifest_runs = _manifest_entries(runs)
         rebuilt = _recover_committed(spec, runs, layout, manifest_runs)
-        todo = [r for r in runs if manifest_runs[r.run_id].status in (("pending", "failed") if retry_failed else ("pending",))]
+        todo, skipped, monitor = _todo(spec, runs, layout, manifest_runs, retry_failed, continue_past, quiet)
         # The cache this batch really used, resolved: re-scoring and the estimate find it from the manifest.
         spec_json = spec.model_dump(mode="json") | {"cache_dir": str(Path(cache_dir).resolve())}
-        write_manifest(layout.root, spec_json, list(manifest_runs.values()), "running")
+        if provenance is None or not todo:  # nothing runs now: the provenance of the runs is the earlier invocation's
+            provenance = earlier_provenance(layout) or provenance
+        write_manifest(layout.root, spec_json, list(manifest_runs.values()), "running", provenance)
         # One budget for the batch, across invocations: what earlier ones spent is in budget.json (runner/budget.py).
         record = read_budget(layout.root, spec.max_cost_usd)
         progress = Progress(len(todo), BatchLine(spec.max_cost_usd, record.spent_usd), enabled=not quiet)
-        stats = {"runs": len(runs), "skipped": len(runs) - len(todo), "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt}
-        t0 = time.perf_counter()
-        state = FINISHED
-        stats["budget"] = summary(record.model_dump(), record.spent_usd)
+        stats = {"runs": len(runs), "skipped": skipped, "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt,
+                 "budget": summary(record.model_dump(), record.spent_usd)}
+        t0, state = time.perf_counter(), FINISHED
         if todo and record.reached:  # stopped at this cap before: nothing more is spent until it is raised
             todo, state = [], BUDGET_STOP
         if todo:
-            ray = init_ray(address)
+            ray = _started(lambda: init_ray(address), _ray_start_text(address), quiet)
+            if provenance is not None:
+                provenance = provenance.model_copy(update={"cluster": cluster_shape(ray)})
             off_cluster = ray_client(address)  # the results are on this machine: the budget is written from here
             budget = start_budget(ray, layout.root, record, actor_writes=not off_cluster)
-            progress.poll = lambda: {"spent_usd": budget.snapshot()["spent_usd"]}
             cache = start_cache(ray, cache_dir, cluster_cache)
             batches = spec.provider_batches
             collector, ready = start_collector(ray, layout.root, lock.holder, batches) if batches else (None, None)
@@ -382,10 +543,11 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
                                                 str(layout.root), spec.name, budget, lock.holder,
                                                 CollectorClient(collector) if collector else None),
                              min(spec.workers, len(todo)), spec.max_in_flight)
-            if ready is not None:
-                ray.get(ready)  # the collector has read its journal (it starts while the runner actors do)
+            _collector_ready(ray, ready, quiet)
+            progress.poll = lambda: {"spent_usd": budget.snapshot()["spent_usd"], **pool.totals()}
             work = RunWork(pool, layout, manifest_runs, stats, retry_failed, spec_json, collector,
-                           every_status=[lambda: budget.persist(layout.root)] if off_cluster else [])
+                           every_status=[lambda: budget.persist(layout.root)] if off_cluster else [], monitor=monitor,
+                           provenance=provenance)
             # What the manifest says if the dispatch never returns (a signal's SystemExit): never `finished`.
             state = "stopped: the driver exited before the runs settled; run the same command to resume"
             try:
@@ -397,16 +559,12 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             finally:
                 for m in manifest_runs.values():
                     m.in_flight_since = None
-                state = settled_state(state, manifest_runs)
-                write_manifest(layout.root, spec_json, list(manifest_runs.values()), state)
-                stats["budget"] = stop_budget(ray, budget, record.spent_usd, layout.root if off_cluster else None)
-                stats["cache"] = stop_cache(ray, cache)
-                if collector is not None:
-                    stats["provider_batches"] = stop_collector(ray, collector) | journal_summary(layout.root)
+                state = settled_state(state, manifest_runs, monitor)
+                write_manifest(layout.root, spec_json, list(manifest_runs.values()), state, provenance)
+                stats |= _stop_services(ray, budget, record.spent_usd, layout.root, off_cluster, cache, collector)
         else:
-            write_manifest(layout.root, spec_json, list(manifest_runs.values()), state)
-        stats["state"] = state
-        stats["tables"] = compact(layout)
-        stats["wall_s"] = time.perf_counter() - t0
-        stats["status"] = {s: sum(1 for m in manifest_runs.values() if m.status == s) for s in ("ok", "failed", "pending")}
+            state = settled_state(state, manifest_runs, monitor)
+            write_manifest(layout.root, spec_json, list(manifest_runs.values()), state, provenance)
+        stats |= {"state": state, "tables": compact(layout), "wall_s": time.perf_counter() - t0}
+        stats["status"] = {s: sum(1 for m in manifest_runs.values() if m.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
         return stats

@@ -6,5 +6,7 @@ EXIT_RUNS_FAILED = 1
 EXIT_INPUT = 2
 #: The disk filled up; committed results are intact and the same command resumes.
 EXIT_DISK_FULL = 3
+#: Ray could not be started (or joined): nothing of the batch ran; the same command starts it when Ray can.
+EXIT_NO_RAY = 4
 #: Interrupted (Ctrl-C) with runs still pending; committed runs are kept and the same command resumes.
 EXIT_INTERRUPTED = 130

@@ -43,6 +43,10 @@ class RunOptions(BaseModel):
     max_runs: int | None = None
     #: Also re-run runs recorded as failed.
     retry_failed: bool = False
+    #: Refuse to run from a git checkout with uncommitted changes (the manifest would record a commit that is not the code).
+    require_clean: bool = False
+    #: A sequential batch: go on past its recorded decision (`--continue`; recorded in its sequential.json).
+    continue_past: bool = False
     #: Show the progress bar.
     progress: bool = False
     #: The estimate only: a pilot batch's results directory whose measurements replace the declared rates.

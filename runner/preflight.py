@@ -19,9 +19,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from madbench.data.blind import blind_memo, pack_companies
 from madbench.data.errors import InputError
 from madbench.data.market.pack import Pack
 from madbench.data.memo import Memo, build_memo
+from madbench.data.residue import memo_residue
 from madbench.data.scenario import Scenario, check_against_pack
 from madbench.debate.config import DebateConfig
 from madbench.debate.context import constraints_text
@@ -32,7 +34,7 @@ from madbench.eval.backtest import holding_window
 from madbench.eval.baselines import baseline_metrics
 from madbench.gateway.models import ModelSpec, as_spec, spec_cost
 from madbench.gateway.providers.base import SendOnly
-from madbench.gateway.providers.litellm_provider import LiteLLMProvider
+from madbench.gateway.providers.litellm_provider import LiteLLMProvider, listed, nearest_models
 from madbench.runner.batch import RunSpec
 from madbench.runner.wiring import build_providers
 from madbench.scoring.rule_answers import HANDLERS
@@ -280,16 +282,52 @@ def price_problems(configs: list[DebateConfig], cap_usd: float | None) -> list[s
     if cap_usd is None:
         return []
     where: dict[str, set[str]] = {}
+    hosted: set[str] = set()
     providers = build_providers()
     for config in configs:
         for _, _, spec in reachable_models(config):
             if spec_cost(providers.for_model(spec.model), spec, 1000, 1000) is None:
                 where.setdefault(spec.model, set()).add(config.name)
-    return [f"{model}: unknown price (litellm's cost map has none, or lists it at $0), so max_cost_usd (${cap_usd:g}) "
-            f"cannot be enforced for its calls (config {', '.join(sorted(names))}): declare its price on its tier in "
-            "the routing profile (configs/routing/NAME.yaml: price: {input_usd_per_mtok: …, output_usd_per_mtok: …}) or "
-            "in the batch's `model` spec, or remove max_cost_usd"
+                if not spec.api_base:
+                    hosted.add(spec.model)
+    return [f"{model}: unknown price (litellm's cost map has none, or lists it at $0){_unlisted(model, hosted)}, so "
+            f"max_cost_usd (${cap_usd:g}) cannot be enforced for its calls (config {', '.join(sorted(names))}): correct "
+            "a mistyped name, or declare its price on its tier in the routing profile (configs/routing/NAME.yaml: "
+            "price: {input_usd_per_mtok: …, output_usd_per_mtok: …}) or in the batch's `model` spec, or remove "
+            "max_cost_usd"
             for model, names in sorted(where.items())]
+
+
+def _unlisted(model: str, hosted: set[str]) -> str:
+    """For a hosted model litellm does not list at all (a typo, most often): that, and the nearest names it lists."""
+    if model not in hosted or listed(model):
+        return ""
+    near = nearest_models(model)
+    return f"; litellm does not list this model ({'nearest known: ' + ', '.join(near) if near else 'no similar name'})"
+
+
+def blind_residue_problems(configs: list[DebateConfig], scenarios: list[Scenario], memos: dict[str, Memo],
+                           pack: Pack) -> list[str]:
+    """The residue pass of `madbench leakage audit` on every blind memo a blind config will send, before any call: a
+    name, year, month, exact macro level, lower-case term or exact amount left in one would leak into every request of
+    its runs. ``macro: exact``, asked for explicitly, is not a problem here (the run records it)."""
+    options = list({c.blind.model_dump_json(): c.blind for c in configs if c.blind.enabled}.values())
+    if not options:
+        return []
+    companies = pack_companies(pack.universe)
+    problems = []
+    for o in options:
+        for s in scenarios:
+            if s.id not in memos:
+                continue
+            r = memo_residue(blind_memo(memos[s.id], s, companies, o).memo)
+            left = {k: n for k, n in r.counts.items() if n and not (k == "exact_level" and o.macro == "exact")}
+            if left:
+                problems.append(f"scenario {s.id}: its blind memo still holds {', '.join(f'{n} {k}' for k, n in left.items())} "
+                                f"(e.g. {'; '.join(', '.join(v) for k, v in r.examples.items() if k in left)}); see "
+                                "`madbench leakage audit`; add generic terms to `capitalised` of configs/blind_vocabulary.yaml, "
+                                "redraw its derived words (python -m madbench.data.generic_words), or widen the masking rules")
+    return problems
 
 
 def preflight(runs: list[RunSpec], pack: Pack, where: str, cache_dir: Path | None, results_root: Path,
@@ -304,6 +342,7 @@ def preflight(runs: list[RunSpec], pack: Pack, where: str, cache_dir: Path | Non
     problems += model_problems(configs)
     problems += price_problems(configs, cap_usd)
     problems += context_problems(configs, memos)
+    problems += blind_residue_problems(configs, scenarios, memos, pack)
     if memos:  # the longest memo: a prompt over the size limit shows on it
         largest = max((s for s in scenarios if s.id in memos), key=lambda s: len(memos[s.id].text))
         problems += prompt_problems(configs, largest, memos[largest.id])

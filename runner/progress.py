@@ -154,16 +154,20 @@ class BatchLine:
         self.budget, self.spent_before = budget, spent_before
 
     def __call__(self, p: Progress, running: int) -> str:
-        elapsed = p.elapsed_s
-        rate = f"{p.calls / elapsed:.2f} calls/s" if p.calls and elapsed > 0 else "— calls/s"
-        hit = f", cache {p.cached / p.calls:.0%}" if p.calls else ""
-        spent = p.live().get("spent_usd", self.spent_before + p.cost)
+        elapsed, live = p.elapsed_s, p.live()
+        # The actors' live counts move per call; the settled runs' are the floor (an actor may not have answered).
+        calls, cached = max(p.calls, int(live.get("calls", 0))), max(p.cached, int(live.get("cached", 0)))
+        tokens, failed_calls = max(p.tokens, int(live.get("tokens", 0))), int(live.get("failed", 0))
+        rate = f"{calls / elapsed:.2f} calls/s" if calls and elapsed > 0 else "— calls/s"
+        hit = f", cache {cached / calls:.0%}" if calls else ""
+        invalid = f" ({failed_calls} failed)" if failed_calls else ""
+        spent = live.get("spent_usd", self.spent_before + p.cost)
         budget = f" of {_dollars(self.budget)}" if self.budget else ""
         earlier = f" (${self.spent_before:.4f} before this invocation)" if self.spent_before else ""
         # Its own segment: a terminal's bar shows what follows the first " | " (Progress.show).
         retried = f" | retried {p.retried} (last: {p.last_retry})" if p.retried else ""
         return (f"{p.done + p.failed}/{p.total} runs: {p.done} ok, {p.failed} failed, {running} in flight{retried} | "
-                f"{rate}{hit}, {p.tokens} tokens, {spend_text(spent, p.unpriced)}{budget}{earlier} | elapsed "
+                f"{rate}{invalid}{hit}, {tokens} tokens, {spend_text(spent, p.unpriced)}{budget}{earlier} | elapsed "
                 f"{_fmt_s(elapsed)}, ETA {p.eta()}")
 
 

@@ -11,6 +11,10 @@ import socket
 
 from madbench.data.errors import InputError
 
+
+class RayUnavailable(RuntimeError):
+    """A local Ray did not come up (an overloaded machine, too little shared memory): nothing of the batch ran."""
+
 #: Words Ray takes in place of an address: a cluster already running on this machine, or a new local one.
 KEYWORDS = ("auto", "local")
 #: Seconds to wait for a TCP connection to the address: a head node on a network answers within milliseconds.

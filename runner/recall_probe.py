@@ -26,7 +26,7 @@ import jinja2
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from madbench.data.atomic import atomic_write
+from madbench.data.atomic import atomic_write, frame_writer
 from madbench.data.errors import InputError
 from madbench.data.market.calendar import Quarter
 from madbench.data.market.pack import Pack
@@ -261,5 +261,5 @@ async def probe_recall(gateway: Gateway, specs: list[ModelSpec], scenarios: list
 def write_recall(out: str | Path, observations: pd.DataFrame, summary: pd.DataFrame) -> list[Path]:
     """Both tables under ``out``, each written whole or not at all."""
     out = Path(out)
-    return [atomic_write(out / name, lambda p, f=frame: f.to_parquet(p, index=False))
+    return [atomic_write(out / name, frame_writer(frame))
             for name, frame in ((OBSERVATIONS_FILE, observations), (SUMMARY_FILE, summary))]

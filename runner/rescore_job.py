@@ -203,17 +203,6 @@ class RescoreWork(Work[StoredRun]):
                          node_id=answer.node_id, wall_s=answer.wall_s)
 
 
-def _actor_calls(pool: ActorPool) -> dict[str, float]:
-    """Live call and cache-hit counts from the actors (their gateways' totals) for the progress line; nothing when an
-    actor does not answer in time (the line keeps the last counts)."""
-    ray = pool.ray
-    try:
-        totals = ray.get([a.totals.remote() for a in pool.actors], timeout=2.0)
-    except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
-        return {}
-    return {"calls": sum(t["calls"] for t in totals), "cached": sum(t["cached"] for t in totals)}
-
-
 def run_rescore(job: Job, p: Plan, address: str | None = None, workers: int = 2, max_in_flight: int = 8,
                 concurrency: int = 8, quiet: bool = False, progress_every_s: float = 5.0) -> Outcome:
     """One pass: the original scores extracted, then every run of ``p.todo`` graded on Ray actors. It holds the results
@@ -225,6 +214,7 @@ def run_rescore(job: Job, p: Plan, address: str | None = None, workers: int = 2,
 def _run_rescore(job: Job, p: Plan, address: str | None, workers: int, max_in_flight: int, concurrency: int,
                  quiet: bool, progress_every_s: float, holder: str) -> Outcome:
     rs.extract_original(p.runs, job.scores_dir)
+    rs.write_scorer(job.scores_dir, job.label, job.spec, job.rubric)
     for run_id in p.already:  # a pass stopped between writing a run's part and dropping its failure record
         rs.clear_failure(job.scores_dir, job.label, run_id)
     if not p.todo:
@@ -233,7 +223,7 @@ def _run_rescore(job: Job, p: Plan, address: str | None, workers: int, max_in_fl
     ray = init_ray(address)
     # Room for every run in flight plus the progress line's totals polls.
     pool = ActorPool(ray, RescoreActor, (str(job.cache_dir), concurrency, str(job.root), holder), min(workers, len(p.todo)), max_in_flight + 4)
-    progress.poll = lambda: _actor_calls(pool)
+    progress.poll = pool.totals
     work = RescoreWork(job)
     work.outcome.interrupted = Dispatch(pool, work, p.todo, max_in_flight, progress).run() == INTERRUPTED
     return work.outcome

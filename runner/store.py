@@ -179,7 +179,7 @@ def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[d
     realised; 0 for a cached answer, whose ``cost_usd`` is what it cost when first asked);
     ``provider_batch``: answered through a provider batch."""
     return [{"run_id": result.run_id, "seq": e.seq, "agent": e.agent, "phase": e.phase, "round": e.round,
-             "label": e.label, "model_requested": e.model_requested, "model_used": e.model_used, "provider": e.provider, "is_llm": e.is_llm,
+             "label": e.label, "model_requested": e.model_requested, "model_used": e.model_used, "model_served": e.model_served, "provider": e.provider, "is_llm": e.is_llm,
              "cached": e.cached, "prompt_tokens": e.prompt_tokens, "completion_tokens": e.completion_tokens,
              "cached_tokens": _billed(e.attempts, "cached_tokens"), "cache_write_tokens": _billed(e.attempts, "cache_write_tokens"),
              "cost_usd": e.cost_usd, "list_cost_usd": _list_cost(e),
@@ -190,12 +190,17 @@ def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[d
             for e in events if isinstance(e, LLMCall)]
 
 
+def part_rows(batch: str, result: RunResult, config: dict, scenario: dict, node_id: str,
+              history: list[AnyEvent]) -> dict[str, list[dict]]:
+    """The run's rows of each table from its whole trace (``history``): what its parts hold, and what replay rebuilds."""
+    events = last_attempt(history)
+    return {"runs": [run_row(batch, result, config, scenario, events, node_id, history)],
+            "rounds": round_rows(result, events), "calls": call_rows(result, events, node_id)}
+
+
 def write_parts(layout: BatchLayout, batch: str, result: RunResult, config: dict, scenario: dict, node_id: str) -> None:
     """The run's rows of each table, from the trace its commit read, each part written in its declared schema."""
-    history = layout.history(result.run_id)
-    events = last_attempt(history)
-    tables = {"runs": [run_row(batch, result, config, scenario, events, node_id, history)],
-              "rounds": round_rows(result, events), "calls": call_rows(result, events, node_id)}
+    tables = part_rows(batch, result, config, scenario, node_id, layout.history(result.run_id))
     for name, rows in tables.items():
         write_rows(layout.part(name, result.run_id), rows, name)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pydantic import BaseModel
+
 from madbench.debate.config import DebateConfig
 from madbench.debate.grading import Scorer
 from madbench.gateway import Budget, Gateway, ResponseCache
@@ -18,11 +20,18 @@ from madbench.gateway.limiter import LimiterPool
 from madbench.gateway.providers import Providers
 from madbench.gateway.providers.batching import BatchCollector, BatchingProvider
 from madbench.gateway.providers.rules import RuleAnswer, RulesProvider
+from madbench.runner.leakage_audit import is_identify_probe, rule_identify_answer
 from madbench.scoring.debate_scorer import scorer_for
 from madbench.scoring.rule_answers import answer
 
 
-def build_providers(collector: BatchCollector | None = None, rule_answer: RuleAnswer = answer) -> Providers:
+def rule_answer(name: str, context: dict) -> BaseModel:
+    """``rules/<name>``'s answer: the debate's deterministic answerers, and "unknown" to the leakage audit's
+    identification probe (a rule-based model recognises nothing: ``leakage_audit.rule_identify_answer``)."""
+    return rule_identify_answer(context) if is_identify_probe(context) else answer(name, context)
+
+
+def build_providers(collector: BatchCollector | None = None, rule_answer: RuleAnswer = rule_answer) -> Providers:
     """The gateway's declared providers, ``rules/…`` answered by ``rule_answer``, and with ``collector`` every
     litellm-routed model answered through provider batches gathered by it (providers/batching.py)."""
     providers = Providers.declared().with_named("rules", RulesProvider(rule_answer))
@@ -33,10 +42,10 @@ def build_providers(collector: BatchCollector | None = None, rule_answer: RuleAn
 
 def build_gateway(cache: ResponseCache | None = None, budget: Budget | None = None,
                   guard: Callable[[], None] | None = None, limiters: LimiterPool | None = None,
-                  collector: BatchCollector | None = None, rule_answer: RuleAnswer = answer) -> Gateway:
+                  collector: BatchCollector | None = None, rule_answer: RuleAnswer = rule_answer, replay: bool = False) -> Gateway:
     """A gateway over ``build_providers(collector, rule_answer)``; the other arguments as ``Gateway``'s."""
     return Gateway(cache=cache, limiters=limiters, budget=budget, guard=guard,
-                   providers=build_providers(collector, rule_answer))
+                   providers=build_providers(collector, rule_answer), replay=replay)
 
 
 def build_scorer(config: DebateConfig) -> Scorer:

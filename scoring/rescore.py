@@ -201,6 +201,22 @@ def write_failure(scores_dir: Path, label: str, run: StoredRun, result: RunScore
     return atomic_write_text(ScoreDirs(scores_dir).failure(label, run.run_id), json.dumps(body, indent=1))
 
 
+def write_scorer(scores_dir: Path, label: str, spec: ModelSpec, rubric: Rubric) -> Path:
+    """Record the scorer and rubric ``label`` is graded with, whole, beside its parts: replay grades it again with
+    exactly these (an endpoint, a price, a rubric's weights), not with what their names resolve to later."""
+    body = {"spec": spec.model_dump(mode="json"), "rubric": rubric.model_dump(mode="json")}
+    return atomic_write_text(ScoreDirs(scores_dir).scorer(label), json.dumps(body, indent=1, sort_keys=True))
+
+
+def read_scorer(scores_dir: Path, label: str) -> tuple[ModelSpec, Rubric] | None:
+    """The scorer and rubric ``write_scorer`` recorded for ``label``; None for a label graded before it was recorded."""
+    path = ScoreDirs(scores_dir).scorer(label)
+    if not path.is_file():
+        return None
+    body = json.loads(path.read_text())
+    return ModelSpec.model_validate(body["spec"]), Rubric.model_validate(body["rubric"])
+
+
 def clear_failure(scores_dir: Path, label: str, run_id: str) -> None:
     ScoreDirs(scores_dir).failure(label, run_id).unlink(missing_ok=True)
 

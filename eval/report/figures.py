@@ -275,3 +275,23 @@ def turnover_oracle(ok: pd.DataFrame, configs: list[str]) -> go.Figure:
                 fig.add_trace(go.Box(y=g[m], name=c, boxpoints="all", jitter=0.4, pointpos=0, marker_color=col[c], legendgroup=c,
                                      showlegend=i == 1, text=g["scenario_id"]), row=1, col=i)
     return _layout(fig, "What the debate changed: turnover from the proposals, and the oracle gap")
+
+
+def sequential_path(path: dict[str, np.ndarray], title: str, n_max: int) -> go.Figure:
+    """A sequential batch's paired t at each look against its boundaries on the t scale (``sequential_record.path_frame``):
+    efficacy ±c^t_k, and the non-binding futility bound f^t_k where the design has one."""
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    n = path["n"]
+    fig.add_trace(go.Scatter(x=n, y=path["efficacy"], mode="lines+markers", name="efficacy bound", line=dict(color="#dc3912")))
+    fig.add_trace(go.Scatter(x=n, y=-path["efficacy"], mode="lines+markers", name="efficacy bound (other side)",
+                             line=dict(color="#dc3912", dash="dot")))
+    if np.isfinite(path["futility"]).any():
+        fig.add_trace(go.Scatter(x=n, y=path["futility"], mode="lines+markers", name="futility bound (non-binding)",
+                                 line=dict(color="#ff9900", dash="dash")))
+    t = np.clip(path["t"], -50, 50)  # pairs without spread give an infinite t
+    fig.add_trace(go.Scatter(x=n, y=t, mode="lines+markers", name="paired t", marker=dict(size=10), line=dict(color="#3366cc")))
+    fig.add_hline(y=0, line_color="#888", line_dash="dash")
+    fig.update_xaxes(title="complete pairs (scenarios)", range=[0, n_max + 1])
+    fig.update_yaxes(title="paired t")
+    return _layout(fig, title)

@@ -14,8 +14,10 @@ from madbench.eval.dynamics import critique_pairs
 from madbench.eval.report import figures
 from madbench.eval.report.collect import load_report_data
 from madbench.eval.report.glossary import CAVEATS, DYNAMICS
+from madbench.eval.report.leakage import leakage_parts
 from madbench.eval.stats.analysis import analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, ok_runs
+from madbench.eval.stats.sequential_record import batch_summary, path_frame, read_record
 
 HERE = Path(__file__).parent
 FIGURE_METRICS = ["sharpe", "total_return_pct", "excess_return_pct"]
@@ -55,6 +57,24 @@ def _dynamics(ok: pd.DataFrame, rounds: pd.DataFrame, configs: list[str], table:
             figures.turnover_oracle(ok, configs)]
     return {"dynamics_figs": [_fig_html(f) for f in figs], "dynamics_html": _html_table(table), "dynamics_note": "",
             "flip_figs": [_fig_html(figures.flip_matrix(pairs[pairs["config"] == c], c)) for c in debated]}
+
+
+def _sequential(root: str | Path, runs: pd.DataFrame) -> dict:
+    """A sequential batch's decision and the figure of its statistic's path against the boundaries."""
+    record = read_record(root)
+    if record is None:
+        return {"sequential_lines": [], "sequential_fig": ""}
+    fig = figures.sequential_path(path_frame(record), f"{record.treatment} − {record.control}: paired t on "
+                                  f"{record.metric} at each look, against the boundaries", record.design.n[-1])
+    return {"sequential_lines": batch_summary(record, runs)["lines"], "sequential_fig": _fig_html(fig)}
+
+
+def _leakage(root: str | Path, runs: pd.DataFrame, configs: list[str], correction: str) -> dict:
+    """A batch's recorded leakage audit beside its named − blind difference, all scenarios and per post_cutoff."""
+    record, parts = leakage_parts(root, runs, configs, correction, batch_pairs(root))
+    options = ", ".join(f"{k} {v}" for k, v in record.options.items()) if record else ""
+    return {"leakage_record": record, "leakage_options": options, "leakage_parts": [
+        {**p, "probe_html": _html_table(p["probe"]), "pairs_html": _html_table(p["pairs"])} for p in parts]}
 
 
 def build_report(root: str | Path, out: str | Path | None = None, compare: list[str] | None = None,
@@ -105,6 +125,8 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
         "explorer_json": _script_json({"runs": [d for d in data.digests if d["config"] in configs], "memos": data.memos}),
         "explorer_js": (HERE / "explorer.js").read_text(), "explorer_note": f"{len(data.digests)} runs with traces",
     }
+    context |= _sequential(root, runs)
+    context |= _leakage(root, runs, configs, correction)
     html = _ENV.get_template("report.html.j2").render(**context)
     target = Path(out) if out else Path(root) / "report.html"
     atomic_write_text(target, html)

@@ -55,6 +55,9 @@ class Analysis:
     #: Which comparisons ``pairs`` holds (``paired.choose_pairs``): the batch's declared pairs, or every pair.
     pairs_shown: str = ""
 
+    #: A sequential batch's decision and its inference adjusted for the looks (``sequential_record.summary``).
+    sequential: dict | None = None
+
     #: Tests in the family ``p_adj`` is adjusted over, when larger than this analysis's own (``adjust_across``).
     family_size: int | None = None
 
@@ -74,7 +77,13 @@ class Analysis:
                 "intercept per scenario (mixed_diff, mixed_p) stands beside each paired test.")
 
     def markdown(self, paper_table: bool = False) -> str:
-        parts = ["## Comparison (paired on scenario means)", "", self.unit_line, "", self.table.markdown(), ""]
+        parts = []
+        if self.sequential is not None:
+            parts += ["## Sequential design: the decision, adjusted for the looks", "",
+                      *[f"- {line}" for line in self.sequential["lines"]], "",
+                      "The tables below are naive for this pair: they test the pairs that ran as if no look had been "
+                      "taken.", ""]
+        parts += ["## Comparison (paired on scenario means)", "", self.unit_line, "", self.table.markdown(), ""]
         if self.replicated:
             spread = pd.DataFrame(self.summaries)[["config", "metric", "n", "n_runs", "within_sd"]]
             parts += ["## Replicates (spread within scenario; not counted as scenarios)", "", _md(spread), ""]
@@ -121,7 +130,8 @@ class Analysis:
                 "comparisons": self.pairs_shown, "correction": self.correction, "family": self.family,
                 "paired": [p.record() for p in self.pairs], "summaries": self.summaries, "beats_1n": self.beats,
                 "regression": self.regression.record() if self.regression else {"formula": self.ols_formula, "note": self.ols_note},
-                **({"power": self.power} if self.power else {})}
+                **({"power": self.power} if self.power else {}),
+                **({"sequential": self.sequential} if self.sequential is not None else {})}
 
     @property
     def computed_correlations(self) -> list[dict]:

@@ -11,6 +11,9 @@ import pandas as pd
 from madbench.data.errors import InputError
 
 NULL_LABEL = "null"
+#: Parts reported first, by column: the scenarios after every model's training cutoff are the primary result of a
+#: leakage study (no memory of them can exist); the pre-cutoff ones follow.
+PRIMARY = {"post_cutoff": "True"}
 
 
 def split_label(value) -> str:
@@ -19,10 +22,11 @@ def split_label(value) -> str:
 
 
 def split_by(runs: pd.DataFrame, column: str, where: str) -> list[tuple[str, pd.DataFrame]]:
-    """(label, rows) for each value of ``column``, in sorted label order with "null" last."""
+    """(label, rows) for each value of ``column``: its ``PRIMARY`` part first, then in sorted label order, "null" last."""
     if column not in runs.columns:
         raise InputError(where, f"no column {column!r} to split by; present: {', '.join(map(str, runs.columns))}",
                          "choose a column of runs.parquet (post_cutoff needs a batch run by this version of madbench)")
     labels = runs[column].map(split_label)
-    order = sorted(set(labels) - {NULL_LABEL}) + ([NULL_LABEL] if (labels == NULL_LABEL).any() else [])
+    first = PRIMARY.get(column)
+    order = sorted(set(labels) - {NULL_LABEL}, key=lambda x: (x != first, x)) + ([NULL_LABEL] if (labels == NULL_LABEL).any() else [])
     return [(label, runs[labels == label]) for label in order]

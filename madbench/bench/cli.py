@@ -9,13 +9,14 @@ import typing
 from madbench.bench.cluster_cache import bench_cluster_cache
 from madbench.bench.cost import JSON_KEYS, PRICE_MODEL, bench_cost, format_cost
 from madbench.bench.scale import bench_scale
+from madbench.bench.sequential_designs import bench_sequential, format_rows
 from madbench.bench.stages import run_bench
 from madbench.data.errors import InputError
 from madbench.gateway.models import SchemaScope, StructuredMode
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import ROOT, add_pack_args, number
 
-WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost", "cluster-cache", "scale"]
+WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost", "cluster-cache", "scale", "sequential"]
 #: --runs when it is not given: `throughput` and `cache` measure a sustained rate, `cost` prices a few a7 runs,
 #: `scale` runs a thousand (about 10 min on 2 cores), `cluster-cache` asks for 500 cached answers.
 DEFAULT_RUNS = {"cost": 3, "scale": 1000, "cluster-cache": 500}
@@ -46,6 +47,14 @@ def register(sub) -> None:
                         "cached prefix) or per turn (turn: each turn's own, and far fewer cache hits)")
     p.add_argument("--results-dir", help="`cost`: keep the simulated batch's results there (calls.parquet has every call's "
                    "prompt, completion and cached tokens); default: a temporary directory")
+    p.add_argument("--experiments", type=number(int, ge=100), default=4000,
+                   help="`sequential`: simulated experiments per design and cell (default 4000)")
+    p.add_argument("--max-scenarios", type=number(int, ge=4), default=70,
+                   help="`sequential`: the designs' maximum of scenarios (default 70)")
+    p.add_argument("--looks", type=number(int, ge=1, le=20), default=5, help="`sequential`: looks (default 5)")
+    p.add_argument("--effect", type=number(gt=0, le=5), default=0.39,
+                   help="`sequential`: the standardised effect d_z of the alternative and of the plan (default 0.39)")
+    p.add_argument("--seed", type=number(int), default=0, help="`sequential`: the simulation's seed (default 0)")
     add_pack_args(p)
     p.set_defaults(func=_run)
 
@@ -58,6 +67,10 @@ def _run(args) -> int:
             raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
         out = bench_scale(args.runs, args.pack) if args.what == "scale" else bench_cluster_cache(args.runs)
         print(json.dumps(out, indent=1))
+        return 0
+    if args.what == "sequential":  # simulation only: no model, no Ray
+        rows = bench_sequential(args.experiments, args.max_scenarios, args.looks, args.effect, seed=args.seed)
+        print(json.dumps(rows, indent=1) if args.json else format_rows(rows, args.experiments))
         return 0
     if args.what != "cost":
         return run_bench(args)

@@ -35,16 +35,22 @@ RAYLET_MEMORY = 2_000_000_000
 OBJECT_STORE = 200_000_000
 
 
-def free_ports(n: int) -> list[int]:
-    socks = []
+def free_ports(n: int, taken: set[int] | None = None) -> list[int]:
+    """``n`` distinct ports free now, none in ``taken`` (which receives them): a port drawn earlier for this cluster
+    is free until its component binds it, so a later draw could return it again (Ray then refuses to start)."""
+    taken = set() if taken is None else taken
+    socks: list[socket.socket] = []
+    held: list[socket.socket] = []  # a port drawn but taken stays held, so that the next draw gives another
     try:
-        for _ in range(n):
+        while len(socks) < n:
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            (held if s.getsockname()[1] in taken else socks).append(s)
+        ports = [s.getsockname()[1] for s in socks]
+        taken.update(ports)
+        return ports
     finally:
-        for s in socks:
+        for s in socks + held:
             s.close()
 
 
@@ -68,7 +74,8 @@ class LocalCluster:
         self.dir = tempfile.mkdtemp(prefix="mb", dir="/tmp")
         self.dashboard, self.cpus = dashboard, cpus
         self.env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(PROJECT_ROOT), **(env or {})}
-        self.port, self.dashboard_port, self.client_port = free_ports(3)
+        self._ports: set[int] = set()
+        self.port, self.dashboard_port, self.client_port = free_ports(3, self._ports)
         self.workers: list[str] = []
 
     @property
@@ -84,7 +91,7 @@ class LocalCluster:
         return f"ray://127.0.0.1:{self.client_port}"
 
     def _ray(self, name: str, extra: list[str]) -> list[str]:
-        agent, grpc, metrics, runtime_env, node_manager, object_manager = free_ports(6)
+        agent, grpc, metrics, runtime_env, node_manager, object_manager = free_ports(6, self._ports)
         return [str(Path(sys.executable).parent / "ray"), "start", f"--temp-dir={self.dir}/{name}", f"--num-cpus={self.cpus}",
                 f"--memory={RAYLET_MEMORY}", f"--object-store-memory={OBJECT_STORE}", "--disable-usage-stats",
                 f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={grpc}",

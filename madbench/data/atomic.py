@@ -21,6 +21,10 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 _UMASK_LOCK = threading.Lock()
 
@@ -74,6 +78,13 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
         tmp_path.unlink(missing_ok=True)
         raise
     return path
+
+
+def frame_writer(frame: pd.DataFrame) -> Callable[[Path], object]:
+    """``atomic_write``'s writer of ``frame`` as Parquet, without its index."""
+    def write(path: Path) -> object:
+        return frame.to_parquet(path, index=False)
+    return write
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

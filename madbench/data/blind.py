@@ -17,11 +17,22 @@ options give the same blind memo):
   ``Q−1`` ends at ``t``); fiscal quarters keep their number (``Q4 FY−1``);
 - price levels (the close and its moving averages) are rebased so that the close at ``t`` is 100, and dollar
   volume becomes a share of the universe's (its absolute size names the company as surely as a ticker);
-- options: sector labels shown or dropped, macro values kept (a regime is information) or rounded to a coarse
-  grid with their quarterly changes reduced to a direction, company texts redacted or dropped.
+- every other name in the evidence's own words (products, segments, people, places, deals, events) is masked by a
+  general rule (``madbench.data.neuter``: every capitalised, camel-cased or all-caps token outside a shipped generic
+  vocabulary), as ``[PRODUCT_1]``, ``[PERSON_2]``, ...; so is every lower-case word of the texts outside that
+  vocabulary's generic words (``[TERM_3]``: "metaverse", "tariffs", a word never seen), month names, month-day dates
+  and the years of index bases and real-dollar units ("(2017=100)" -> "(base=100)");
+- absolute amounts in every text become their order of magnitude ("$394.3 billion" -> "$[100–1000 billion]", "41.9
+  million shares" -> "[10–100 million] shares": ``madbench.data.amounts``), in the memo and in every prompt of a
+  blind run;
+- options: sector labels shown or dropped; macro as three regime bands with every other series withheld (the
+  default, ``MACRO_REGIME``: each quarter's block is shared by at least four quarters of 2018-2025), rounded to a
+  coarse grid with quarterly changes as directions (``macro: bucket``, which still dates almost every quarter) or
+  exact as published (``macro: exact``, only when asked: an exact Fed funds rate dates the quarter); company texts
+  redacted or dropped.
 
-Not redacted: product, segment and deal names (iPhone, Azure, a named acquisition) and the figures inside the
-texts; the pack has no list of them. ``text: drop`` removes the texts altogether.
+Not masked: the relative figures inside the texts (growth rates, margins, percentages). ``madbench leakage audit``
+counts what is left in each blind memo and asks a model to name its companies and quarter.
 """
 
 from __future__ import annotations
@@ -37,8 +48,10 @@ from typing import Any, Literal, overload
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
+from madbench.data.amounts import bucket_amounts
 from madbench.data.market.calendar import Quarter
 from madbench.data.memo import EvidenceItem, Memo, Section
+from madbench.data.neuter import MaskedTerm, Masker, yearless_units
 from madbench.data.scenario import Scenario
 
 MINUS = "\u2212"
@@ -48,9 +61,37 @@ OTHER_COMPANY = "another company"
 #: Price-level features (the close and its averages): rebased to 100 at the as-of close.
 PRICE_LEVELS = ("PX", "SMA20", "SMA50", "SMA200")
 REBASED_UNIT = "index (close at t = 100)"
-#: Macro grid of ``macro: bucket``: each value rounded to the nearest step (units of the series).
+#: Macro grid of ``macro: bucket``: each value rounded to the nearest step (units of the series). It dates the quarter:
+#: on the market pack's 2018Q1-2025Q4 every quarter's bucketed block but one is unique (``madbench.data.macro_anonymity``).
 MACRO_STEPS = {"FF": 1.0, "2Y": 1.0, "10Y": 1.0, "30Y": 1.0, "CURVE": 0.5, "REAL": 1.0, "CPI": 1.0, "CORE": 1.0,
                "INDPRO": 5.0, "UNEMP": 1.0, "HY": 1.0, "DXY": 10.0, "WTI": 20.0, "VIX": 5.0}
+
+
+@dataclass(frozen=True)
+class MacroBand:
+    """A series of ``macro: regime`` shown as the side of ``cut`` its value is on."""
+
+    cut: float
+    below: str
+    at_or_above: str
+
+    def of(self, value: float) -> str:
+        return self.below if value < self.cut else self.at_or_above
+
+
+#: ``macro: regime`` (the default): three bands, each a regime a desk reads (policy restrictive or not, the curve
+#: inverted or not, inflation high or not) at a conventional cut (a neutral policy rate near 2.5%; the rule-based
+#: macro analyst's own inversion and 4% CPI), and every other series withheld. Chosen by measurement: each of the
+#: market pack's 32 quarters 2018Q1-2025Q4 shares its block with at least 3 others (k-anonymity >= 4,
+#: ``madbench.data.macro_anonymity``); no set of candidate bands with k >= 4 told more blocks apart, and a fourth
+#: band (stress: VIX >= 25 or high-yield spread >= 5) left 2022Q3 and 2022Q4 alone. The quarters that share a block
+#: are consecutive: the block still dates the quarter to within about a year, not to a quarter.
+MACRO_REGIME: dict[str, MacroBand] = {
+    "FF": MacroBand(2.5, "below 2.5 percent", "2.5 percent or more"),
+    "CURVE": MacroBand(0.0, "inverted (the 10-year yield below the 2-year)", "not inverted"),
+    "CPI": MacroBand(4.0, "below 4 percent", "4 percent or more"),
+}
+MACRO_WITHHELD = "withheld in a blind memo (with the bands above it would date the quarter)"
 
 #: Short and former names the market pack's companies go by in filings and calls, beyond the pack's own ``name``
 #: (made by hand from the evidence texts). They are redacted for every stock of the pack, in or out of the universe,
@@ -93,8 +134,11 @@ class BlindOptions(BaseModel):
     enabled: bool = True
     #: Sector labels beside each pseudonym (the real ticker implies its sector; ``drop`` hides that too).
     sectors: Literal["keep", "drop"] = "keep"
-    #: Macro values as published (a regime) or rounded to ``MACRO_STEPS`` with their changes as directions.
-    macro: Literal["keep", "bucket"] = "keep"
+    #: Macro as ``MACRO_REGIME``'s three bands, every other series withheld (the default: the least that dates the
+    #: quarter, see ``madbench.data.macro_anonymity``); values rounded to ``MACRO_STEPS`` with their changes as
+    #: directions (``bucket``: the block still dates almost every quarter); or exact as published, only when asked
+    #: (the run's ``blind_map`` records it: an exact Fed funds rate or VIX dates the quarter on its own).
+    macro: Literal["regime", "bucket", "exact"] = "regime"
     #: Filing and earnings-call facts with names and dates redacted, or left out.
     text: Literal["redact", "drop"] = "redact"
 
@@ -300,7 +344,7 @@ class Redactor:
         if text is None:
             return None
         if text not in self.done:
-            out = text
+            out = bucket_amounts(yearless_units(text))  # an exact amount names a company (madbench.data.amounts)
             if self.names is not None:
                 out = self.names.sub(self._replace, out)
             for pattern, fn in self.dates:
@@ -318,6 +362,8 @@ class Blinded:
     memo: Memo
     scenario: Scenario
     mapping: dict[str, str]  # real ticker → pseudonym
+    #: The names the company texts carried and their masks (``madbench.data.neuter``), in order of first use.
+    masked: list[MaskedTerm]
     #: The last pass over every prompt: the universe's names and tickers and calendar dates only (an example ID of
     #: another ticker in a template is left alone: it names no company of the scenario).
     outgoing: Redactor
@@ -356,8 +402,17 @@ class Blinded:
 
 
 def _macro_item(item: EvidenceItem, options: BlindOptions) -> EvidenceItem:
-    step = MACRO_STEPS.get(item.id.removeprefix("L1-"))
-    if options.macro != "bucket" or step is None or not isinstance(item.value, float):
+    key = item.id.removeprefix("L1-")
+    if options.macro == "regime":
+        band = MACRO_REGIME.get(key)
+        if band is None:
+            return item.model_copy(update={"value": None, "note": MACRO_WITHHELD, "as_of": None, "period": None})
+        if not isinstance(item.value, float):
+            return item  # n/a, with its reason
+        # no release date or period: the days between them and t follow the weekday the quarter ends on
+        return item.model_copy(update={"value": band.of(item.value), "note": None, "as_of": None, "period": None})
+    step = MACRO_STEPS.get(key)
+    if options.macro == "exact" or step is None or not isinstance(item.value, float):
         return item
     change = re.search(r"[+-]\d+(?:\.\d+)?", item.note or "")
     direction = None if change is None else ("unchanged" if float(change.group(0)) == 0 else
@@ -378,11 +433,17 @@ def _ticker_item(item: EvidenceItem, field: str, px: object, dollar_volume: floa
     return item
 
 
-def _scrub(item: EvidenceItem, redact: Redactor) -> EvidenceItem:
+Scrub = Callable[[str | None], str | None]
+
+
+def _scrub(item: EvidenceItem, redact: Redactor, words: Scrub | None = None, names: Scrub | None = None) -> EvidenceItem:
+    """Names, tickers and dates out of every field; ``words`` (masking every other name and every term outside the
+    generic vocabulary) over the evidence's own words, a text's value; ``names`` (names only) over its note, which
+    madbench writes. Labels and units are madbench's ("60-day Sharpe ratio"), masked of nothing."""
     return item.model_copy(update={
-        "label": redact(item.label), "value": redact(item.value) if isinstance(item.value, str) else item.value,
-        "unit": redact(item.unit), "as_of": redact(item.as_of), "source": redact(item.source), "note": redact(item.note),
-        "period": redact(item.period)})
+        "label": redact(item.label), "value": (words or redact)(item.value) if isinstance(item.value, str) else item.value,
+        "unit": redact(item.unit), "as_of": redact(item.as_of), "source": redact(item.source),
+        "note": (names or redact)(item.note), "period": redact(item.period)})
 
 
 def blind_memo(memo: Memo, scenario: Scenario, companies: list[Company], options: BlindOptions) -> Blinded:
@@ -390,6 +451,13 @@ def blind_memo(memo: Memo, scenario: Scenario, companies: list[Company], options
     shuffled = pseudonyms(list(scenario.tickers))
     mapping = {t: shuffled[t] for t in scenario.tickers}  # in the scenario's order: ``to_real`` keeps it
     redact = Redactor(mapping, companies, Anchor(memo.as_of, scenario.quarter), OTHER_COMPANIES)
+    masker = Masker(seed=memo.sha256)  # masks numbered per memo: [PRODUCT_7] here is not [PRODUCT_7] elsewhere
+
+    def neuter(text: str | None) -> str | None:
+        return None if text is None else masker(redact(text))
+
+    def neuter_names(text: str | None) -> str | None:
+        return None if text is None else masker(redact(text), terms=False)
     values = {it.id: it.value for it in memo.items}
     volumes = [v for t in scenario.tickers if isinstance(v := values.get(f"{t}-ADVOL"), float)]
     total_volume = sum(volumes) or None
@@ -398,14 +466,14 @@ def blind_memo(memo: Memo, scenario: Scenario, companies: list[Company], options
         items = []
         for it in sec.items:
             if sec.ticker is None:
-                items.append(_scrub(_macro_item(it, options), redact))
+                items.append(_scrub(_macro_item(it, options), redact))  # as blind_macro, with the memo's redactor
             elif not (options.text == "drop" and it.unit == "text"):
                 field = it.id[len(sec.ticker) + 1:]
                 it = _ticker_item(it, field, values.get(f"{sec.ticker}-PX"), total_volume)
-                items.append(_scrub(it, redact).model_copy(update={"id": f"{mapping[sec.ticker]}-{field}"}))
+                items.append(_scrub(it, redact, neuter, neuter_names).model_copy(update={"id": f"{mapping[sec.ticker]}-{field}"}))
         if items:
             sections.append(replace(sec, items=items, ticker=mapping[sec.ticker] if sec.ticker else None,
-                                    header=redact(sec.header)))
+                                    header=(neuter_names if sec.ticker else redact)(sec.header)))
     blind_tickers = sorted(mapping.values())
     order = {p: i for i, p in enumerate(blind_tickers)}
     sections.sort(key=lambda s: -1 if s.ticker is None else order[s.ticker])  # stable: a ticker's sections keep their order
@@ -417,7 +485,13 @@ def blind_memo(memo: Memo, scenario: Scenario, companies: list[Company], options
     blind_scenario = Scenario(id=blind_id, invest_quarter=scenario.invest_quarter, tickers=blind_tickers,
                               constraints=scenario.constraints)
     own = [c for c in companies if c.ticker in mapping]
-    return Blinded(blind, blind_scenario, mapping, Redactor(mapping, own, Anchor(memo.as_of, scenario.quarter)))
+    return Blinded(blind, blind_scenario, mapping, masker.masked, Redactor(mapping, own, Anchor(memo.as_of, scenario.quarter)))
+
+
+def blind_macro(section: Section, as_of: pd.Timestamp, quarter: Quarter, options: BlindOptions) -> Section:
+    """A named memo's macro section (invest ``quarter``, as of ``as_of``) as ``blind_memo`` makes it."""
+    redact = Redactor({}, [], Anchor(as_of, quarter))
+    return replace(section, items=[_scrub(_macro_item(it, options), redact) for it in section.items])
 
 
 def _header_notes(options: BlindOptions) -> list[str]:
@@ -426,10 +500,16 @@ def _header_notes(options: BlindOptions) -> list[str]:
         f"Dates are relative: t{MINUS}20d is 20 calendar days before the as-of date t; M{MINUS}1 the month before t's; "
         f"Q0 the invest quarter and Q{MINUS}1 the calendar quarter ending at t; Y{MINUS}1 the year before t's; a fiscal "
         f"quarter keeps its number, with its fiscal year counted from t's year (Q4 FY{MINUS}1).",
-        "Companies are pseudonyms (ASSET_A, ...), in their texts too; a company outside the universe is 'another company'. "
+        "Companies are pseudonyms (ASSET_A, ...), in their texts too; a company outside the universe is 'another company'; "
+        "other names (products, segments, people, places, events) are masked as [PRODUCT_1], [PERSON_2], ..., and "
+        "words of the texts that are not generic as [TERM_3], the same name or word with the same mask throughout; month "
+        "names and dates without a year are [MONTH] and [DATE]; amounts are orders of magnitude ($[10\u2013100 billion]). "
         "Prices and moving averages are rebased so that the close at t is 100; dollar volume is a share of the universe's.",
     ]
-    if options.macro == "bucket":
+    if options.macro == "regime":
+        notes.append("Macro is given as regime bands (policy rate, yield curve, inflation); the other series are "
+                     "withheld, since with them the macro block would date the quarter.")
+    elif options.macro == "bucket":
         notes.append("Macro values are rounded to a coarse grid; their quarterly changes are given as directions.")
     if options.text == "drop":
         notes.append("Filing and earnings-call texts are left out.")

@@ -33,7 +33,7 @@ from madbench.data.market import features as F
 from madbench.data.market.calendar import Quarter
 from madbench.data.market.macro_series import period_end, release_of
 from madbench.data.market.pack import BENCHMARK, Pack
-from madbench.data.market.table_specs import FILING_SECTIONS
+from madbench.data.market.table_specs import CALL_SECTIONS, FILING_SECTIONS
 from madbench.data.scenario import Scenario, check_against_pack
 
 NA_HISTORY = "n/a (insufficient history)"
@@ -205,6 +205,15 @@ def macro_items(pack: Pack, as_of: pd.Timestamp, prev_as_of: pd.Timestamp | None
         items.append(EvidenceItem(id=spec.id, label=spec.label, value=got.value, unit=spec.unit,
                                   as_of=str(got.published.date()), source=source, note=note, period=got.period))
     return items
+
+
+def macro_section(pack: Pack, q: Quarter, where: str = "scenario") -> Section:
+    """The macro section of a memo for invest quarter ``q``."""
+    as_of = pack.calendar.as_of(q, where=f"{where}.invest_quarter")
+    # QoQ changes need the previous quarter's as-of date, which exists only if
+    # the pack starts before that quarter; otherwise the memo shows levels only.
+    prev_as_of = pack.calendar.as_of(q.previous()) if pack.calendar.first < q.previous().start else None
+    return Section("Macro regime", macro_items(pack, as_of, prev_as_of))
 
 
 # ---------------------------------------------------------------- ticker layer
@@ -662,7 +671,7 @@ def _evidence_sections(pack: Pack, ticker: str, as_of: pd.Timestamp) -> list[Sec
             sections.append(Section("Filing", items, ticker, header=f"{form} filed {filed}{period}"))
     if latest_call is not None:
         call, r = latest_call
-        facts = [s for col in ("summary", "outlook", "risks", "drivers") if col in call.index and pd.notna(call[col])
+        facts = [s for col in CALL_SECTIONS if col in call.index and pd.notna(call[col])
                  for s in split_sentences(call[col])]
         note = r.dating("call")
         items = [EvidenceItem(id=f"{ticker}-EC{i}", label=f"Earnings-call fact {i}", value=fact, unit="text",
@@ -679,11 +688,8 @@ def build_memo(scenario: Scenario, pack: Pack, where: str = "scenario") -> Memo:
     check_against_pack(scenario, pack, where)
     q = scenario.quarter
     as_of = pack.calendar.as_of(q, where=f"{where}.invest_quarter")
-    # QoQ changes need the previous quarter's as-of date, which exists only if
-    # the pack starts before that quarter; otherwise the memo shows levels only.
-    prev_as_of = pack.calendar.as_of(q.previous()) if pack.calendar.first < q.previous().start else None
     idx = pack.calendar.index_of(as_of)
-    sections = [Section("Macro regime", macro_items(pack, as_of, prev_as_of))]
+    sections = [macro_section(pack, q, where)]
     for t in scenario.tickers:
         grouped: dict[str, list[EvidenceItem]] = {}
         for sec, item in _ticker_price_items(pack, t, idx):
@@ -716,9 +722,6 @@ def render_text(memo: Memo) -> str:
         f"reporting delay ({RESULTS_LAG_DAYS} days after a fiscal quarter, {RESULTS_LAG_DAYS_YEAR_END} after a fiscal year), as noted.",
     ]
     current = object()
-    fmt_of = {f"L1-{s.id[3:]}": s.fmt for s in MACRO}
-    fmt_of.update({f.key: f.fmt for f in FEATURES})
-    fmt_of.update(ESURP="pct_signed", GM="pct", ROE="pct", DE="ratio", SENT="ratio4", SVOL="ratio4")
     for sec in memo.sections:
         if sec.ticker != current:
             current = sec.ticker
@@ -726,23 +729,41 @@ def render_text(memo: Memo) -> str:
             lines += ["", rule, "MACRO REGIME" if sec.ticker is None else f"TICKER {sec.ticker}{sector}", rule]
         if sec.ticker is not None:
             lines.append(f"{sec.title}" + (f" ({sec.header})" if sec.header else "") + ":")
-        for it in sec.items:
-            key = it.id if sec.ticker is None else it.id[len(sec.ticker) + 1:]
-            if it.value is None:
-                body = it.note or NA_HISTORY
-            elif isinstance(it.value, str):
-                body = it.value
-            else:
-                kind = fmt_of.get(key, _unit_fmt(it.unit))
-                if kind.startswith("usd") and not it.unit.startswith("USD"):  # a blind memo's rebased price or volume share
-                    kind = _unit_fmt(it.unit)
-                body = _fmt(it.value, kind)
-                published = f"value for {it.period}, published {it.as_of}" if sec.ticker is None else None
-                extra = [x for x in (it.note, published) if x]
-                if extra:
-                    body += " (" + "; ".join(extra) + ")"
-            lines.append(f"[{it.id}] {it.label}: {body}" if not isinstance(it.value, str) else f"[{it.id}] {body}")
+        lines += [_item_line(sec, it) for it in sec.items]
     return "\n".join(lines) + "\n"
+
+
+@functools.cache
+def _formats() -> dict[str, str]:
+    fmt_of = {f"L1-{s.id[3:]}": s.fmt for s in MACRO}
+    fmt_of.update({f.key: f.fmt for f in FEATURES})
+    fmt_of.update(ESURP="pct_signed", GM="pct", ROE="pct", DE="ratio", SENT="ratio4", SVOL="ratio4")
+    return fmt_of
+
+
+def _item_line(sec: Section, it: EvidenceItem) -> str:
+    key = it.id if sec.ticker is None else it.id[len(sec.ticker) + 1:]
+    if it.value is None:
+        body = it.note or NA_HISTORY
+    elif isinstance(it.value, str):
+        body = it.value
+    else:
+        kind = _formats().get(key, _unit_fmt(it.unit))
+        if kind.startswith("usd") and not it.unit.startswith("USD"):  # a blind memo's rebased price or volume share
+            kind = _unit_fmt(it.unit)
+        body = _fmt(it.value, kind)
+        published = f"value for {it.period}, published {it.as_of}" if sec.ticker is None else None
+        extra = [x for x in (it.note, published) if x]
+        if extra:
+            body += " (" + "; ".join(extra) + ")"
+    # A text (a filing or call fact) is its own line; a macro band (a blind memo's) needs its series' label
+    labelled = not isinstance(it.value, str) or sec.ticker is None
+    return f"[{it.id}] {it.label}: {body}" if labelled else f"[{it.id}] {body}"
+
+
+def macro_block(memo: Memo) -> str:
+    """The memo's macro section as its text shows it, line by line (what dates a blind memo's quarter, if anything)."""
+    return "\n".join(_item_line(sec, it) for sec in memo.sections if sec.ticker is None for it in sec.items)
 
 
 def _unit_fmt(unit: str) -> str:

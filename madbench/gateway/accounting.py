@@ -55,6 +55,9 @@ class Completion(BaseModel):
     messages_hash: str
     model_requested: str
     model_used: str
+    #: What the provider reported serving (``RawResponse.model_served``); None where it reported nothing, or for an
+    #: answer cached before it was recorded.
+    model_served: str | None = None
     is_llm: bool
     cached: bool
     content: str

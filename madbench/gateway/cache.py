@@ -233,6 +233,8 @@ class ResponseCache:
         self._store: _ReadIndex | diskcache.Cache
         self._stats: _ReadIndex | diskcache.Cache
         if self.read_only:
+            if self.directory.exists() and not self.directory.is_dir():
+                raise InputError(self.directory, "the LLM cache directory is a file", "give the cache's directory (--cache-dir)")
             self._store, self._stats = _ReadIndex(self.directory / "responses"), _ReadIndex(self.directory / "stats")
             return
         problem = write_problem(self.directory)
@@ -270,6 +272,18 @@ class ResponseCache:
             body = None
         self._stats.incr(f"{'hits' if body is not None else 'misses'}|{model}", default=0)
         return body
+
+    # The gateway's lookups, awaited: this node's disk answers at once; a ``NodeCache`` awaits the cluster's cache
+    # there instead of blocking its actor's event loop on the round trip.
+
+    async def lookup(self, key: str, model: str) -> dict[str, Any] | None:
+        return self.get(key, model)
+
+    async def has(self, key: str) -> bool:
+        return self.contains(key)
+
+    async def forget(self, key: str) -> bool:
+        return self.delete(key)
 
     def take_back_miss(self, model: str) -> None:
         """A caller that missed, waited for an identical request in flight and was then served its answer counts one
@@ -380,6 +394,12 @@ class RemoteCache(Protocol):
 
     def drop(self, key: str) -> None: ...
 
+    async def fetch_async(self, key: str, model: str) -> dict[str, Any] | None: ...
+
+    async def contains_async(self, key: str) -> bool: ...
+
+    async def drop_async(self, key: str) -> None: ...
+
     def single_flight(self) -> Any: ...  # has ``async with .hold(key)``, as ``SingleFlight``
 
 
@@ -413,6 +433,24 @@ class NodeCache(ResponseCache):
 
     def contains(self, key: str) -> bool:
         return super().contains(key) or (self.read_through and self._cluster.contains(key))
+
+    async def lookup(self, key: str, model: str) -> dict[str, Any] | None:
+        body = super().get(key, model)
+        if body is not None or not self.read_through:
+            return body
+        body = await self._cluster.fetch_async(key, model)
+        if body is not None:
+            self._store.add(key, encode_entry(body), tag=model)
+        return body
+
+    async def has(self, key: str) -> bool:
+        return super().contains(key) or (self.read_through and await self._cluster.contains_async(key))
+
+    async def forget(self, key: str) -> bool:
+        here = super().delete(key)
+        if self.read_through:
+            await self._cluster.drop_async(key)
+        return here
 
     def put(self, key: str, model: str, body: dict[str, Any]) -> None:
         super().put(key, model, body)

@@ -7,6 +7,7 @@ stop, and invalid answers are returned to the model as feedback.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 
@@ -79,6 +80,16 @@ class DriverGone(BaseException):
 
     A ``BaseException`` like ``KeyboardInterrupt``, so that no ``except Exception`` on the way up records it
     as a failed call or a failed run: there is no failure to record, only a stop."""
+
+
+class CallCancelled(asyncio.CancelledError):
+    """A call cancelled on the way (a sibling turn failed and its run stopped). Still a cancellation for asyncio;
+    carries the call's attempts, so that what it may have been billed reaches the run's trace as the budget counted
+    it (a request at the provider at the cancel: its reserved maximum, see ``Gateway._reserved``)."""
+
+    def __init__(self, attempts: list[dict[str, Any]]):
+        super().__init__("cancelled")
+        self.attempts = attempts
 
 
 class GatewayFailure(Exception):

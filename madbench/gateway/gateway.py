@@ -32,9 +32,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from madbench.data.errors import InputError
+
 from .accounting import Attempt, Budget, Completion, Totals, max_tokens, total_cost
 from .cache import ResponseCache, answer_sha256
-from .errors import FatalProviderError, GatewayFailure, OutputInvalid, RateLimited, TransientError
+from .errors import CallCancelled, FatalProviderError, GatewayFailure, OutputInvalid, RateLimited, TransientError
 from .limiter import LimiterPool
 from .models import ModelSpec, SchemaScope, as_spec, spec_cost
 from .providers import Provider, Providers
@@ -67,8 +69,14 @@ class _Exhausted(Exception):
 class Gateway:
     def __init__(self, cache: ResponseCache | None = None, limiters: LimiterPool | None = None,
                  budget: Budget | None = None, use_cache: bool = True, guard: Callable[[], None] | None = None,
-                 providers: Providers | None = None):
+                 providers: Providers | None = None, replay: bool = False):
         self.cache = cache
+        #: Replay (``madbench replay``): every answer from the cache; a call that would reach a provider (one whose
+        #: answers are cached: a model behind an API or a local server) is refused, never sent.
+        self.replay = replay
+        #: Requests sent to model providers (every attempt, retries included; not the rule-based analysts and scorers,
+        #: which are code in this process): what replay shows is 0.
+        self.requests = 0
         # Who answers each model: the composition root's registry (madbench.runner.wiring), else the gateway's own.
         self.providers = providers or Providers.declared()
         # Raises (errors.DriverGone) once whoever this gateway works for is gone: checked before every answer is
@@ -114,16 +122,27 @@ class Gateway:
         spec, provider = self.prepare(as_spec(spec or request.model))  # may start a local server: not overhead
         t0 = time.perf_counter()
         request, key = self._keyed(request, spec, provider)
-        cacheable = self.use_cache and provider.cacheable
         attempts: list[Attempt] = []
+        try:
+            return await self._complete(request, key, spec, provider, validate, account, attempts, t0)
+        except asyncio.CancelledError:
+            records = [a.model_dump() for a in attempts]
+            if any(a.cost_usd for a in attempts):
+                for totals in self._accounts(account):
+                    totals.add_failure(records)
+            raise CallCancelled(records) from None
+
+    async def _complete(self, request: LLMRequest, key: str, spec: ModelSpec, provider: Provider, validate: Validator,
+                        account: Totals | None, attempts: list[Attempt], t0: float) -> Completion:
+        cacheable = self.use_cache and provider.cacheable
         if not cacheable:
             return await self._fresh(request, key, spec, provider, validate, account, attempts, t0, cacheable)
-        hit = self._from_cache(key, request, spec, validate, attempts, t0)
+        hit = await self._from_cache(key, request, spec, validate, attempts, t0)
         if hit is not None:
             return self._answered(hit, account)
         async with self.flight.hold(key):  # identical requests in flight are sent once (single_flight.py)
-            if self._cache.contains(key):  # answered by another caller while this one waited
-                hit = self._from_cache(key, request, spec, validate, attempts, t0)
+            if await self._cache.has(key):  # answered by another caller while this one waited
+                hit = await self._from_cache(key, request, spec, validate, attempts, t0)
                 if hit is not None:
                     self._cache.take_back_miss(spec.model)
                     return self._answered(hit, account)
@@ -136,6 +155,11 @@ class Gateway:
     async def _fresh(self, request: LLMRequest, key: str, spec: ModelSpec, provider: Provider, validate: Validator,
                      account: Totals | None, attempts: list[Attempt], t0: float, cacheable: bool) -> Completion:
         """Ask the provider (the fallback chain in turn), validate, cache and account the answer."""
+        if self.replay and (cacheable or provider.is_llm):
+            raise InputError(f"the cache {self.cache.directory if self.cache else '(none)'}",
+                             f"replay needs an answer of {spec.model} it does not hold (key {key[:16]}); a provider "
+                             "would be called, and replay calls none", "give replay the response cache the results "
+                             "were made with (--cache-dir), copied with them")
         self.budget.check()
         waited = 0.0
         for candidate in [spec, *spec.fallbacks]:
@@ -152,7 +176,7 @@ class Gateway:
             cost, complete_cost = total_cost(attempts)  # already settled with the budget, attempt by attempt
             completion = Completion(
                 key=key, messages_hash=request.messages_hash(), model_requested=spec.model, model_used=raw.model_used,
-                is_llm=cand_provider.is_llm, cached=False, content=raw.content, answer_sha256=answer_sha256(raw.content),
+                model_served=raw.model_served, is_llm=cand_provider.is_llm, cached=False, content=raw.content, answer_sha256=answer_sha256(raw.content),
                 prompt_tokens=sum(a.prompt_tokens or 0 for a in attempts),
                 completion_tokens=sum(a.completion_tokens or 0 for a in attempts),
                 cost_usd=cost if complete_cost else None,
@@ -162,7 +186,8 @@ class Gateway:
             )
             if cacheable:
                 self._cache.put(key, spec.model, {"response": {
-                    "content": raw.content, "model_used": raw.model_used, "is_llm": cand_provider.is_llm,
+                    "content": raw.content, "model_used": raw.model_used, "model_served": raw.model_served,
+                    "is_llm": cand_provider.is_llm,
                     "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
                     "cost_usd": completion.cost_usd, "weight_policy": completion.weight_policy}})
             self._check_guard()  # paid and cached (a resumed run gets it free), but not handed to an orphan's trace
@@ -193,10 +218,10 @@ class Gateway:
     def _accounts(self, account: Totals | None) -> tuple[Totals, ...]:
         return (self.totals,) if account is None or account is self.totals else (self.totals, account)
 
-    def _from_cache(self, key: str, request: LLMRequest, spec: ModelSpec, validate: Validator, attempts: list[Attempt],
+    async def _from_cache(self, key: str, request: LLMRequest, spec: ModelSpec, validate: Validator, attempts: list[Attempt],
                     t0: float) -> Completion | None:
         seen = len(self._cache.corrupt)
-        body = self._cache.get(key, spec.model)
+        body = await self._cache.lookup(key, spec.model)
         for event in self._cache.corrupt[seen:]:
             attempts.append(Attempt(model=spec.model, kind="cache_corrupt", reason=event.reason))
         if body is None:
@@ -206,12 +231,12 @@ class Gateway:
             value = validate(resp["content"], spec)
         except OutputInvalid as exc:
             # Validation rules changed since this answer was stored: recompute rather than serve it.
-            self._cache.delete(key)
+            await self._cache.forget(key)
             attempts.append(Attempt(model=spec.model, kind="cache_corrupt", reason=f"cached answer fails validation now: {exc}"))
             return None
         return Completion(
             key=key, messages_hash=request.messages_hash(), model_requested=spec.model, model_used=resp["model_used"],
-            is_llm=resp["is_llm"], cached=True, content=resp["content"], answer_sha256=answer_sha256(resp["content"]),
+            model_served=resp.get("model_served"), is_llm=resp["is_llm"], cached=True, content=resp["content"], answer_sha256=answer_sha256(resp["content"]),
             prompt_tokens=resp["prompt_tokens"],
             completion_tokens=resp["completion_tokens"], cost_usd=resp["cost_usd"], latency_s=time.perf_counter() - t0,
             overhead_s=time.perf_counter() - t0, attempts=attempts, weight_policy=resp["weight_policy"], value=value)
@@ -254,6 +279,11 @@ class Gateway:
             # Cancelled with a request at the provider (a failed run stops its sibling turns): what it bills is never
             # reported to us, so it is settled at the maximum it was reserved for; spend never under-reports.
             billed = reserved if sent["sent"] else total_cost(attempts[first:])[0]
+            if sent["sent"]:
+                attempts.append(Attempt(model=spec.model, kind="cancelled", prompt_tokens=prompt,
+                                        completion_tokens=completion, cost_usd=reserved,
+                                        reason="cancelled with the request at the provider (its run stopped): counted "
+                                               "at its reserved maximum, as the provider's bill is never reported"))
             await asyncio.shield(self.budget.settle(token, billed))
             raise
         except BaseException:
@@ -287,6 +317,7 @@ class Gateway:
                 party = current_party.get()
                 try:
                     sent["sent"] = True
+                    self.requests += provider.is_llm or provider.cacheable
                     self.activity[party] += 1
                     raw = _scrubbed(await provider.complete(request, spec))
                     self.activity[party] += 1

@@ -144,6 +144,8 @@ class LocalServer:
                "--n-ctx", str(LOCAL_MODELS[self.name]["n_ctx"]), "--owner-pid", str(os.getpid())]
         if self.reuse_prefix:
             cmd.append("--reuse-prefix")
+        print(f"madbench: starting the local model server for local/{self.name} (loads the model: 5-60 s, longer on a "
+              f"busy machine; its log: {self.log_file})", file=sys.stderr, flush=True)
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)

@@ -9,6 +9,7 @@ A batch (``madbench run``):
     <root>/{runs,rounds,calls}.parquet   concatenated parts (rebuilt, never appended to)
     <root>/scores/<label>/<run>.parquet  re-scoring, one part per run; failures under <label>/failed/<run>.json
     <root>/budget.json, <root>/.lock     the batch's spend; the lock its one writer holds
+    <root>/leakage_audit/                a batch's leakage audit (``leakage_audit:``): residue, identify, audit.json
 
 Single debates (``madbench debate --out``): ``<out>/<run>/trace.jsonl`` and ``<out>/<run>/result.json``.
 """
@@ -21,10 +22,15 @@ TABLES = ("runs", "rounds", "calls")
 SCORES = "scores"
 ORIGINAL = "original"  # the label of the debate's own scores, extracted from its traces
 FAILED = "failed"
+SCORER = "scorer.json"
 AGREEMENT = "agreement.parquet"
 AUDIT_AGREEMENT = "audit_agreement.parquet"
 MANIFEST = "manifest.json"
 BUDGET = "budget.json"
+#: A batch's leakage audit before its debates (runner/leakage_gate.py): its tables, and audit.json written last.
+LEAKAGE_AUDIT = "leakage_audit"
+#: A sequential batch's looks and its decision (eval/stats/sequential_record.py).
+SEQUENTIAL = "sequential.json"
 LOCK = ".lock"
 
 
@@ -42,6 +48,9 @@ class DebateDirs:
 
     def result_path(self, run_id: str) -> Path:
         return self.root / run_id / self.RESULT
+
+    def manifest_path(self, run_id: str) -> Path:
+        return self.root / run_id / MANIFEST
 
 
 class BatchDirs:
@@ -61,6 +70,10 @@ class BatchDirs:
     @property
     def lock(self) -> Path:
         return self.root / LOCK
+
+    @property
+    def sequential(self) -> Path:
+        return self.root / SEQUENTIAL
 
     @property
     def traces(self) -> Path:
@@ -101,6 +114,10 @@ class ScoreDirs:
 
     def part(self, label: str, run_id: str) -> Path:
         return self.root / label / f"{run_id}.parquet"
+
+    def scorer(self, label: str) -> Path:
+        """The scorer's model spec and rubric a label was graded with (what `madbench replay` grades it again with)."""
+        return self.root / label / SCORER
 
     def failure(self, label: str, run_id: str) -> Path:
         return self.root / label / FAILED / f"{run_id}.json"

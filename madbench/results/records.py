@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import platform
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError, format_validation_error
 from madbench.results.layout import MANIFEST
+from madbench.results.provenance import Provenance, package_versions
 from madbench.results.version import FORMAT_VERSION, check_version
 
 
@@ -89,22 +89,43 @@ class Manifest(BaseModel):
     state: str
     updated: str
     runs: list[ManifestRun]
+    #: What produced the results (code revision, data hashes, price table, machine); None in manifests before format 3.
+    provenance: Provenance | None = None
+
+
+class DebateManifest(BaseModel):
+    """``madbench debate --out``'s manifest beside a run's trace: what produced it."""
+
+    model_config = ConfigDict(extra="forbid")
+    format_version: int
+    run_id: str
+    config: dict[str, Any]
+    scenario_id: str
+    provenance: Provenance
 
 
 def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for pkg in ("madbench", "ray", "litellm", "pydantic", "pandas", "pyarrow"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
+    return {"python": platform.python_version()} | package_versions(("madbench", "ray", "litellm", "pydantic", "pandas",
+                                                                     "pyarrow"))
 
 
-def write_manifest(root: str | Path, spec: dict[str, Any], runs: list[ManifestRun], state: str) -> Path:
+def write_manifest(root: str | Path, spec: dict[str, Any], runs: list[ManifestRun], state: str,
+                   provenance: Provenance | None = None) -> Path:
     body = Manifest(format_version=FORMAT_VERSION, spec=spec, versions=versions(), state=state,
-                    updated=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), runs=runs)
+                    updated=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), runs=runs, provenance=provenance)
     return atomic_write_text(Path(root) / MANIFEST, body.model_dump_json(indent=1))
+
+
+def write_debate_manifest(path: str | Path, body: DebateManifest) -> Path:
+    return atomic_write_text(path, body.model_dump_json(indent=1))
+
+
+def read_debate_manifest(path: str | Path) -> DebateManifest:
+    try:
+        return DebateManifest.model_validate_json(Path(path).read_bytes())
+    except ValidationError as exc:
+        raise InputError(path, f"not a valid run manifest ({format_validation_error(exc)[:300]})",
+                         "run the debate again with `madbench debate ... --out`") from None
 
 
 def read_manifest(root: str | Path) -> Manifest:

@@ -66,7 +66,7 @@ ROUNDS = pa.schema([
 ])
 CALLS = pa.schema([
     *_cols("run_id", STR), *_cols("seq", INT), *_cols("agent phase", STR), *_cols("round", INT),
-    *_cols("label model_requested model_used provider", STR), *_cols("is_llm cached", BOOL),
+    *_cols("label model_requested model_used model_served provider", STR), *_cols("is_llm cached", BOOL),
     *_cols("prompt_tokens completion_tokens cached_tokens cache_write_tokens", INT), *_cols("cost_usd list_cost_usd", FLOAT),
     *_cols("provider_batch", BOOL), *_cols("latency_s overhead_ms", FLOAT), *_cols("retries validation_retries", INT),
     *_cols("node_id", STR),
@@ -86,6 +86,7 @@ SCORES = pa.schema([
 ADDED: dict[int, dict[str, tuple[str, ...]]] = {
     2: {"runs": ("oracle_agents", "oracle_gap_null_pct", "oracle_gap_excess_pct", "oracle_gap_excess_reason"),
         "rounds": ("adopted_evidence_ids",)},
+    3: {"calls": ("model_served",)},
 }
 
 
@@ -130,8 +131,15 @@ def to_table(rows: list[dict[str, Any]], table: str, where: str | Path) -> pa.Ta
     return _versioned(pa.table(columns))
 
 
+#: Every table is written with these options, named rather than left to pyarrow's defaults: the same rows give the same
+#: bytes (the file holds no write time; ``created_by`` names the pyarrow version), which is what `madbench replay`
+#: compares first.
+WRITE_OPTIONS: dict[str, Any] = {"version": "2.6", "compression": "snappy", "use_dictionary": True,
+                                 "write_statistics": True, "data_page_version": "1.0"}
+
+
 def write_table(path: str | Path, table: pa.Table) -> Path:
-    return atomic_write(path, lambda p: pq.write_table(table, p))
+    return atomic_write(path, lambda p: pq.write_table(table, p, **WRITE_OPTIONS))
 
 
 def write_rows(path: str | Path, rows: list[dict[str, Any]], table: str) -> Path:

@@ -13,6 +13,9 @@ Versions:
    the added columns null; their ``new_evidence`` counts critic-cited IDs as new (rebuild the tables from the traces,
    deleting the results' ``parts/`` and running the batch again, for the version-2 counts). Manifests and traces are
    unchanged.
+3. the model name the provider reported serving (calls: ``model_served``, beside ``model_requested`` and
+   ``model_used``) and the manifest's ``provenance`` (code revision, data hashes, price table, machine). Version-2
+   calls tables read ``model_served`` as null; version-2 manifests have no provenance.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: The versions this code reads: each is the current one or is taught here (see the version list above).
-READABLE = (1, 2)
+READABLE = (1, 2, 3)
 
 
 def check_version(version: object, where: str | Path, what: str) -> None:

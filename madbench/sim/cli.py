@@ -13,6 +13,7 @@ from madbench.runner.cli.common import number
 from madbench.sim.anthropic_api import AnthropicDouble
 from madbench.sim.api_double import FAULTS, ApiDouble
 from madbench.sim.gemini_api import GeminiDouble
+from madbench.sim.identify_answers import IdentifyAnswerer
 from madbench.sim.openai_api import OpenAIDouble
 from madbench.sim.provider import SimConfig, SimProvider
 
@@ -62,6 +63,9 @@ def register(sub) -> None:
                                                    "form (e.g. overloaded: Anthropic's 529), to watch retries and fallbacks")
     p.add_argument("--hidden-tokens", type=number(int, ge=0, le=1_000_000), default=0, help="a double only: reasoning (OpenAI's reasoning models) or "
                                                                 "thinking (Gemini) tokens billed per answer (default 0)")
+    p.add_argument("--recognise", type=number(ge=0, le=1), default=0.0,
+                   help="share of memos the simulated model recognises in `madbench leakage audit` (naming every asset's "
+                        "company and the quarter), chosen by memo digest; the others get uniform guesses (default 0)")
     p.set_defaults(func=cmd_sim_serve)
 
 
@@ -102,7 +106,8 @@ def _limit(value: float | None) -> str:
 def _server(args, config: SimConfig) -> SimProvider | ApiDouble:
     try:
         if args.api == "sim":
-            sim = SimProvider(config, host=args.host, port=args.port)
+            sim = SimProvider(config, host=args.host, port=args.port,
+                              identify=IdentifyAnswerer(share=args.recognise, seed=args.seed))
             batches = sim.batches.config
             batches.completion_delay_s, batches.fail_rate, batches.expire_next = (args.batch_delay, args.batch_fail_rate,
                                                                                    args.batch_expire)

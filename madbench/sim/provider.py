@@ -30,6 +30,7 @@ from madbench.debate.envelope import as_asked
 from madbench.scoring.rule_answers import answer_for_context
 from madbench.sim.batches import BatchStore
 from madbench.sim.http_stub import JSONHandler, StubServer, chat_completion
+from madbench.sim.identify_answers import IdentifyAnswerer, is_identify_probe
 from madbench.sim.recall_answers import RecallAnswerer, is_recall_probe
 
 
@@ -43,6 +44,16 @@ class SimConfig:
     #: Prefix hashes each model's prompt cache keeps (least recently used dropped first); 0 turns it off. A 30k-token
     #: prompt leaves about 230 (one per 128-token step past 1,024), so the default holds some 300 such prompts.
     prefix_cache_entries: int = 65_536
+
+
+#: The snapshot date the simulator reports serving: a hosted provider answers a model alias with a dated snapshot
+#: (``gpt-4o-mini`` → ``gpt-4o-mini-2024-07-18``), which results record beside the model asked for.
+SNAPSHOT = "2024-07-18"
+
+
+def served_name(model: str) -> str:
+    """The model name the simulator says served ``model``: its dated snapshot (a name already dated is kept)."""
+    return model if model.endswith(SNAPSHOT) else f"{model}-{SNAPSHOT}"
 
 
 #: The server's token estimate: characters per token of the JSON of the messages.
@@ -101,10 +112,13 @@ class SimStats:
 
 class SimProvider(StubServer):
     def __init__(self, config: SimConfig | None = None, answer_filter=None, record_bodies: bool = False,
-                 host: str = "127.0.0.1", port: int = 0, recall: RecallAnswerer | None = None):
+                 host: str = "127.0.0.1", port: int = 0, recall: RecallAnswerer | None = None,
+                 identify: IdentifyAnswerer | None = None):
         self.config = config or SimConfig()
         #: Answers `madbench probe recall` (default: a model that remembers nothing, guessing uniformly).
         self.recall = recall or RecallAnswerer(seed=self.config.seed)
+        #: Answers `madbench leakage audit`'s identification probe (default: a model that recognises no memo).
+        self.identify = identify or IdentifyAnswerer(seed=self.config.seed)
         #: Optional fault injection for tests: (context, content) -> content.
         self.answer_filter = answer_filter
         self.stats = SimStats()
@@ -145,7 +159,7 @@ class SimProvider(StubServer):
                 answer = sim.reply(body)
                 usage = answer["usage"]
                 with sim._lock:
-                    sim.stats.billed.append((answer["model"], usage["prompt_tokens"], usage["completion_tokens"],
+                    sim.stats.billed.append((body.get("model", "sim"), usage["prompt_tokens"], usage["completion_tokens"],
                                              usage["prompt_tokens_details"]["cached_tokens"]))
                 self.send_json(200, answer)
 
@@ -157,14 +171,15 @@ class SimProvider(StubServer):
         digest = hashlib.sha256(prompt.encode()).hexdigest()[:16]
         if "madbench_context" in body:  # a recall probe, or a debate turn for the rule-based analysts
             ctx = body["madbench_context"]
-            content = self.recall.answer(ctx) if is_recall_probe(ctx) else answer_for_context(ctx)
+            content = (self.recall.answer(ctx) if is_recall_probe(ctx) else self.identify.answer(ctx)
+                       if is_identify_probe(ctx) else answer_for_context(ctx))
             if self.answer_filter is not None:
                 content = self.answer_filter(ctx, content)
             content = as_asked(ctx, content)
         else:
             content = json.dumps({"answer": digest})
         model = body.get("model", "sim")
-        out = chat_completion(content, model, len(prompt) // CHARS_PER_TOKEN, len(content) // CHARS_PER_TOKEN, digest)
+        out = chat_completion(content, served_name(model), len(prompt) // CHARS_PER_TOKEN, len(content) // CHARS_PER_TOKEN, digest)
         head = json.dumps([body.get("response_format"), body.get("tools")], sort_keys=True)
         out["usage"]["prompt_tokens_details"] = {"cached_tokens": self.prefix_cache.lookup(model, head, prompt)}
         return out

@@ -25,7 +25,8 @@ from typing import NoReturn
 
 from madbench.data.errors import InputError
 from madbench.runner.cli.commands import GROUPS, Group, command_parser, command_word, group_of
-from madbench.runner.exit_codes import EXIT_DISK_FULL, EXIT_INPUT, EXIT_INTERRUPTED
+from madbench.runner.exit_codes import EXIT_DISK_FULL, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_NO_RAY
+from madbench.runner.ray_address import RayUnavailable
 
 __all__ = ["EXIT_DISK_FULL", "EXIT_INPUT", "GROUPS", "build_parser", "main", "version"]
 
@@ -110,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
                NotADirectoryError: "give a folder there, not a file"}[type(exc)]
         print(f"madbench: error: {exc.filename or ''}: {exc.strerror or exc} (fix: {fix})", file=sys.stderr)
         return EXIT_INPUT
+    except RayUnavailable as exc:
+        print(f"madbench: error: {exc} (fix: run the same command again once the machine is less busy; nothing ran, "
+              f"and committed runs are kept; `ray status` and /tmp/ray/session_latest/logs say more)", file=sys.stderr)
+        return EXIT_NO_RAY
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise

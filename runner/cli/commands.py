@@ -57,8 +57,16 @@ GROUPS: tuple[Group, ...] = (
     Group("madbench.runner.cli.probe", {
         "probe": "leakage probes: how far a model's memory of each quarter's returns beats chance (recall)",
     }),
+    Group("madbench.runner.cli.leakage", {
+        "leakage": "leakage audits of blind memos: what is left in them, and how often a model still names the companies and quarter",
+    }),
     Group("madbench.runner.cli.report", {
         "report": "write a self-contained report.html (tables, plots, trace explorer) for a results dir",
+    }),
+    Group("madbench.runner.cli.provenance", {
+        "replay": "rebuild a batch's tables, re-scores and statistics from its traces and cache (no provider call) and compare",
+        "diff": "what differs between two runs or two batches: config, prompts, data, models served, code, outcomes",
+        "export": "write a batch's runs as inspect_ai eval logs (`inspect view`) or self-describing JSONL",
     }),
     Group("madbench.runner.cli.llm", {
         "llm": "send requests through the gateway",
@@ -69,7 +77,7 @@ GROUPS: tuple[Group, ...] = (
         "sim": "a simulated OpenAI-compatible provider (rate limits, latency) for trying setups offline",
     }),
     Group("madbench.bench.cli", {
-        "bench": "benchmarks: memo, backtest, gateway, runner, throughput against a simulated provider, cached replay, cost per run",
+        "bench": "benchmarks: memo, backtest, gateway, runner, throughput against a simulated provider, cached replay, cost per run, sequential designs",
     }),
 )
 

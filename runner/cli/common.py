@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable
+from typing import get_args
 
+from madbench.data.blind import BlindOptions
 from madbench.data.market.pack import Pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.market.pack import load_pack as _load_pack
 from madbench.data.paths import PROJECT_ROOT
@@ -54,3 +56,16 @@ def number(kind: type[int] | type[float] = float, *, ge: float | None = None, gt
 
     parse.__name__ = kind.__name__  # argparse names the type in its messages
     return parse
+
+
+def add_blind_options(p: argparse.ArgumentParser, what: str) -> None:
+    """A ``--blind-<option>`` argument for each blind option, its choices the option's Literal values."""
+    for name, field in BlindOptions.model_fields.items():
+        if name != "enabled":
+            p.add_argument(f"--blind-{name}", choices=list(get_args(field.annotation)), default=field.default,
+                           help=f"blind option `{name}` {what} (default {field.default})")
+
+
+def blind_options(args: argparse.Namespace) -> BlindOptions:
+    """The blind options given by ``add_blind_options``' arguments."""
+    return BlindOptions(**{k: getattr(args, f"blind_{k}") for k in BlindOptions.model_fields if k != "enabled"})

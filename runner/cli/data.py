@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
+from madbench.data.blind import blind_memo, pack_companies
 from madbench.data.errors import InputError
 from madbench.data.market.calendar import quarter_range
 from madbench.data.market.check import check_pack, format_report
@@ -14,7 +16,7 @@ from madbench.data.memo import build_memo
 from madbench.data.scenario import dump_scenarios, find_scenario, load_scenarios
 from madbench.data.scenario_gen import draw_scenarios, draw_stats
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import add_pack_args, csv_list, load_pack, number
+from madbench.runner.cli.common import add_blind_options, add_pack_args, blind_options, csv_list, load_pack, number
 
 
 def register(sub) -> None:
@@ -47,7 +49,10 @@ def register(sub) -> None:
     p = command_parser(sub, "memo")
     p.add_argument("scenario_id", help="the scenario's id in the --scenarios file")
     p.add_argument("--scenarios", required=True, help="scenario YAML file")
-    p.add_argument("--json", action="store_true", help="print the evidence items as JSON instead of the text")
+    p.add_argument("--json", action="store_true", help="print the evidence items as JSON instead of the text (with --blind: "
+                                                       "the blind items and every masked name with its mask and class)")
+    p.add_argument("--blind", action="store_true", help="the blind memo, exactly as a blind run sends it")
+    add_blind_options(p, "(with --blind)")
     add_pack_args(p)
     p.set_defaults(func=cmd_memo)
 
@@ -84,6 +89,18 @@ def cmd_scenarios_make(args) -> int:
 def cmd_memo(args) -> int:
     scenarios = load_scenarios(args.scenarios)
     i, scenario = find_scenario(scenarios, args.scenario_id, args.scenarios)
-    memo = build_memo(scenario, load_pack(args), where=f"{args.scenarios}: scenarios[{i}]")
-    sys.stdout.write(memo.to_json() + "\n" if args.json else memo.text)
+    pack = load_pack(args)
+    memo = build_memo(scenario, pack, where=f"{args.scenarios}: scenarios[{i}]")
+    if not args.blind:
+        sys.stdout.write(memo.to_json() + "\n" if args.json else memo.text)
+        return 0
+    options = blind_options(args)
+    blinded = blind_memo(memo, scenario, pack_companies(pack.universe), options)  # the call a blind run makes
+    if args.json:
+        out = {"memo": blinded.memo.scenario_id, "options": options.model_dump(mode="json"),
+               "items": [it.model_dump() for it in blinded.memo.items],
+               "masked": [{"text": t.text, "mask": t.mask, "class": t.mask_class} for t in blinded.masked]}
+        sys.stdout.write(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(blinded.memo.text)
     return 0

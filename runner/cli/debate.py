@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from madbench.data.errors import InputError, format_validation_error
+from madbench.data.market.pack import resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.scenario import find_scenario, load_scenarios
 from madbench.debate.config_file import load_debate_config
 from madbench.debate.events import (
@@ -33,7 +34,9 @@ from madbench.debate.events import (
 )
 from madbench.debate.trace import read_trace
 from madbench.gateway import ModelRouting, ResponseCache, resolve_cache_dir
-from madbench.results import DebateDirs
+from madbench.results import FORMAT_VERSION, DebateDirs
+from madbench.results.records import DebateManifest, write_debate_manifest
+from madbench.runner.api import checked_provenance
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack, number
 from madbench.runner.exit_codes import EXIT_INPUT
@@ -52,6 +55,7 @@ def register(sub) -> None:
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--require-clean", action="store_true", help="refuse to run from a git checkout with uncommitted changes")
     add_pack_args(p)
     p.set_defaults(func=cmd_debate)
 
@@ -72,6 +76,8 @@ def cmd_debate(args) -> int:
     scenarios = load_scenarios(args.scenarios)
     _, scenario = find_scenario(scenarios, args.scenario_id, args.scenarios)
     pack = load_pack(args)
+    provenance = checked_provenance(resolve_pack_dir(args.pack), resolve_evidence_dirs(args.evidence), Path(args.scenarios),
+                                    args.require_clean)
     cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
     try:
         result = asyncio.run(run_debate(scenario, pack, config, build_gateway(cache=cache), args.out, args.sample_index,
@@ -80,6 +86,9 @@ def cmd_debate(args) -> int:
         if cache:
             cache.close()
     dirs = DebateDirs(args.out)
+    write_debate_manifest(dirs.manifest_path(result.run_id), DebateManifest(
+        format_version=FORMAT_VERSION, run_id=result.run_id, config=config.model_dump(mode="json"),
+        scenario_id=scenario.id, provenance=provenance))
     run_dir = dirs.result_path(result.run_id).parent
     if args.json:
         print(result.model_dump_json(indent=1))
@@ -119,6 +128,8 @@ def cmd_trace_show(args) -> int:
     if not path.is_file():
         raise InputError(args.run_dir, "no trace.jsonl here", "give a run directory from `madbench debate` or a batch's traces/")
     readout = read_trace(path)
+    if not readout.events and not readout.problems:
+        raise InputError(path, "the trace holds no event", "give a run's trace.jsonl, written by `madbench debate` or `madbench run`")
     for problem in readout.problems:
         print(f"! {problem}")
     unreadable = 0

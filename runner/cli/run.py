@@ -31,6 +31,10 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="with --dry-run: print the estimate as JSON")
     p.add_argument("--retry-failed", action="store_true", help="also re-run runs recorded as failed")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--require-clean", action="store_true", help="refuse to run from a git checkout with uncommitted "
+                   "changes (without it they are warned about, and the manifest records the commit as dirty)")
+    p.add_argument("--continue", dest="continue_past", action="store_true",
+                   help="a sequential batch: run on past its recorded decision (the runs it made not_needed); recorded")
     p.add_argument("--model", help="every role and phase on this model, overriding the batch's `model` and each config's "
                                    "routing (e.g. rules/auto: any batch offline); results go to <batch>@<model>")
     p.add_argument("--routing", metavar="NAME", help="every config on the routing profile configs/routing/NAME.yaml, "
@@ -97,7 +101,8 @@ def print_run(r: BatchRun) -> int:
     """What `madbench run` prints of a batch's outcome (the failures, their reasons and the retry command on stderr);
     its exit status."""
     print(f"batch {r.batch}: {r.runs} runs ({r.skipped} already done, {submissions_text(r.submitted, r.retries)}) in "
-          f"{r.wall_s:.1f} s; {r.ok} ok, {r.failed} failed, {r.pending} pending; "
+          f"{r.wall_s:.1f} s; {r.ok} ok, {r.failed} failed, {r.pending} pending"
+          f"{f', {r.not_needed} not_needed' if r.not_needed else ''}; "
           f"state {r.state}; table rows: {', '.join(f'{k} {v}' for k, v in r.tables.items())}; "
           f"results in {r.results_dir.resolve()}")  # not configs/batches/../../results/…
     if r.provider_batches is not None:
@@ -105,6 +110,8 @@ def print_run(r: BatchRun) -> int:
         print(f"provider batches: {pb['provider_batches']} created for {pb['requests']} requests "
               f"({pb['answered']} answered, {pb['errored']} answered with an error and asked again, {pb['resubmitted']} "
               f"resubmitted from an expired or failed batch), journaled in {pb['journal']}")
+    if r.sequential is not None:
+        print("sequential: " + "\n  ".join(r.sequential["lines"]))
     spent, reached = budget_lines(r.spend.model_dump(), r.batch_file, r.spend.unpriced_calls)
     if spent:
         print(spent)
@@ -131,9 +138,25 @@ def print_estimate(e: BatchEstimate, as_json: bool) -> int:
         return 0
     d = e.estimate.model_dump()
     print(json.dumps(d, indent=1) if as_json else format_table(d))
+    if e.estimate.sequential is not None and not as_json:
+        print("\n".join(sequential_lines(e.estimate.sequential)))
     if e.estimate.budget_note:
         print(e.estimate.budget_note, file=sys.stderr)
     return 0
+
+
+def sequential_lines(s: dict) -> list[str]:
+    """The dry run's plan of a sequential batch: its looks, and scenarios, cost and time at most and expected."""
+    def cost(x):
+        return "unknown" if x is None else f"${x:.2f}"
+    out = [f"sequential: looks at {s['looks']} complete pairs; power {s['power']:.3f} at the planned effect"]
+    out += [f"  at most {s['max_scenarios']} scenarios, {cost(s['fixed_cost_usd'])} (the fixed design)"]
+    for label, name in (("h0", "no effect (H0)"), ("h1", "the planned effect (H1)")):
+        r = s[label]
+        out.append(f"  under {name}: {r['expected_scenarios']:.1f} scenarios expected, {cost(r['expected_cost_usd'])}, "
+                   f"about {r['expected_wall_s'] / 60:.1f} min; rejects towards the effect {r['reject']:.1%}")
+    out += [f"  note: {n}" for n in s["notes"]]
+    return out
 
 
 def cmd_status(args) -> int:
@@ -142,11 +165,15 @@ def cmd_status(args) -> int:
         print(json.dumps(s.model_dump(exclude={"failures"}), indent=1))
         return 0
     updated = "" if s.state.startswith("stopped (driver gone") else f" (updated {s.updated})"
-    print(f"batch {s.batch}: {s.state}{updated}; {s.ok + s.failed + s.pending} runs: "
-          f"{s.ok} ok, {s.failed} failed, {s.pending} pending ({len(s.in_flight)} in flight); "
+    print(f"batch {s.batch}: {s.state}{updated}; {s.ok + s.failed + s.pending + s.not_needed} runs: "
+          f"{s.ok} ok, {s.failed} failed, {s.pending} pending ({len(s.in_flight)} in flight)"
+          f"{f', {s.not_needed} not_needed' if s.not_needed else ''}; "
           f"{s.committed} results committed")
     for cfg, c in s.by_config.items():
-        print(f"  {cfg:<30} ok {c['ok']:>4}  failed {c['failed']:>4}  pending {c['pending']:>4}")
+        print(f"  {cfg:<30} ok {c['ok']:>4}  failed {c['failed']:>4}  pending {c['pending']:>4}"
+              + (f"  not_needed {c['not_needed']:>4}" if c.get("not_needed") else ""))
+    for line in s.looks:
+        print(f"  {line}")
     for r in s.in_flight:
         print(f"  in flight {r.run_id} ({r.config} on {r.scenario_id}, since {r.since}): {r.step}")
     if s.failed:

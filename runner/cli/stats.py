@@ -13,6 +13,7 @@ from madbench.eval.stats.compute_match import markdown as compute_match_markdown
 from madbench.eval.stats.family import CORRECTIONS, DEFAULT_CORRECTION
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, load_runs, ordered_configs
 from madbench.eval.stats.power import power_table
+from madbench.eval.stats.sequential_record import batch_summary, read_record
 from madbench.eval.stats.split import split_by
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.batch_view import check_committed
@@ -103,6 +104,9 @@ def cmd_stats(args) -> int:
         return _stats_by(args, runs, rounds, compare, declared, str(runs_file), Path(args.out) if args.out else default_out)
     analysis = analyse(runs, str(runs_file), compare, csv_list(args.metric), args.correction, rounds, declared, args.share,
                        powers)
+    record = read_record(args.results_dir) if args.results_dir else None
+    if record is not None:  # a sequential batch: the looks' adjusted inference leads, the tables are naive
+        analysis.sequential = batch_summary(record, runs)
     out = Path(args.out) if args.out else default_out
     written = analysis.write_csvs(out)
     pairs = matched_pairs(runs, declared)  # equal compute per scenario, when an arm was matched

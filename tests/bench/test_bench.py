@@ -30,15 +30,18 @@ def test_sustained_rate_is_the_median_full_window():
 @requires_shared
 @pytest.mark.slow
 def test_bench_throughput_json_and_cache_replay(capsys):
+    # The benchmark measures at its default sizes; the test checks what it reports, on the smallest batches that
+    # show it: runs side by side beating one at a time takes four on a busy 2-core machine (two came out even),
+    # a replay from the cache two (more than one run).
     assert main(["bench", "throughput", "--runs", "4", "--latency-median", "0.05", "--serial-runs", "1",
                  "--concurrency", "4", "--rpm", "600", "--json"]) == 0
     out = last_json(capsys.readouterr().out)
     assert set(out) == HEADLINE and out["limit_rpm"] == 600
     assert 0 <= out["share_429"] < 1 and out["wall_s"] > 0 and out["ideal_s"] > 0 and out["peak_rss_mb"] > 100
     assert out["speedup_vs_serial"] > 1  # 4 runs side by side beat one at a time
-    assert main(["bench", "cache", "--runs", "4"]) == 0
+    assert main(["bench", "cache", "--runs", "2"]) == 0
     cache = last_json(capsys.readouterr().out)
-    assert cache["replay_http_calls"] == 0 and cache["fill_http_calls"] > 40
+    assert cache["replay_http_calls"] == 0 and cache["fill_http_calls"] >= 2 * 13  # 13 calls a run at least
     assert cache["replay_calls_from_cache"] == cache["replay_calls"] and cache["same_allocations"]
 
 

@@ -14,16 +14,19 @@ import pytest
 import yaml
 
 from madbench.runner.cli import main
+from tests.conftest import errors_only
 
 ROOT = Path(__file__).resolve().parents[2]
 TICKERS = ["AAA", "BBB", "CCC", "DDD"]
+QUARTERS = ("2021Q2", "2021Q3", "2021Q4", "2022Q1")
 
 
-def write_batch(tmp_path, pack, **over) -> Path:
+def write_batch(tmp_path, pack, quarters=QUARTERS, **over) -> Path:
+    """A batch over one scenario per quarter of ``quarters`` (fewer where a test's property needs fewer runs)."""
     scen = tmp_path / "scenarios.yaml"
     scen.write_text(yaml.safe_dump({"scenarios": [
         {"id": f"s{q}", "invest_quarter": q, "tickers": TICKERS, "constraints": {"max_weight": 0.6}}
-        for q in ("2021Q2", "2021Q3", "2021Q4", "2022Q1")]}))
+        for q in quarters]}))
     spec = {"name": "t", "scenarios": {"file": str(scen)},
             "configs": [str(ROOT / "configs/debate/single-causal.yaml"), str(ROOT / "configs/debate/causal-debate-3.yaml")],
             "model": "rules/auto", "replicates": 2, "pack": str(pack), "results_dir": str(tmp_path / "results"),
@@ -35,14 +38,14 @@ def write_batch(tmp_path, pack, **over) -> Path:
 
 @pytest.mark.parametrize("over,message", [
     ({"replicatez": 2}, "replicatez: unknown key"),
-    ({"scenarios": {"file": "x.yaml", "make": {"quarters": "2021Q1:2021Q2", "count": 2}}}, "exactly one of `file` or `make`"),
+    ({"scenarios": {}}, "give `file`, `make`, or both"),
     ({"configs": ["does-not-exist.yaml"]}, "does-not-exist.yaml: debate config not found"),
     ({"name": "bad name!"}, "name: String should match pattern"),
 ])
 def test_bad_batch_specs_are_named(make_pack, tmp_path, capsys, over, message):
     batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), **over)
     assert main(["run", str(batch), "--dry-run"]) == 2
-    err = capsys.readouterr().err
+    err = errors_only(capsys.readouterr().err)
     assert message in err and err.count("\n") == 1
 
 
@@ -68,6 +71,16 @@ def test_dry_run_counts(make_pack, tmp_path, capsys):
     # 2 configs x 2 temperatures x 4 scenarios x 2 replicates; single: 1 propose + 1 crit; debate: 3 + 2*(3+3+3) + 1
     # when nothing fires, plus causal-debate-3's JS collapse re-revising 3 agents in half its rounds (expected case)
     assert out["runs"] == 32 and out["expected_calls"] == 8 * (2 + 22 + 3) * 2
+
+
+def test_drawn_scenarios_follow_the_files(make_pack, tmp_path, capsys):
+    """A file and a draw together (the leakage batch adds post-cutoff quarters to the paper's): both are run."""
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), replicates=1)
+    spec = yaml.safe_load(batch.read_text())
+    spec["scenarios"]["make"] = {"quarters": "2021Q2:2021Q3", "count": 3, "min_tickers": 3, "max_tickers": 4, "seed": 1}
+    batch.write_text(yaml.safe_dump(spec))
+    assert main(["run", str(batch), "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"] == 2 * (4 + 3)
 
 
 @pytest.mark.slow
@@ -104,11 +117,13 @@ def test_batch_layout_and_second_run_is_a_no_op(make_pack, tmp_path):
 def test_kill_minus_9_at_five_points_then_resume_equals_uninterrupted(make_pack, tmp_path):
     pack = make_pack(tickers=tuple(TICKERS))
     (tmp_path / "ref").mkdir()
-    reference_batch = write_batch(tmp_path / "ref", pack)
+    # One replicate (8 runs): a resume's equality to an uninterrupted batch is a property of each run, and the second
+    # replicate doubled both batches' work without adding a kind of run.
+    reference_batch = write_batch(tmp_path / "ref", pack, replicates=1)
     assert main(["run", str(reference_batch), "--quiet"]) == 0
     reference = pd.read_parquet(tmp_path / "ref" / "results" / "t" / "runs.parquet").set_index("run_id")
     (tmp_path / "chaos").mkdir()
-    batch = write_batch(tmp_path / "chaos", pack)
+    batch = write_batch(tmp_path / "chaos", pack, replicates=1)
     rng = random.Random(3)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for _ in range(5):
@@ -119,7 +134,7 @@ def test_kill_minus_9_at_five_points_then_resume_equals_uninterrupted(make_pack,
         proc.wait()
     assert main(["run", str(batch), "--quiet"]) == 0
     runs = pd.read_parquet(tmp_path / "chaos" / "results" / "t" / "runs.parquet")
-    assert runs.run_id.is_unique and len(runs) == 16 and (runs.status == "ok").all()
+    assert runs.run_id.is_unique and len(runs) == 8 and (runs.status == "ok").all()
     runs = runs.set_index("run_id")
     assert set(runs.index) == set(reference.index)
     assert (runs.loc[reference.index, "weights"] == reference["weights"]).all()

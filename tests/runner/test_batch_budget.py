@@ -31,6 +31,7 @@ from madbench.gateway import (
     accounting,
 )
 from madbench.gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
+from madbench.gateway.errors import CallCancelled
 from madbench.results import ManifestRun, write_manifest
 from madbench.runner.budget import BUDGET_FILE, BudgetRecord, read_budget, start_budget, stop_budget, write_budget
 from madbench.runner.cli import main
@@ -41,7 +42,8 @@ from madbench.runner.progress import BatchLine, Progress
 from madbench.runner.run_report import RunReport
 from madbench.runner.store import BatchLayout, paid_cost, write_parts
 from madbench.runner.wiring import build_gateway
-from madbench.sim.provider import SimProvider
+from madbench.sim.provider import SimConfig, SimProvider
+from tests.conftest import errors_only
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "debate"
@@ -219,7 +221,7 @@ def test_a_cap_on_a_model_without_a_price_is_refused_by_the_preflight(make_pack,
     batch = _offline_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), "openai/madbench-sim", 0.0001)
     for argv in (["run", str(batch), "--dry-run"], ["run", str(batch), "--quiet"]):
         assert main(argv) == 2
-        err = capsys.readouterr().err
+        err = errors_only(capsys.readouterr().err)
         assert err.count("\n") == 1 and "Traceback" not in err, err
         assert ("openai/madbench-sim: unknown price (litellm's cost map has none, or lists it at $0), so max_cost_usd "
                 "($0.0001) cannot be enforced for its calls (config causal-debate-3, single-causal)") in err
@@ -291,3 +293,27 @@ def test_a_resumed_run_records_what_its_earlier_attempts_paid(make_pack, tmp_pat
     (row,) = pd.read_parquet(layout.part("runs", again.run_id)).to_dict("records")
     assert row["cost_usd"] == 0 and row["cost_paid_usd"] == pytest.approx(paid, rel=1e-9)
     assert paid_cost(read_trace(layout.trace_path(again.run_id)).typed()) == pytest.approx(paid_in_traces(layout.root))
+
+
+def test_a_call_cancelled_at_the_provider_is_counted_at_its_maximum_in_the_budget_and_in_its_attempts(tmp_path):
+    # A failed run cancels its sibling turns; the provider may bill a request it already holds, and never says how
+    # much, so the budget keeps its reservation: the attempts the trace records carry that same amount.
+    budget = Budget(1.0)
+    request = LLMRequest(model=PRICED, messages=[Message(role="user", content="allocate")], max_tokens=200)
+    with SimProvider(SimConfig(latency_median_s=30.0, latency_sigma=0.0)) as sim:
+        gateway = build_gateway(budget=budget)
+        spec = ModelSpec(model=PRICED, api_base=sim.url, send_context=True)
+
+        async def scenario():
+            task = asyncio.ensure_future(gateway.complete(request, spec))
+            while sim.stats.requests == 0:  # the request is at the provider
+                await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(CallCancelled) as cancelled:
+                await task
+            return cancelled.value
+
+        cancelled = asyncio.run(scenario())
+    (attempt,) = [a for a in cancelled.attempts if a["kind"] == "cancelled"]
+    assert attempt["cost_usd"] > 0 and budget.spent_usd == pytest.approx(attempt["cost_usd"])
+    assert budget.spent_usd == pytest.approx(sum(a["cost_usd"] or 0 for a in cancelled.attempts))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -23,6 +24,7 @@ from madbench.debate.config_file import load_debate_config
 from madbench.debate.events import BlindMap, Final, Turn, last_attempt, parse_event
 from madbench.debate.trace import read_trace
 from madbench.gateway import Gateway, LLMRequest, Message, ModelRouting
+from madbench.results.leakage_record import read_audit
 from madbench.runner.batch import load_batch, resolve_configs
 from madbench.runner.cli import main
 from madbench.runner.pipeline import BlindGateway, RunResult, _memos, run_debate, run_id_for
@@ -81,7 +83,7 @@ def check_blind_run(result: RunResult, events: list, prompts: str, scenario: Sce
 @pytest.mark.parametrize("protocol", sorted(PROTOCOL_CONFIGS))
 def test_blind_run_of_every_protocol_shows_no_name_ticker_or_date(make_pack, tmp_path, protocol):
     pack, scenario = blind_world(make_pack)
-    cfg = config(PROTOCOL_CONFIGS[protocol])
+    cfg = config(PROTOCOL_CONFIGS[protocol], blind={"macro": "exact"})  # bucketed levels would move the macro rules
     result, events, prompts = run_blind(scenario, pack, cfg, tmp_path)
     check_blind_run(result, events, prompts, scenario, pack_names(pack_companies(pack.universe), UNIVERSE))
     # the rule-based analysts read only the memo's numbers, so the named run allocates alike (blind-safe)
@@ -106,9 +108,23 @@ def test_blind_runs_on_the_market_pack_show_no_name_ticker_or_date(tmp_path, pro
     UNH in 2024Q1, whose texts name Nvidia (the pack's NVIDIA, in another case) and Intel (outside the pack)."""
     pack = _market_pack()
     scenario = {s.id: s for s in load_scenarios(SHARED_PAPER / "scenarios_35.yaml")}[scenario_id]
-    result, events, prompts = run_blind(scenario, pack, config(PROTOCOL_CONFIGS[protocol]), tmp_path)
+    cfg = config(PROTOCOL_CONFIGS[protocol])
+    result, events, prompts = run_blind(scenario, pack, cfg, tmp_path)
     check_blind_run(result, events, prompts, scenario, pack_names(pack_companies(pack.universe), scenario.tickers))
     assert "ASSET_" in prompts and "t\u2212" in prompts  # the memo's relative dates reached the models (as sent)
+    # every product, person, place and event name the texts carried was masked before anything was sent
+    _, blinded = _memos(scenario, pack, cfg, "test")
+    assert len(blinded.masked) > 20 and "[PRODUCT_" in prompts
+    def found(text: str, where: str) -> bool:
+        return re.search(rf"(?<![\w-]){re.escape(text)}(?![\w-])", where) is not None
+    assert [t.text for t in blinded.masked if t.mask_class != "TERM" and found(t.text, prompts)] == []
+    # a lower-case term is masked in the evidence's texts as sent; the same word in madbench's own words (a template's
+    # "specific", the memo header's "number") is madbench's, the same in every run
+    assert "[TERM_" in prompts
+    texts = "\n".join(it.value for it in blinded.memo.items if it.unit == "text" and isinstance(it.value, str))
+    assert [t.text for t in blinded.masked if t.mask_class == "TERM" and found(t.text, texts)] == []
+    assert not re.search(r"[$\u20ac\u00a3\u00a5]\s?\d", prompts)  # no exact currency amount: orders of magnitude
+    assert not re.search(r"(?<![\d.,$])(?:19|20)\d\d(?![\d%])", prompts)  # no year, in messages, schema or context
 
 
 _PACK = {}
@@ -161,7 +177,7 @@ def test_blind_is_off_by_default_part_of_the_run_identity_when_on(make_pack):
     off = plain.model_copy(update={"blind": plain.blind.model_copy(update={"sectors": "drop"})})
     assert run_id_for(scenario, off, 0) == run_id_for(scenario, plain, 0) and off.content_hash() == plain.content_hash()
     on = DebateConfig.model_validate({**plain.model_dump(mode="json"), "blind": True})
-    bucket = DebateConfig.model_validate({**plain.model_dump(mode="json"), "blind": {"macro": "bucket"}})
+    bucket = DebateConfig.model_validate({**plain.model_dump(mode="json"), "blind": {"macro": "exact"}})  # not the default
     ids = {run_id_for(scenario, c, 0) for c in (plain, on, bucket)}
     assert len(ids) == 3 and len({c.content_hash() for c in (plain, on, bucket)}) == 3
     assert DebateConfig.model_validate(on.model_dump(mode="json")) == on  # the options survive a round trip
@@ -195,18 +211,21 @@ def test_the_leakage_batch_pairs_named_with_blind_and_nothing_else():
 @requires_shared
 @pytest.mark.skipif(not (SHARED_PAPER / "filings.parquet").exists(), reason="the paper's evidence tables are absent")
 def test_leakage_batch_runs_offline_and_stats_pairs_named_with_blind(tmp_path, capsys):
-    """The ready batch with --model rules/auto on a real local Ray: 6 scenarios x 2 arms; named − blind is 0 for
-    rule-based analysts (they read no name or date), which checks the transformation end to end."""
+    """The ready batch with --model rules/auto on a real local Ray, on its 6 paper scenarios x 2 arms; named − blind
+    pairs them (rule-based analysts read no name or date: only the blind arm's macro bands, no levels, can move them);
+    its leakage audit is recorded first and the report shows it."""
     spec = yaml.safe_load((ROOT / "configs" / "batches" / "leakage.yaml").read_text())
     base = ROOT / "configs" / "batches"
-    spec |= {"scenarios": {**spec["scenarios"], "file": str((base / spec["scenarios"]["file"]).resolve())},
+    # the paper's six only (the drawn post-cutoff scenarios would make it 72 runs)
+    spec |= {"scenarios": {"file": str((base / spec["scenarios"]["file"]).resolve()), "ids": spec["scenarios"]["ids"]},
              "pack": str((base / spec["pack"]).resolve()), "evidence": [str((base / e).resolve()) for e in spec["evidence"]],
              "configs": [str((base / c).resolve()) for c in spec["configs"]], "results_dir": "batches/../results"}
     (tmp_path / "batches").mkdir()
     path = tmp_path / "leakage.yaml"
     path.write_text(yaml.safe_dump(spec))
     capsys.readouterr()
-    assert main(["run", str(path), "--model", "rules/auto", "--quiet"]) == 0
+    # its own cache: the leakage audit opens it in this process before the debates
+    assert main(["run", str(path), "--model", "rules/auto", "--quiet", "--cache-dir", str(tmp_path / "cache")]) == 0
     root = tmp_path / "results" / "leakage@rules-auto"  # as the batch's description says
     assert f"results in {root.resolve()}\n" in capsys.readouterr().out  # resolved: no batches/../ in the path printed
     runs = pd.read_parquet(root / "runs.parquet")
@@ -220,5 +239,11 @@ def test_leakage_batch_runs_offline_and_stats_pairs_named_with_blind(tmp_path, c
     out = json.loads(capsys.readouterr().out)
     assert out["comparisons"].startswith("the batch's declared pairs")
     sharpe = next(p for p in out["paired"] if p["metric"] == "sharpe")  # the declared pair, treatment − control
-    assert (sharpe["a"], sharpe["b"], sharpe["n"], sharpe["diff"]) == ("causal-debate-3", "causal-debate-3-blind", 6, 0.0)
-    assert sharpe["note"] == "not tested: every difference is 0 (the same results)"
+    assert (sharpe["a"], sharpe["b"], sharpe["n"]) == ("causal-debate-3", "causal-debate-3-blind", 6)
+    # its leakage audit ran before the debates (offline: the rule-based models name nothing), and the report shows it
+    audit = read_audit(root)
+    assert audit is not None and audit.decision == "clear" and audit.memos == 6 and audit.macro_k_min >= 4
+    assert sum(audit.residue.values()) == 0 and audit.probes and not audit.leaks
+    assert main(["report", str(root)]) == 0
+    html = (root / "report.html").read_text()
+    assert 'id="leakage"' in html and f"macro k-anonymity min {audit.macro_k_min}" in html and "post_cutoff = " in html

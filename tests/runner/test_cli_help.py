@@ -16,7 +16,7 @@ from madbench.runner.cli import GROUPS, build_parser, main
 from madbench.runner.cli.commands import COMMANDS, command_word, group_of
 
 TOP_LEVEL = {"demo", "run", "status", "data", "scenarios", "memo", "debate", "trace", "backtest", "backtest-quarters", "rescore",
-             "stats", "power", "probe", "report", "llm", "cache", "model", "sim", "bench"}
+             "stats", "power", "probe", "leakage", "report", "replay", "diff", "export", "llm", "cache", "model", "sim", "bench"}
 
 
 def walk(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

@@ -42,7 +42,7 @@ def test_debate_cli_prints_allocation_and_trace_show_renders(make_pack, tmp_path
     scen = tmp_path / "s.yaml"
     scen.write_text(yaml.safe_dump(SCENARIOS))
     args = ["debate", "a", "--scenarios", str(scen), "--config", "configs/debate/causal-debate-3.yaml", "--model", "rules/auto",
-            "--pack", str(pack), "--out", str(tmp_path / "runs")]
+            "--pack", str(pack), "--out", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache")]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "final allocation (judge)" in out and "rho_bar: 0." in out and "JSD: propose" in out and "metrics: return" in out

@@ -15,6 +15,7 @@ from madbench.data.errors import InputError
 from madbench.eval.stats.frame import batch_pairs
 from madbench.results import ManifestRun, write_manifest
 from madbench.runner.cli import main
+from tests.conftest import errors_only
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 KEY_ENV = "MADBENCH_INPUT_CHECKS_KEY"
@@ -47,7 +48,7 @@ def provider():
 
 
 def one_line(capsys) -> str:
-    err = capsys.readouterr().err
+    err = errors_only(capsys.readouterr().err)
     assert err.count("\n") == 1 and "Traceback" not in err, err
     return err
 
@@ -197,6 +198,7 @@ def test_a_cost_cap_on_a_model_without_a_price_is_refused_naming_it(make_pack, t
     assert main(["run", str(batch), "--dry-run", "--model", "anthropic/claude-haiku-4-6"]) == 2
     err = one_line(capsys)
     assert "anthropic/claude-haiku-4-6: unknown price" in err and "price: {input_usd_per_mtok" in err
+    assert "nearest known: anthropic/claude-haiku-4-5" in err  # under a cap, a typo is named as one too
 
 
 def test_a_declared_price_lets_a_capped_batch_through_and_is_what_it_costs(make_pack, tmp_path, capsys, monkeypatch):
@@ -251,8 +253,11 @@ def test_a_symlinked_folder_inside_a_batchs_results_directory_stops_the_run(make
 def test_a_file_where_a_folder_is_expected_and_the_reverse_are_one_line(make_pack, tmp_path, capsys):
     a_file = tmp_path / "notes.txt"
     a_file.write_text("x")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
     for argv in (["status", str(a_file)], ["stats", str(a_file)], ["report", str(a_file)],
-                 ["rescore", str(a_file), "--scorer", "rules/crit"]):
+                 ["rescore", str(a_file), "--scorer", "rules/crit"], ["cache", "stats", "--cache-dir", str(a_file)],
+                 ["trace", "show", str(empty)]):
         assert main(argv) == 2, argv
         one_line(capsys)
     assert main(["run", str(tmp_path), "--dry-run"]) == 2  # a folder given for the batch file

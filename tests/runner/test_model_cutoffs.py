@@ -90,7 +90,8 @@ def test_run_rows_get_post_cutoff_true_false_or_null(tmp_path, capsys):
     assert pd.read_parquet(runs)["post_cutoff"].tolist() == [True, False, None] * 2
     assert main(["stats", "--from-parquet", str(runs), "--metric", "sharpe", "--by", "post_cutoff"]) == 0
     out = capsys.readouterr().out
-    assert "Split by post_cutoff: False 2 runs, True 2 runs, null 2 runs" in out
+    assert "Split by post_cutoff: True 2 runs, False 2 runs, null 2 runs" in out  # post-cutoff first: the primary result
+    assert out.index("# post_cutoff = True") < out.index("# post_cutoff = False")
     assert "# post_cutoff = null (2 runs)" in out
     assert (tmp_path / "runs-stats" / "post_cutoff=null" / "summary.csv").exists()
     assert main(["stats", "--from-parquet", str(runs), "--metric", "sharpe", "--by", "no_such_column"]) == 2

@@ -89,3 +89,18 @@ def test_progress_off_a_terminal_is_one_plain_line_per_interval(tmp_path):
     lines = (tmp_path / "log").read_text().splitlines()
     assert len(lines) == 2 and "\r" not in "".join(lines)
     assert "1/3 runs: 1 ok, 0 failed" in lines[0] and "of $1.00" in lines[0] and "ETA" in lines[0]
+
+
+def test_the_batch_line_moves_per_call_with_the_actors_live_counts_before_any_run_settles(tmp_path):
+    live = {"spent_usd": 0.0031, "calls": 7, "cached": 0, "failed": 2, "tokens": 900}
+    with open(tmp_path / "log", "w") as log:
+        p = Progress(3, BatchLine(budget=None), stream=log, interval_s=3600)
+        p.poll = lambda: dict(live)
+        p.show(3, force=True)
+        live.update(calls=12, tokens=1500)  # more calls answered, still no run settled
+        p._polled = float("-inf")          # the next line reads the actors again
+        p.show(3, force=True)
+        p.close(0)
+    first, second = (tmp_path / "log").read_text().splitlines()[:2]
+    assert "0/3 runs" in first and "(2 failed)" in first and "900 tokens" in first and "$0.0031" in first
+    assert "1500 tokens" in second and "calls/s" in second and "— calls/s" not in second

@@ -185,7 +185,8 @@ def test_the_gateway_in_batch_mode_retries_an_invalid_answer_with_feedback_in_th
 
 # ---------------------------------------------------------------------------------------------- the whole runner
 
-def a7_batch(tmp_path: Path, pack: Path, sim, name: str, execution=None, model_name: str = "openai/madbench-sim") -> Path:
+def a7_batch(tmp_path: Path, pack: Path, sim, name: str, execution=None, model_name: str = "openai/madbench-sim",
+             workers: int = 2) -> Path:
     """The a7 batch (configs/batches/a7.yaml: its two configs) on two scenarios of a synthetic pack, every call to
     the simulated provider (rule-based answers), as tests/runner/test_chaos.py points batches at it. A listed
     ``model_name`` (the simulator answers any) is priced at its list prices."""
@@ -199,7 +200,7 @@ def a7_batch(tmp_path: Path, pack: Path, sim, name: str, execution=None, model_n
     spec = {"name": name, "scenarios": {"file": str(scen)}, "pack": str(pack), "model": model,
             "configs": [str((ROOT / "configs/batches" / c).resolve()) for c in a7["configs"]], "pairs": a7["pairs"],
             "results_dir": str(tmp_path / "results"), "cache_dir": str(tmp_path / f"cache-{name}"),
-            "max_in_flight": 8, "workers": 2, "retries": 0}
+            "max_in_flight": 8, "workers": workers, "retries": 0}
     if execution is not None:
         spec["execution"] = execution
     path = tmp_path / f"{name}.yaml"
@@ -232,7 +233,9 @@ def pack(make_pack):
     return make_pack(tickers=tuple(TICKERS))
 
 
-BATCH_MODE = {"mode": "batch", "poll_s": 0.2, "settle_s": 0.3, "idle_s": 2.0}
+#: idle_s: a run whose actor is slow between two phases (a loaded machine) is waited for, so that the runs stay in
+#: lockstep; in lockstep every run is blocked on a call and the batch goes after settle_s.
+BATCH_MODE = {"mode": "batch", "poll_s": 0.2, "settle_s": 0.3, "idle_s": 10.0}
 
 
 @pytest.mark.slow
@@ -240,10 +243,12 @@ def test_a7_in_provider_batch_mode_is_one_provider_batch_per_phase_and_allocates
     with SimProvider() as sim:
         t = time.monotonic()
         priced = "openai/gpt-4o-mini"  # priced, so that the report shows what batch mode saved
-        assert (out := run_cli(a7_batch(tmp_path, pack, sim, "sync", model_name=priced))).returncode == 0, out.stderr[-2000:]
+        # The synchronous run is the reference (its allocations and list-price saving): one actor serves it as well.
+        sync_batch = a7_batch(tmp_path, pack, sim, "sync", model_name=priced, workers=1)
+        assert (out := run_cli(sync_batch)).returncode == 0, out.stderr[-2000:]
         sync_s = time.monotonic() - t
         calls_sync = sim.stats.requests
-        sim.batches.config.completion_delay_s = 1.0
+        sim.batches.config.completion_delay_s = 0.3
         t = time.monotonic()
         assert (out := run_cli(a7_batch(tmp_path, pack, sim, "batch", BATCH_MODE, priced))).returncode == 0, out.stderr[-2000:]
         batch_s = time.monotonic() - t
@@ -274,16 +279,20 @@ def test_a7_in_provider_batch_mode_is_one_provider_batch_per_phase_and_allocates
         page = (tmp_path / "results" / name / "report.html").read_text()
         assert f"{saved[name]['saved_share']:.0%} saved" in page and f"{saved[name]['provider_batch_calls']} of them" in page
     assert saved["sync"]["provider_batch_calls"] == 0 and saved["batch"]["provider_batch_calls"] == saved["batch"]["calls_paid"]
-    assert saved["batch"]["saved_share"] >= 0.5 > saved["sync"]["saved_share"] >= 0.0
+    # Batch prices are half the list prices: the share is 1 − paid/list of two float sums, which lands a rounding
+    # error below 0.5 in some call orders (0.4999999999999999 was seen).
+    assert saved["batch"]["saved_share"] >= 0.5 - 1e-9 and 0.5 > saved["sync"]["saved_share"] >= 0.0
     print(f"\nprovider batch mode on a7 (4 runs): {len(batches)} provider batches for {longest} phases, "
-          f"{summary['requests']} requests; wall {batch_s:.1f} s against {sync_s:.1f} s synchronously (batch delay 1 s)")
+          f"{summary['requests']} requests; wall {batch_s:.1f} s against {sync_s:.1f} s synchronously (batch delay 0.3 s)")
 
 
 @pytest.mark.slow
 def test_a_driver_killed_while_a_batch_is_in_flight_reattaches_on_rerun_and_submits_no_request_twice(pack, tmp_path):
     with SimProvider() as sim:
-        sim.batches.config.completion_delay_s = 2.5
-        batch = a7_batch(tmp_path, pack, sim, "kill", BATCH_MODE)
+        sim.batches.config.completion_delay_s = 1.0
+        # One runner actor: the kill, the journal and the re-attach are the driver's and the collector's; a second
+        # actor's start in both drivers only cost time.
+        batch = a7_batch(tmp_path, pack, sim, "kill", BATCH_MODE, workers=1)
         journal = tmp_path / "results" / "kill" / "provider_batches"
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
         driver = subprocess.Popen([sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet"], env=env,

@@ -30,7 +30,8 @@ def batch_results(tmp_path_factory):
     scen.write_text(yaml.safe_dump({"scenarios": [
         {"id": f"s{q}", "invest_quarter": q, "tickers": TICKERS, "constraints": {"max_weight": 0.6}} for q in QUARTERS]}))
     spec = {"name": "t", "scenarios": {"file": str(scen)}, "configs": [str(ROOT / "configs/debate/causal-debate-3.yaml")],
-            "model": "rules/auto", "pack": str(pack), "results_dir": str(base / "results"), "workers": 2}
+            "model": "rules/auto", "pack": str(pack), "results_dir": str(base / "results"),
+            "cache_dir": str(base / "cache"), "workers": 2}  # never the user's cache
     (base / "batch.yaml").write_text(yaml.safe_dump(spec))
     assert main(["run", str(base / "batch.yaml"), "--quiet"]) == 0
     return base / "results" / "t"

@@ -3,6 +3,9 @@ OpenAI-compatible server: preflight → run → status → interrupt → resume 
 
 The server is madbench's simulated provider on 127.0.0.1 (it answers debate turns with the rule-based
 analysts and counts every request it receives), reached through litellm exactly as a hosted model is.
+
+Only the interrupted run is a process of its own (Ctrl-C and exit code 130 are a process's); every other command is
+`madbench`'s entry point called in this process, on this process's Ray (the suite's, or one it starts).
 """
 
 from __future__ import annotations
@@ -19,17 +22,27 @@ import pandas as pd
 import pytest
 import yaml
 
+from madbench.runner.cli import main
 from madbench.sim.provider import SimConfig, SimProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 TICKERS = ["AAA", "BBB", "CCC", "DDD"]
 KEY = "MADBENCH_PATH_TEST_KEY"
-QUARTERS = ("2021Q2", "2021Q3", "2021Q4", "2022Q1", "2022Q2")
+PLACEHOLDER = "sk-placeholder-for-the-local-server"
+# Ray workers read a model's key from their own environment, which is that of the process that started Ray: in a
+# suite, whichever test came first. Collection comes before every test, so the key is set here; the preflight step
+# takes it away from this process only (the driver checks it before anything is sent).
+os.environ.setdefault(KEY, PLACEHOLDER)
+QUARTERS = ("2021Q2", "2021Q4", "2022Q2")
+RUNS = 2 * len(QUARTERS)  # two configs
 
 
-def madbench(*args: str, env: dict | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "madbench.runner.cli", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env=env or os.environ.copy())
+def madbench(capsys, *args: str) -> tuple[int, str, str]:
+    """`madbench ARGS` in this process: its exit code, stdout and stderr."""
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
 
 
 def write_batch(tmp_path: Path, pack: Path, server: SimProvider, quarters=QUARTERS) -> Path:
@@ -57,46 +70,65 @@ def wait_for(predicate, timeout: float, what: str):
 
 
 @pytest.mark.slow
-def test_the_researchers_path_through_the_cli(make_pack, tmp_path):
+def test_the_researchers_path_through_the_cli(make_pack, tmp_path, capsys, monkeypatch):
     pack = make_pack(tickers=tuple(TICKERS))
-    with SimProvider(SimConfig(latency_median_s=0.25, latency_sigma=0.2)) as server:
-        _walk(tmp_path, pack, server)
+    with SimProvider(SimConfig(latency_median_s=0.1, latency_sigma=0.2)) as server:
+        _walk(tmp_path, pack, server, capsys, monkeypatch)
 
 
-def _walk(tmp_path: Path, pack: Path, server: SimProvider) -> None:
-    env = {k: v for k, v in os.environ.items() if k != KEY}
+def _walk(tmp_path: Path, pack: Path, server: SimProvider, capsys, monkeypatch) -> None:
     results = tmp_path / "results" / "path"
 
     # 1. Preflight: a missing key and an unbacktestable scenario are named before any request is sent.
     bad = write_batch(tmp_path, pack, server, quarters=QUARTERS + ("2031Q1",))
-    r = madbench("run", str(bad), env=env)
-    assert r.returncode == 2, r.stderr
-    assert f"environment variable {KEY}" in r.stderr and "scenario s2031Q1" in r.stderr
+    with monkeypatch.context() as m:
+        m.delenv(KEY)
+        code, _, err = madbench(capsys, "run", str(bad))
+    assert code == 2, err
+    assert f"environment variable {KEY}" in err and "scenario s2031Q1" in err
     assert server.stats.requests == 0 and not results.exists()
 
     # 2. Run with the key; status shows runs in flight; Ctrl-C exits 130 with runs pending.
     batch = write_batch(tmp_path, pack, server)
-    env[KEY] = "sk-placeholder-for-the-local-server"
-    proc = subprocess.Popen([sys.executable, "-m", "madbench.runner.cli", "run", str(batch)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, KEY: PLACEHOLDER}
+    # Its output goes to files: a pipe nobody reads while the test polls could fill and stall the batch.
+    log = tmp_path / "run.err"
+    with open(log, "w") as err_file:
+        proc = subprocess.Popen([sys.executable, "-m", "madbench.runner.cli", "run", str(batch)], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=err_file, text=True)
+
+    def status() -> tuple[int, dict | None]:
+        code, out, _ = madbench(capsys, "status", str(results), "--json")
+        return code, json.loads(out) if code == 0 else None
 
     def in_flight():
-        s = madbench("status", str(results), "--json", env=env)
-        return json.loads(s.stdout) if s.returncode == 0 and json.loads(s.stdout)["in_flight"] else None
-    status = wait_for(in_flight, 180, "`madbench status` to show runs in flight")
-    assert status["state"] == "running" and status["in_flight"][0]["step"]
-    wait_for(lambda: len(list((results / "runs").glob("*.json"))) >= 2, 300, "two committed runs")
+        assert proc.poll() is None, f"the batch exited {proc.returncode} before a run was in flight"
+        code, s = status()
+        return s if code == 0 and s["in_flight"] else None
+    try:
+        running = wait_for(in_flight, 300, "`madbench status` to show runs in flight")
+        assert running["state"] == "running" and running["in_flight"][0]["step"]
+        wait_for(lambda: len(list((results / "runs").glob("*.json"))) >= 2, 300, "two committed runs")
+    except BaseException:  # a failed wait leaves no batch (nor its Ray) running behind the test
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        print(log.read_text()[-3000:], file=sys.stderr)  # the batch's own account, beside the failure
+        raise
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-3000:]
-    after = json.loads(madbench("status", str(results), "--json", env=env).stdout)
+    proc.wait(timeout=120)
+    assert proc.returncode == 130, log.read_text()[-3000:]
+    after = status()[1]
     assert after["state"] == "interrupted" and after["pending"] > 0 and after["in_flight"] == []
 
     # 3. The same command resumes and finishes every run.
-    r = madbench("run", str(batch), "--quiet", env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    done = json.loads(madbench("status", str(results), "--json", env=env).stdout)
-    assert (done["ok"], done["failed"], done["pending"]) == (10, 0, 0)
+    code, _, err = madbench(capsys, "run", str(batch), "--quiet")
+    assert code == 0, err[-3000:]
+    done = status()[1]
+    assert (done["ok"], done["failed"], done["pending"]) == (RUNS, 0, 0)
 
     # 4. Every run's totals in runs.parquet are the sums of its rows in calls.parquet.
     runs, calls = pd.read_parquet(results / "runs.parquet"), pd.read_parquet(results / "calls.parquet")
@@ -110,17 +142,17 @@ def _walk(tmp_path: Path, pack: Path, server: SimProvider) -> None:
     rescore = ["rescore", str(results), "--scorer", "openai/madbench-sim", "--api-base", server.url,
                "--api-key-env", KEY, "--send-context", "--label", "sim", "--quiet"]
     before = server.stats.requests
-    r = madbench(*rescore, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert len(list((results / "scores" / "sim").glob("*.parquet"))) == 10 and server.stats.requests > before
+    code, _, err = madbench(capsys, *rescore)
+    assert code == 0, err[-3000:]
+    assert len(list((results / "scores" / "sim").glob("*.parquet"))) == RUNS and server.stats.requests > before
     sent = server.stats.requests
-    r = madbench(*rescore[:-3], "--label", "sim-again", "--quiet", env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert len(list((results / "scores" / "sim-again").glob("*.parquet"))) == 10
+    code, _, err = madbench(capsys, *rescore[:-3], "--label", "sim-again", "--quiet")
+    assert code == 0, err[-3000:]
+    assert len(list((results / "scores" / "sim-again").glob("*.parquet"))) == RUNS
     assert server.stats.requests == sent  # every CRIT request was answered from the cache
 
     # 6. Statistics and the report finish on the batch.
-    r = madbench("stats", str(results), env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    r = madbench("report", str(results), env=env)
-    assert r.returncode == 0 and (results / "report.html").exists(), r.stderr[-3000:]
+    code, _, err = madbench(capsys, "stats", str(results))
+    assert code == 0, err[-3000:]
+    code, _, err = madbench(capsys, "report", str(results))
+    assert code == 0 and (results / "report.html").exists(), err[-3000:]

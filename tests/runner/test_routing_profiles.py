@@ -15,6 +15,7 @@ from madbench.gateway.routing_profiles import ROUTING_DIR, load_routing_profile
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios, with_settings
 from madbench.runner.cli import main
 from madbench.runner.launch import parse_settings
+from tests.conftest import errors_only
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "debate"
@@ -117,7 +118,7 @@ def test_an_unknown_profile_or_setting_on_the_command_line_is_one_line(tmp_path,
              (["--model", "rules/auto", "--routing", "rules"], "--routing: --model and --routing both")]
     for flags, expected in cases:
         assert main(["run", str(batch), "--dry-run", *flags]) == 2
-        err = capsys.readouterr().err
+        err = errors_only(capsys.readouterr().err)
         assert expected in err and err.count("\n") == 1, err
 
 

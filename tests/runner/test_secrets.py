@@ -30,7 +30,9 @@ def leaky_batch(tmp_path, pack, sim_url: str, leaky_url: str, key_env: str, name
         configs.append(str(tmp_path / f"{cfg_name}.yaml"))
     batch = tmp_path / "batch.yaml"
     batch.write_text(yaml.safe_dump({"name": name, "scenarios": {"file": str(scen)}, "configs": configs,
-                                     "pack": str(pack), "results_dir": str(tmp_path / "results"), "retries": 0}))
+                                     "pack": str(pack), "results_dir": str(tmp_path / "results"), "retries": 0,
+                                     # one actor writes every artifact a second would (and starts in half the time)
+                                     "workers": 1}))
     return batch
 
 

@@ -14,6 +14,7 @@ from madbench.runner.cli import main
 from madbench.runner.execute import HEAD_DIRS, worker_env
 from madbench.runner.staging import collect, commit, portable, prepare
 from madbench.runner.store import BatchLayout
+from tests.conftest import errors_only
 from tests.runner.test_batch import TICKERS, write_batch
 
 #: What Ray hands a `ray job submit --working-dir` job's entrypoint.
@@ -79,7 +80,7 @@ def test_results_inside_a_jobs_working_directory_are_refused_before_anything_run
     monkeypatch.chdir(tmp_path)  # a `ray job submit --working-dir` entrypoint runs in its working directory
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", JOB_ENV)
     assert main(["run", str(batch), "--quiet"]) == 2
-    err = capsys.readouterr().err
+    err = errors_only(capsys.readouterr().err)
     assert "--results-dir" in err and "inside this job's working directory" in err and err.count("\n") == 1
     assert f"e.g. {HEAD_DIRS['--results-dir']} (cluster.yaml's)" in err  # outside the synced checkout, ~/madbench
     assert not (tmp_path / "results" / "t" / "manifest.json").exists()
@@ -94,7 +95,7 @@ def test_a_job_without_a_pack_is_told_to_name_one_on_the_head(tmp_path, monkeypa
     monkeypatch.setattr(pack_module, "SHARED_MARKET", tmp_path / "no-offline-pack")  # as in a job: not beside its upload
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", JOB_ENV)
     assert main(["run", str(batch), "--dry-run"]) == 2
-    err = capsys.readouterr().err
+    err = errors_only(capsys.readouterr().err)
     assert "no data pack given" in err and "inside a Ray job, pass --pack with an absolute path on the head" in err
     assert err.count("\n") == 1
 
@@ -113,7 +114,7 @@ def test_scenarios_from_the_command_line_replace_the_batchs_file_and_its_ids_sti
     assert main(["run", str(batch), "--dry-run", "--json", "--scenarios", str(moved)]) == 0
     assert json.loads(capsys.readouterr().out)["runs"] == 1 * 2 * 2
     assert main(["run", str(batch), "--dry-run", "--scenarios", str(tmp_path / "nowhere.yaml")]) == 2
-    err = capsys.readouterr().err
+    err = errors_only(capsys.readouterr().err)
     assert "error: --scenarios: " in err and "nowhere.yaml not found" in err and err.count("\n") == 1
 
 
@@ -124,7 +125,7 @@ def test_the_ray_client_without_the_heads_cache_directory_is_refused_before_anyt
     monkeypatch.delenv("MADBENCH_CACHE_DIR", raising=False)
     args = ["run", str(batch), "--quiet", "--address", "ray://127.0.0.1:1"] + (["--cache-dir", cache] if cache else [])
     assert main(args) == 2  # before any connection: nothing listens on port 1
-    err = capsys.readouterr().err
+    err = errors_only(capsys.readouterr().err)
     assert "error: --cache-dir: " in err and "through the Ray client (ray://127.0.0.1:1)" in err and err.count("\n") == 1
     assert f"--cache-dir {HEAD_DIRS['--cache-dir']} (cluster.yaml's MADBENCH_CACHE_DIR)" in err
     assert not (tmp_path / "results" / "t").exists()
@@ -146,11 +147,13 @@ def test_workers_get_the_project_on_their_path_only_where_it_is_theirs(monkeypat
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     monkeypatch.setenv("MADBENCH_TEST_FORWARDED", "value")
     monkeypatch.setenv("MADBENCH_FORWARD_ENV", "MADBENCH_TEST_FORWARDED")
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    nice = {"RAY_worker_niceness": "0"}  # the actors compete with the machine's other work as equals
     local = worker_env(None)["env_vars"]  # a local Ray, or a cluster this machine is a node of
-    assert local == {"PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + "/elsewhere", "MADBENCH_TEST_FORWARDED": "value"}
-    assert worker_env("ray://head:10001")["env_vars"] == {"MADBENCH_TEST_FORWARDED": "value"}  # a path on the laptop
+    assert local == {"PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + "/elsewhere", "MADBENCH_TEST_FORWARDED": "value", **nice}
+    assert worker_env("ray://head:10001")["env_vars"] == {"MADBENCH_TEST_FORWARDED": "value", **nice}  # a path on the laptop
     monkeypatch.setenv("RAY_ADDRESS", "ray://head:10001")
     assert "PYTHONPATH" not in worker_env(None)["env_vars"]
     monkeypatch.delenv("RAY_ADDRESS")
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", JOB_ENV)  # Ray puts each node's copy of the upload on the path
-    assert worker_env("127.0.0.1:6379")["env_vars"] == {"MADBENCH_TEST_FORWARDED": "value"}
+    assert worker_env("127.0.0.1:6379")["env_vars"] == {"MADBENCH_TEST_FORWARDED": "value", **nice}

@@ -51,7 +51,7 @@ def test_sim_serve_answers_a_chat_completion_then_stops():
         r = httpx.post(f"{url}/chat/completions", json=body, timeout=10.0)
         assert r.status_code == 200
         answer = r.json()
-        assert answer["object"] == "chat.completion" and answer["model"] == "madbench-sim"
+        assert answer["object"] == "chat.completion" and answer["model"] == "madbench-sim-2024-07-18"  # a dated snapshot
         assert set(json.loads(answer["choices"][0]["message"]["content"])) == {"answer"}
         assert answer["usage"]["total_tokens"] > 0
         # --rpm 1: the second request within the minute is refused like a hosted provider would

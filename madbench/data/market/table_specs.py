@@ -90,3 +90,5 @@ FILING_SECTIONS = (
     "forward_outlook",
     "uncertainty_profile",
 )
+# Earnings-call text columns (after the aliases), in the order their facts are numbered EC1, EC2, ...
+CALL_SECTIONS = ("summary", "outlook", "risks", "drivers")

@@ -11,6 +11,9 @@ from ..request import LLMRequest
 class RawResponse:
     content: str
     model_used: str
+    #: The model the provider says answered (the ``model`` of an OpenAI response: often a dated snapshot of the one
+    #: asked for); None where the provider reports none.
+    model_served: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     #: Of ``prompt_tokens``: read from and written to the provider's prompt cache (None: not reported).

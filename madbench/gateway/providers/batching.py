@@ -143,7 +143,7 @@ def raw_response(line: dict[str, Any], spec: ModelSpec, cost: Callable[..., floa
     cached, written = cache_usage(usage)
     return RawResponse(content=content, model_used=spec.model, prompt_tokens=usage.get("prompt_tokens"),
                        completion_tokens=usage.get("completion_tokens"), cached_tokens=cached, cache_write_tokens=written,
-                       finish_reason=choice.finish_reason,
+                       finish_reason=choice.finish_reason, model_served=body.get("model"),
                        extra={"provider_model": body.get("model"), "provider_batch": line.get("madbench_batch")})
 
 

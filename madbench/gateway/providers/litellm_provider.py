@@ -467,6 +467,7 @@ class LiteLLMProvider:
             cached_tokens=cached,
             cache_write_tokens=written,
             finish_reason=choice.finish_reason,
+            model_served=getattr(resp, "model", None),
             extra={"provider_model": getattr(resp, "model", None)},
         )
 

@@ -52,4 +52,4 @@ class RulesProvider:
             answer = self.answer(spec.model.split("/", 1)[1], request.context)
         except KeyError as exc:
             raise FatalProviderError(f"no rule-based model {spec.model!r}: {exc.args[0]}") from None
-        return RawResponse(content=answer.model_dump_json(), model_used=spec.model, prompt_tokens=0, completion_tokens=0)
+        return RawResponse(content=answer.model_dump_json(), model_used=spec.model, model_served=spec.model, prompt_tokens=0, completion_tokens=0)

@@ -175,7 +175,8 @@ def test_protocols_batch_gives_a_paired_comparison_table(tmp_path, capsys):
     base = ROOT / "configs/batches"
     scenarios = (base / spec["scenarios"]["file"]).resolve()
     first = [s["id"] for s in yaml.safe_load(scenarios.read_text())["scenarios"]][:N_SCENARIOS]  # the shipped five protocols on a few scenarios
-    spec |= {"model": "rules/auto", "results_dir": str(tmp_path), "configs": [str((base / c).resolve()) for c in spec["configs"]],
+    spec |= {"model": "rules/auto", "results_dir": str(tmp_path), "cache_dir": str(tmp_path / "cache"),
+             "configs": [str((base / c).resolve()) for c in spec["configs"]],
              "scenarios": {"file": str(scenarios), "ids": first}}
     batch = tmp_path / "protocols.yaml"
     batch.write_text(yaml.safe_dump(spec))

@@ -67,4 +67,5 @@ def test_recall_table_has_one_row_per_group_in_order_of_appearance():
 def test_split_keeps_null_apart_from_false():
     runs = pd.DataFrame({"config": ["a"] * 4, "post_cutoff": [True, False, None, False]})
     parts = split_by(runs, "post_cutoff", "--by")
-    assert [(label, len(rows)) for label, rows in parts] == [("False", 2), ("True", 1), ("null", 1)]
+    # post-cutoff first (the primary part: a model cannot remember what came after its training), null last
+    assert [(label, len(rows)) for label, rows in parts] == [("True", 1), ("False", 2), ("null", 1)]

@@ -1,0 +1,142 @@
+"""`madbench leakage audit`: the residue of blind memos and a re-identification probe (``madbench.runner.leakage_audit``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from madbench.data.atomic import atomic_write, frame_writer
+from madbench.data.errors import InputError
+from madbench.data.macro_anonymity import reference_blocks
+from madbench.data.markdown import markdown_table
+from madbench.data.market.pack import load_pack as load_pack_dir
+from madbench.data.market.pack import resolve_evidence_dirs, resolve_pack_dir
+from madbench.data.residue import RESIDUE_KINDS
+from madbench.data.scenario import find_scenario, load_scenarios
+from madbench.eval.stats.frame import json_safe
+from madbench.eval.stats.identification import identify_summary
+from madbench.gateway import ModelSpec, RateLimits, ResponseCache, RetryPolicy, resolve_cache_dir
+from madbench.runner.batch import load_batch, resolve_configs, resolve_scenarios
+from madbench.runner.cli.commands import command_parser
+from madbench.runner.cli.common import (
+    CACHE_DIR_HELP,
+    add_blind_options,
+    add_pack_args,
+    blind_options,
+    csv_list,
+    load_pack,
+    number,
+)
+from madbench.runner.exit_codes import EXIT_RUNS_FAILED
+from madbench.runner.leakage_audit import ProbeFailed, blind_memos, identify, macro_k_line, masked_share, residue_table
+from madbench.runner.recall_probe import check_model
+from madbench.runner.wiring import build_gateway
+
+#: How many of the most masked lower-case words the audit names.
+TOP_TERMS = 30
+SHOWN = ["group", "target", "memos", "trials", "hits", "rate", "chance", "cp_low", "cp_high", "wilson_low", "wilson_high",
+         "recognised", "recognised_low", "recognised_high"]
+
+
+def register(sub) -> None:
+    p = command_parser(sub, "leakage")
+    leak = p.add_subparsers(dest="leakage_cmd", required=True, metavar="ACTION", help="what to do")
+    p = leak.add_parser("audit", help="the residue of each blind memo (offline) and, with --model, how often a model "
+                                      "names its companies and quarter, against chance",
+                        description="Build each scenario's blind memo as a blind run does; count what could still "
+                                    "identify it (names, years, month names, exact macro levels, lower-case terms, "
+                                    "exact amounts) and how many quarters of the pack 2018Q1-2025Q4 share its blind "
+                                    "macro block (its k-anonymity); with --model, show "
+                                    "each blind memo to the model through the gateway and ask the company of each asset "
+                                    "and the quarter; report hit rates with 95%% intervals against chance.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--scenarios", metavar="F", help="scenario YAML file")
+    src.add_argument("--batch", metavar="B", help="a batch YAML file: its scenarios (file and draws), pack, evidence and "
+                                                  "the blind options of its blind config, as its runs would build them")
+    p.add_argument("--ids", help="comma-separated scenario ids of the --scenarios file (default: all)")
+    p.add_argument("--model", help="a language model to probe, e.g. openai/gpt-5-mini (default: the residue pass only)")
+    p.add_argument("--api-base", help="OpenAI-compatible endpoint for --model, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--api-key-env", help="environment variable holding the key (default: the provider's usual one)")
+    p.add_argument("--send-context", action="store_true", help="send each request's answer key (digests) beside the "
+                                                                "prompt: only for `madbench sim serve`, never a real provider")
+    p.add_argument("--rpm", type=number(gt=0), help="requests per minute limit")
+    p.add_argument("--timeout", type=number(gt=0, le=3600), default=120.0, help="seconds per attempt (default 120)")
+    add_blind_options(p, "of the memos audited")
+    p.add_argument("--out", default="results/leakage-audit", help="folder for residue.parquet, identify.parquet and "
+                                                                  "identify_summary.parquet (default results/leakage-audit)")
+    p.add_argument("--json", action="store_true", help="print the tables as JSON records")
+    p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
+    add_pack_args(p)
+    p.set_defaults(func=cmd_leakage_audit)
+
+
+def batch_memo_inputs(args):
+    """(scenarios, pack, blind options of its first blind config or None) of the batch ``args.batch``, as its runs
+    resolve them (--pack and --evidence, when given, win as they do for `madbench run`)."""
+    if args.ids:
+        raise InputError("--ids", "selects from a --scenarios file", "drop it, or edit the batch's scenarios.ids")
+    spec, base = load_batch(args.batch)
+    pack_dir = resolve_pack_dir(args.pack or (str(base / spec.pack) if spec.pack else None))
+    evidence = resolve_evidence_dirs(args.evidence or [str(base / e) for e in spec.evidence] or None)
+    pack = load_pack_dir(pack_dir, evidence)
+    blind = [c.blind for c in resolve_configs(spec, base, args.batch) if c.blind.enabled]
+    return resolve_scenarios(spec, base, pack, args.batch), pack, (blind[0] if blind else None)
+
+
+def cmd_leakage_audit(args) -> int:
+    if args.model:
+        check_model(args.model)
+    options = blind_options(args)
+    if args.batch:
+        scenarios, pack, batch_options = batch_memo_inputs(args)
+        options = batch_options or options
+    else:
+        scenarios = load_scenarios(args.scenarios)
+        if args.ids:
+            scenarios = [find_scenario(scenarios, i, args.scenarios)[1] for i in csv_list(args.ids) or []]
+        pack = load_pack(args)
+    memos = blind_memos(scenarios, pack, options)
+    reference = reference_blocks(pack, options)
+    residue = residue_table(memos, reference)
+    out = Path(args.out)
+    tables = {"residue": residue}
+    if args.model:
+        spec = ModelSpec(model=args.model, api_base=args.api_base, api_key_env=args.api_key_env,
+                         send_context=args.send_context, retry=RetryPolicy(timeout_s=args.timeout),
+                         limits=RateLimits(**({"rpm": args.rpm} if args.rpm is not None else {})))
+        cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
+        gateway = build_gateway(cache=cache)
+        try:
+            obs = asyncio.run(identify(gateway, spec, memos, pack))
+        except ProbeFailed as exc:
+            print(f"madbench: leakage audit failed: {exc}", file=sys.stderr)
+            return EXIT_RUNS_FAILED
+        finally:
+            if cache:
+                cache.close()
+        tables |= {"identify": obs, "identify_summary": identify_summary(obs)}
+    for name, frame in tables.items():
+        atomic_write(out / f"{name}.parquet", frame_writer(frame))
+    if args.json:
+        print(json.dumps({k: json_safe(v.to_dict(orient="records")) for k, v in tables.items()}, indent=1, default=str))
+        return 0
+    totals = {k: int(residue[k].sum()) for k in RESIDUE_KINDS}
+    print(f"residue over {len(residue)} blind memos (options {options.model_dump(exclude={'enabled'})}): "
+          + ", ".join(f"{k} {n}" for k, n in totals.items()))
+    masked = masked_share(memos)
+    if masked.tokens:
+        print(f"masked: {masked.share:.1%} of the texts' {masked.tokens} tokens ("
+              + ", ".join(f"{c} {n / masked.tokens:.1%}" for c, n in masked.by_class.items()) + "); most masked terms: "
+              + ", ".join(f"{w} {n}" for w, n in masked.terms[:TOP_TERMS]))
+    print(macro_k_line(residue, reference))
+    left = residue[residue["total"] > 0]
+    if len(left):
+        print(markdown_table(left[["scenario_id", *RESIDUE_KINDS, "examples"]]))
+    if "identify_summary" in tables:
+        print(f"\nidentification by {args.model} (95% intervals; recognised = (rate - chance) / (1 - chance)):")
+        print(markdown_table(tables["identify_summary"][SHOWN].round(3)))
+    print(f"tables: {', '.join(str(out / f'{n}.parquet') for n in tables)}")
+    return 0

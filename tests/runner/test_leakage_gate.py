@@ -1,0 +1,78 @@
+"""A batch's leakage audit before its debates (runner/leakage_gate.py): recorded, and a refusal when a model
+recognises the blind memos beyond chance (the simulator recognising every memo), a warning with ``on_leak: warn``,
+and a clear pass offline (a rule-based model answers "unknown")."""
+
+from __future__ import annotations
+
+import itertools
+
+import pandas as pd
+import pytest
+
+from madbench.data.errors import InputError
+from madbench.data.market.pack import load_pack
+from madbench.data.residue import RESIDUE_KINDS
+from madbench.data.scenario import Scenario
+from madbench.debate.config import DebateConfig
+from madbench.gateway import ModelRouting, ModelSpec
+from madbench.results.leakage_record import audit_dir, read_audit
+from madbench.runner.batch import LeakageAuditSpec
+from madbench.runner.budget import read_budget
+from madbench.runner.leakage_gate import audit_batch
+from madbench.sim.identify_answers import IdentifyAnswerer
+from madbench.sim.provider import SimProvider
+from tests.runner.test_blind_runs import config
+
+TICKERS = ["AAA", "BBB", "CCC", "DDD", "EEE"]
+QUARTERS = ["2020Q3", "2021Q1", "2021Q3", "2022Q1"]
+
+
+def world(make_pack, n: int = 8) -> tuple:
+    pack = load_pack(make_pack(tickers=tuple(TICKERS)))
+    universes = list(itertools.combinations(TICKERS, 3))
+    scenarios = [Scenario(id=f"s{i}", invest_quarter=QUARTERS[i % len(QUARTERS)], tickers=list(universes[i]))
+                 for i in range(n)]
+    return pack, scenarios
+
+
+def on_model(cfg: DebateConfig, spec: ModelSpec) -> DebateConfig:
+    return DebateConfig.model_validate({**cfg.model_dump(mode="json"), "models": ModelRouting.single(spec).model_dump()})
+
+
+def test_offline_the_rule_model_recognises_nothing_and_the_audit_is_recorded(make_pack, tmp_path):
+    pack, scenarios = world(make_pack)
+    named, blind = config("causal-debate-3.yaml", blind=False), config("causal-debate-3.yaml")
+    record = audit_batch([named, blind], scenarios, pack, tmp_path, "batch.yaml", LeakageAuditSpec(), tmp_path / "cache", None)
+    assert record.decision == "clear" and record.memos == len(scenarios) and not record.leaks
+    assert {p.model for p in record.probes} >= {"rules/macro"} and all(p.hits == 0 for p in record.probes)
+    assert record.residue == dict.fromkeys(RESIDUE_KINDS, 0) and record.macro_k_min >= 1
+    assert read_audit(tmp_path) == record
+    residue = pd.read_parquet(audit_dir(tmp_path) / "residue.parquet")
+    assert len(residue) == len(scenarios) and residue["macro_k"].min() == record.macro_k_min
+    with pytest.raises(InputError, match="no config of the batch is blind"):
+        audit_batch([named], scenarios, pack, tmp_path, "batch.yaml", LeakageAuditSpec(), None, None)
+
+
+@pytest.mark.slow  # about 40 s on a loaded 2-core machine (24 probe calls through the gateway and the simulator)
+def test_a_recognising_model_stops_the_batch_or_is_warned_about(make_pack, tmp_path, capsys):
+    pack, scenarios = world(make_pack)
+    with SimProvider(identify=IdentifyAnswerer(share=1.0, seed=0)) as sim:
+        spec = ModelSpec(model="openai/madbench-sim", api_base=sim.url, send_context=True,
+                         price={"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0})
+        blind = on_model(config("causal-debate-3.yaml"), spec)
+        with pytest.raises(InputError, match="the blind memos are recognised") as err:
+            audit_batch([blind], scenarios, pack, tmp_path / "a", "batch.yaml", LeakageAuditSpec(), tmp_path / "cache", 5.0)
+        assert "openai/madbench-sim names the quarter of 8 of 8" in str(err.value) and "no debate was started" in str(err.value)
+        refused = read_audit(tmp_path / "a")
+        assert refused is not None and refused.decision == "refused"  # recorded before refusing
+        assert 0 < read_budget(tmp_path / "a", 5.0).spent_usd < 5.0  # the probe's spend is on the batch's ledger
+        record = audit_batch([blind], scenarios, pack, tmp_path / "b", "batch.yaml", LeakageAuditSpec(on_leak="warn"),
+                             tmp_path / "cache", None)
+    assert record.decision == "warned" and {p.target for p in record.leaks} == {"asset", "quarter"}
+    assert all(p.cp_low > p.chance for p in record.leaks)
+    assert "leakage audit: openai/madbench-sim names the" in capsys.readouterr().err
+    with SimProvider(identify=IdentifyAnswerer(share=0.0, seed=0)) as sim:  # guesses only: nothing beats chance
+        spec = ModelSpec(model="openai/madbench-sim", api_base=sim.url, send_context=True)
+        record = audit_batch([on_model(config("causal-debate-3.yaml"), spec)], scenarios, pack, tmp_path / "c",
+                             "batch.yaml", LeakageAuditSpec(), None, None)
+    assert record.decision == "clear"
