@@ -80,12 +80,11 @@ def ray_local():
 
     import ray
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    from madbench.runner.execute import WORKER_NICENESS, ray_messages_to_stderr
+    from madbench.runner.execute import WORKER_NICENESS
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False,
                  runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1]),
                                               WORKER_NICENESS: "0"}})  # as madbench's own Ray gives its actors
-    ray_messages_to_stderr()  # as madbench's own Ray: a later test's command reads its stdout
     yield ray
     ray.shutdown()
 
@@ -182,6 +181,24 @@ def pytest_configure(config):
     config._madbench_models = tempfile.mkdtemp(prefix="madbench-test-models-")
     os.environ["MADBENCH_MODEL_DIR"] = config._madbench_models
     sys.addaudithook(_watch_madbench_cache)
+    _ray_messages_outside_captures()
+
+
+def _ray_messages_outside_captures() -> None:
+    """Ray's driver prints the cluster's messages (a raylet's "N worker processes have been started") from a
+    background thread whenever they arrive: madbench sends them to stderr, which here is whichever test is capturing
+    then, one whose command must print one line. In the suite they go to the process's own stderr instead, shown with
+    a failing test's report. Ray's own printer stays reachable as ``__wrapped__``."""
+    from ray._private import worker
+    ray_printer = worker.print_to_stdstream
+
+    def print_outside_captures(data: dict, ignore_prefix: bool) -> None:
+        for line in data["lines"]:
+            print(f"({data.get('pid')}) {line}", file=sys.__stderr__, flush=True)
+
+    print_outside_captures.__wrapped__ = ray_printer  # type: ignore[attr-defined]
+    print_outside_captures.to_stderr = True  # type: ignore[attr-defined]  # madbench's init_ray leaves it
+    worker.print_to_stdstream = print_outside_captures
 
 
 def pytest_unconfigure(config):
