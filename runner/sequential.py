@@ -17,6 +17,7 @@ import random
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
@@ -278,8 +279,7 @@ class Monitor:
         half = stats.t.ppf(1 - self.design.alpha / 2, result.n - 1) * result.sd / math.sqrt(result.n)
         naive_p = float(2 * stats.t.sf(abs(result.t), result.n - 1)) if math.isfinite(result.t) else 0.0
         self.record.looks.append(LookRecord(
-            look=k, n=result.n, planned_n=planned, diff=result.diff, sd=result.sd, t=result.t, z=result.z,
-            efficacy_t=result.efficacy_t, futility_t=result.futility_t, decision=result.decision,
+            **asdict(result), planned_n=planned,
             adjusted_p=float(stagewise_p(self.design, k, result.z)), ci_low=float(low[0]), ci_high=float(high[0]),
             naive_p=naive_p, naive_ci_low=result.diff - half, naive_ci_high=result.diff + half,
             scenarios=list(scenarios), at=_now()))
