@@ -247,7 +247,8 @@ def _unwritable(d: Path) -> Path | None:
     while todo:
         p = todo.pop(0)
         folder = p.is_dir()
-        if not os.access(p, os.W_OK | (os.R_OK | os.X_OK if folder else 0)):
+        # A file gone by now (a journal or a temporary file another process finished with) blocks nothing.
+        if not os.access(p, os.W_OK | (os.R_OK | os.X_OK if folder else 0)) and p.exists():
             return p
         if folder and depth[p] < 2 and not p.is_symlink():
             for child in sorted(p.iterdir()):

@@ -212,7 +212,9 @@ def write_problem(directory: Path) -> InputError | None:
     else:
         subs = [directory / sub for sub in ("responses", "stats", "inflight")]
         paths = [directory] + [p for sub in subs for p in (sub, *sorted(sub.glob("cache.db*"))) if p.exists()]
-    blocked = next((p for p in paths if not os.access(p, os.W_OK | (os.X_OK if p.is_dir() else 0))), None)
+    # A journal listed above may be gone by now (another process's transaction ended): only what still exists blocks.
+    blocked = next((p for p in paths if not os.access(p, os.W_OK | (os.X_OK if p.is_dir() else 0)) and p.exists()),
+                   None)
     if blocked is None:
         return None
     return InputError(None, f"the LLM cache directory {directory} is read-only ({blocked} is not writable by this user)",

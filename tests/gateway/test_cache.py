@@ -123,3 +123,22 @@ def test_cache_dir_resolution_order(monkeypatch, tmp_path):
     monkeypatch.setenv("MADBENCH_CACHE_DIR", str(tmp_path / "env"))
     assert resolve_cache_dir(None, tmp_path / "cfg") == tmp_path / "env"
     assert resolve_cache_dir(tmp_path / "cli", tmp_path / "cfg") == tmp_path / "cli"
+
+
+def test_a_journal_that_ends_while_another_process_opens_the_cache_is_not_taken_for_a_read_only_cache(
+        tmp_path, monkeypatch):
+    # The writability check lists the databases' files, then asks whether each is writable; another process's
+    # transaction can end (and its journal go) in between: three processes opening one new cache at once met that.
+    ResponseCache(tmp_path / "cache").close()
+    journal = tmp_path / "cache" / "responses" / "cache.db-journal"
+    journal.write_bytes(b"")
+    real_access = os.access
+
+    def access_after_the_transaction_ended(path, mode):
+        if Path(path) == journal:
+            journal.unlink(missing_ok=True)
+        return real_access(path, mode)
+
+    monkeypatch.setattr("madbench.gateway.cache.os.access", access_after_the_transaction_ended)
+    ResponseCache(tmp_path / "cache").close()
+    assert not journal.exists()  # the check did meet the vanished journal
