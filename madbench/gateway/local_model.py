@@ -102,7 +102,9 @@ class LocalServer:
     def __init__(self, name: str = "gemma3-270m", threads: int | None = None, reuse_prefix: bool = False):
         check_name(name)
         self.name = name
-        self.threads = threads or min(2, os.cpu_count() or 1)
+        # llama.cpp's threads spin while they wait for each other: on a machine with no core to spare for the batch
+        # beside it (its driver, actors and scorer), two threads slow each other down several-fold; one core is left.
+        self.threads = threads or max(1, min(2, (os.cpu_count() or 1) - 1))
         self.reuse_prefix = reuse_prefix
         self.state_file = server_dir() / f"server-{name}.json"
         self.log_file = server_dir() / f"server-{name}.log"
