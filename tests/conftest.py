@@ -250,12 +250,25 @@ def _leaves_madbench_cache_alone(request):
 
 def pytest_collection_modifyitems(config, items):
     # Under pytest-xdist (the README's test command runs the suite on several workers): the tests that read the
-    # session's finished rules-35 batch share one worker, so that it is made once; and the slow tests start first,
-    # so that no long test starts last and leaves the other workers idle.
+    # session's finished rules-35 batch share one worker, so that it is made once, and so do the tests of a module
+    # that share one of its module-scoped fixtures (a batch made for them: each worker would make its own); and the
+    # slow tests start first, so that no long test starts last and leaves the other workers idle.
     for item in items:
-        if "readme_rules35" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("rules35"))
+        group = shared_fixture_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def shared_fixture_group(item) -> str | None:
+    if "readme_rules35" in getattr(item, "fixturenames", ()):
+        return "rules35"
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        if defs and defs[-1].scope == "module":
+            return f"{item.module.__name__}::{name}"
+    return None
 
 
 def _is_xdist_worker(config) -> bool:
