@@ -182,6 +182,24 @@ def pytest_configure(config):
     os.environ["MADBENCH_MODEL_DIR"] = config._madbench_models
     sys.addaudithook(_watch_madbench_cache)
     _ray_messages_outside_captures()
+    if not _is_xdist_worker(config):
+        _compile_the_package()
+
+
+#: The package's folders in the checkout (the editable install imports them from here).
+PACKAGE_DIRS = ("madbench", "runner", "debate", "scoring", "eval")
+
+
+def _compile_the_package() -> None:
+    """Where Python is told not to write bytecode (PYTHONDONTWRITEBYTECODE, as in many containers), an editable
+    install's modules are compiled again by every process that imports them: the suite's workers, the commands it
+    starts and every Ray worker of theirs, about a thousand processes at half a second each. Compiled once here
+    instead, into the checkout's ignored ``__pycache__`` folders, where any later process reads them."""
+    if not sys.flags.dont_write_bytecode:
+        return  # each process writes what it compiles, as usual
+    import compileall
+    for name in PACKAGE_DIRS:
+        compileall.compile_dir(str(ROOT / name), quiet=1, workers=1)
 
 
 def _ray_messages_outside_captures() -> None:
