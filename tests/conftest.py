@@ -266,11 +266,13 @@ def _leaves_madbench_cache_alone(request):
             pytest.fail(message, pytrace=False)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups into the tests' ids
 def pytest_collection_modifyitems(config, items):
     # Under pytest-xdist (the README's test command runs the suite on several workers): the tests that read the
     # session's finished rules-35 batch share one worker, so that it is made once, and so do the tests of a module
-    # that share one of its module-scoped fixtures (a batch made for them: each worker would make its own); and the
-    # slow tests start first, so that no long test starts last and leaves the other workers idle.
+    # that share a fixture it keeps for the session (a batch made for them: each worker would make its own; a
+    # module-scoped one would be made again whenever the worker ran another module's test between two of them); and
+    # the slow tests start first, so that no long test starts last and leaves the other workers idle.
     for item in items:
         group = shared_fixture_group(item)
         if group is not None:
@@ -284,8 +286,8 @@ def shared_fixture_group(item) -> str | None:
     info = getattr(item, "_fixtureinfo", None)
     for name in getattr(item, "fixturenames", ()):
         defs = info.name2fixturedefs.get(name) if info is not None else None
-        if defs and defs[-1].scope == "module":
-            return f"{item.module.__name__}::{name}"
+        if defs and defs[-1].scope in ("module", "session") and defs[-1].baseid.endswith(".py"):  # a test module's own
+            return f"{defs[-1].baseid}::{name}"
     return None
 
 

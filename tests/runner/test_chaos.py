@@ -106,7 +106,8 @@ def test_disk_full_gives_a_clear_error_nothing_corrupt_and_resume_after_space_is
         ballast = small / "ballast"
         ballast.write_bytes(b"\0" * (2_700_000))  # leaves a few hundred kB: a few runs fit, then the disk is full
         with SimProvider() as sim:
-            batch = sim_batch(tmp_path, pack, sim, results_dir=str(small / "results"))
+            # One actor: the full disk is the driver's and the committing actor's to report, a second only adds a start.
+            batch = sim_batch(tmp_path, pack, sim, results_dir=str(small / "results"), workers=1)
             out = run_cli(batch)
             assert out.returncode != 0
             assert "No space left on device" in out.stderr and "Traceback" not in out.stderr.splitlines()[-1]
@@ -132,7 +133,7 @@ OUTAGE_S = 5
 
 def test_a_provider_outage_longer_than_every_retry_pauses_runs_and_fails_none(pack, tmp_path):
     with SimProvider(SimConfig(latency_median_s=0.3, seed=3)) as sim:
-        batch = sim_batch(tmp_path, pack, sim, retry=OUTAGE_RETRY, max_in_flight=2, replicates=1)
+        batch = sim_batch(tmp_path, pack, sim, retry=OUTAGE_RETRY, max_in_flight=2, replicates=1, workers=1)
         root = tmp_path / "results" / "t"
 
         def outage_after_first_commit():

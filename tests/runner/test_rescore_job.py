@@ -21,7 +21,7 @@ QUARTERS = ("2021Q2", "2021Q3", "2021Q4")
 TURNS = 6  # causal-debate-3: 3 agents x 2 rounds graded
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # made once, on the one worker that runs its tests (conftest)
 def batch_results(tmp_path_factory):
     """A finished 3-run batch on the rule-based analysts (made once; each test works on a copy)."""
     base = tmp_path_factory.mktemp("batch")

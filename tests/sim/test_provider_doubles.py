@@ -349,7 +349,7 @@ def _rewired(tiers: dict, urls: dict[str, str], tier_urls: dict[str, str] | None
     return {name: one(spec, (tier_urls or {}).get(name)) for name, spec in tiers.items()}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # made once, on the one worker that runs its tests (conftest)
 def batch(tmp_path_factory):
     """One batch on a local Ray, one scenario: causal-debate-3 on each provider's double (with a 529 and a
     RESOURCE_EXHAUSTED on the way), provider-mix-role across three more, and provider-mix-role with Anthropic

@@ -13,7 +13,7 @@ from tests.conftest import requires_shared
 from tests.runner.test_batch import TICKERS, write_batch
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # made once, on the one worker that runs its tests (conftest)
 def batch_results(tmp_path_factory, make_pack_module):
     tmp = tmp_path_factory.mktemp("report")
     batch = write_batch(tmp, make_pack_module(tickers=tuple(TICKERS)), replicates=1)
@@ -21,7 +21,7 @@ def batch_results(tmp_path_factory, make_pack_module):
     return tmp / "results" / "t"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # made once, on the one worker that runs its tests (conftest)
 def make_pack_module(tmp_path_factory):
     from madbench.data.market.write import write_pack
     from tests.conftest import synthetic_tables
