@@ -29,6 +29,7 @@ from madbench.debate.config import DebateConfig
 from madbench.debate.context import constraints_text
 from madbench.debate.profiles import Profile, load_profile
 from madbench.debate.protocols.staged import load_prompts
+from madbench.gateway.cache import blocks_writing
 from madbench.debate.schemas import CritiqueItem
 from madbench.eval.backtest import holding_window
 from madbench.eval.baselines import baseline_metrics
@@ -247,8 +248,7 @@ def _unwritable(d: Path) -> Path | None:
     while todo:
         p = todo.pop(0)
         folder = p.is_dir()
-        # A file gone by now (a journal or a temporary file another process finished with) blocks nothing.
-        if not os.access(p, os.W_OK | (os.R_OK | os.X_OK if folder else 0)) and p.exists():
+        if blocks_writing(p, os.W_OK | (os.R_OK | os.X_OK if folder else 0)):
             return p
         if folder and depth[p] < 2 and not p.is_symlink():
             for child in sorted(p.iterdir()):

@@ -199,6 +199,12 @@ class _ReadIndex:
     incr = decr = add = delete = _refuse  # diskcache.Cache's writes, which ResponseCache calls
 
 
+def blocks_writing(path: Path, mode: int) -> bool:
+    """Whether this user lacks ``mode`` on ``path``. A file listed a moment ago may be gone (a journal or temporary
+    file another process finished with): ``os.access`` says no for it, but what no longer exists blocks nothing."""
+    return not os.access(path, mode) and path.exists()
+
+
 def write_problem(directory: Path) -> InputError | None:
     """Why a cache cannot be opened for writing in ``directory``, in the preflight's words, or None: its path runs
     through a file, or this user cannot write the directory (or the folder it would be created in), its databases'
@@ -212,9 +218,7 @@ def write_problem(directory: Path) -> InputError | None:
     else:
         subs = [directory / sub for sub in ("responses", "stats", "inflight")]
         paths = [directory] + [p for sub in subs for p in (sub, *sorted(sub.glob("cache.db*"))) if p.exists()]
-    # A journal listed above may be gone by now (another process's transaction ended): only what still exists blocks.
-    blocked = next((p for p in paths if not os.access(p, os.W_OK | (os.X_OK if p.is_dir() else 0)) and p.exists()),
-                   None)
+    blocked = next((p for p in paths if blocks_writing(p, os.W_OK | (os.X_OK if p.is_dir() else 0))), None)
     if blocked is None:
         return None
     return InputError(None, f"the LLM cache directory {directory} is read-only ({blocked} is not writable by this user)",
