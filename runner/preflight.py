@@ -29,10 +29,10 @@ from madbench.debate.config import DebateConfig
 from madbench.debate.context import constraints_text
 from madbench.debate.profiles import Profile, load_profile
 from madbench.debate.protocols.staged import load_prompts
-from madbench.gateway.cache import blocks_writing
 from madbench.debate.schemas import CritiqueItem
 from madbench.eval.backtest import holding_window
 from madbench.eval.baselines import baseline_metrics
+from madbench.gateway.cache import blocks_writing
 from madbench.gateway.models import ModelSpec, as_spec, spec_cost
 from madbench.gateway.providers.base import SendOnly
 from madbench.gateway.providers.litellm_provider import LiteLLMProvider, listed, nearest_models
