@@ -4,7 +4,9 @@
 parts, scores); two of them at once would corrupt each other. The driver takes the lock before writing
 anything and keeps it until it has finished; a second driver fails at once with an ``InputError`` naming
 the holder (host, pid, since). The OS releases a ``flock`` when its process dies, so a lock left by a
-killed driver is simply taken over. Readers never take it; ``madbench status`` only asks whether a driver holds it
+killed driver is simply taken over. Taking the lock, and releasing it, removes the temporary files that killed
+writers left (an actor killed mid-write as its batch stopped): only the holder can know that no writer of its own
+is still at work. Readers never take it; ``madbench status`` only asks whether a driver holds it
 (``lock_holder``), to tell a running batch from one whose driver is gone.
 """
 
@@ -16,6 +18,7 @@ import socket
 import time
 from pathlib import Path
 
+from madbench.data.atomic import remove_stale_temporaries
 from madbench.data.errors import InputError
 from madbench.gateway.errors import DriverGone
 from madbench.results.layout import LOCK as LOCK_NAME
@@ -25,6 +28,9 @@ from madbench.results.layout import LOCK as LOCK_NAME
 ACQUIRE_PATIENCE_S = 2.0
 #: What a holder is called before it has written its line (between its flock and its write).
 UNNAMED_HOLDER = "a driver (host, pid and start time not yet written)"
+#: How long a driver letting go of the lock waits for its killed actors' processes to end, so that the files they
+#: were writing are known to be abandoned and can go.
+WRITERS_END_S = 10.0
 
 
 class ResultsLock:
@@ -56,6 +62,11 @@ class ResultsLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, text.encode(), 0)
         self._fd, self.holder = fd, text
+        try:
+            remove_stale_temporaries(self.root)
+        except BaseException:
+            self.release()
+            raise
         return self
 
     def release(self) -> None:
@@ -63,6 +74,7 @@ class ResultsLock:
             return
         fd, self._fd = self._fd, None
         try:
+            remove_stale_temporaries(self.root, wait_s=WRITERS_END_S)
             os.ftruncate(fd, 0)  # the file stays (unlinking a flocked file races with a new taker); its text goes
         finally:
             os.close(fd)  # closing releases the flock

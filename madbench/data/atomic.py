@@ -12,13 +12,22 @@ lets them, and nobody can when it does not (``077`` gives ``0600``).
 A target that is a symbolic link is replaced by the new regular file: the
 rename acts on the link itself, so the file it pointed to (perhaps outside the
 results directory) is never opened, truncated or written.
+
+A writer killed between the two steps (a runner actor killed as its batch stops)
+leaves its temporary file behind. The name says who wrote it
+(``.<name>.w<pid>@<host>.<random>.tmp``), so that the results directory's next
+holder can tell a stale one (its writer is gone) from one being written, and
+remove it (``remove_stale_temporaries``).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,7 +73,8 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp_path)`` and atomically move the result onto ``path`` (mode ``0o666 & ~umask``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.w{os.getpid()}@{socket.gethostname()}.", suffix=".tmp",
+                               dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -78,6 +88,53 @@ def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
         tmp_path.unlink(missing_ok=True)
         raise
     return path
+
+
+#: An ``atomic_write`` temporary file's name: its target's, its writer's pid and host, mkstemp's random part.
+_TEMPORARY = re.compile(r"^\..*\.w(?P<pid>\d+)@(?P<host>[^/]*)\.[A-Za-z0-9_]+\.tmp$")
+
+
+def _writer_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def _local_writers(root: Path) -> dict[Path, int]:
+    """``atomic_write`` temporaries under ``root`` written by processes of this host, with their writers' pids."""
+    host = socket.gethostname()
+    found = {}
+    for tmp in root.rglob(".*.tmp"):
+        m = _TEMPORARY.match(tmp.name)
+        if m is not None and m["host"] == host:
+            found[tmp] = int(m["pid"])
+    return found
+
+
+def remove_stale_temporaries(root: str | Path, wait_s: float = 0.0) -> list[Path]:
+    """Remove the temporary files under ``root`` that killed writers of this host left behind; the removed.
+
+    A writer still running keeps its file, after up to ``wait_s`` seconds for it to end (a killed actor's process
+    may outlive the kill by a moment). Temporaries of other hosts (shared storage) are left: whether their writers
+    live cannot be known from here. Only the results directory's lock holder calls this, so no new writer starts.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    writers = _local_writers(root)
+    deadline = time.monotonic() + wait_s
+    while any(_writer_alive(pid) for pid in writers.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    removed = []
+    for tmp, pid in writers.items():
+        if pid != os.getpid() and not _writer_alive(pid):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
 
 
 def frame_writer(frame: pd.DataFrame) -> Callable[[Path], object]:

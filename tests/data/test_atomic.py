@@ -3,6 +3,7 @@
 The umask is process-wide, so every check that sets one runs in a subprocess with its own.
 """
 
+import contextlib
 import os
 import stat
 import subprocess
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from madbench.data.atomic import atomic_write, atomic_write_text, current_umask
+from madbench.data.atomic import atomic_write, atomic_write_text, current_umask, remove_stale_temporaries
+from runner.lock import ResultsLock
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -60,6 +62,46 @@ def test_a_failed_write_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError):
         atomic_write(tmp_path / "keep.txt", boom)
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"] and (tmp_path / "keep.txt").read_text() == "old"
+
+
+@contextlib.contextmanager
+def _writer_mid_write(target: Path):
+    """A process writing ``target`` atomically that never finishes, stopped mid-write; kill -9 on leaving."""
+    script = textwrap.dedent("""
+        import sys, time
+        from madbench.data.atomic import atomic_write
+        atomic_write(sys.argv[1], lambda p: (p.write_text("half"), print("writing", flush=True), time.sleep(600)))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script, str(target)], env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_temporary_a_killed_writer_left_goes_when_the_next_holder_takes_the_lock(tmp_path):
+    root = tmp_path / "results" / "b"
+    runs = root / "parts" / "runs"
+    with _writer_mid_write(runs / "r1.parquet"):
+        pass
+    (left,) = runs.glob(".*.tmp")
+    assert left.name.startswith(".r1.parquet.w")  # named after its target and its writer
+    foreign = runs / f".r2.parquet.w{os.getpid()}@another-host.abcdefgh.tmp"
+    foreign.write_text("another host's writer may be at work")
+    with ResultsLock(root, "madbench run"):
+        assert not left.exists()
+        assert foreign.exists()  # whether its writer lives cannot be known from this host
+    assert not (runs / "r1.parquet").exists()  # nothing half-written took the target's name
+
+
+def test_a_running_writers_temporary_is_kept_until_it_is_gone(tmp_path):
+    with _writer_mid_write(tmp_path / "a.txt"):
+        assert remove_stale_temporaries(tmp_path) == []
+        (writing,) = tmp_path.glob(".a.txt.*.tmp")
+    assert remove_stale_temporaries(tmp_path) == [writing]
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow
