@@ -27,6 +27,8 @@ import logging
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -179,7 +181,7 @@ class Collector:
         self.guard = WriterGuard(root, holder) if holder else None
         self.opt = ProviderBatchOptions.model_validate(options or {})
         self.expected: Counter[str] = Counter()  # run → in flight (dispatched and not yet settled)
-        self.unresolved: Counter[str | None] = Counter()  # run → its calls waiting
+        self.unresolved: Counter[str | None] = Counter()  # run → its calls waiting (for an answer, or a peer's)
         self.waiters: dict[str, list[asyncio.Future]] = {}
         self.asked: dict[str, Queued] = {}  # requests waited for: resubmitted from here when a batch drops one
         self.queued: dict[str, Queued] = {}
@@ -256,6 +258,22 @@ class Collector:
             self.unresolved[party] -= 1
             if self.unresolved[party] <= 0:
                 del self.unresolved[party]
+
+    async def follow(self, party: str | None, delta: int) -> None:
+        """A call of ``party`` begins (1) or ends (-1) waiting for an identical request another run asked: the
+        run is blocked on a model call all the same."""
+        self.unresolved[party] += delta
+        if self.unresolved[party] <= 0:
+            del self.unresolved[party]
+
+    @asynccontextmanager
+    async def waiting_for_peer(self, party: str | None) -> AsyncIterator[None]:
+        """``follow`` for a gateway in this process (a test's); runner actors' go through ``CollectorClient``."""
+        await self.follow(party, 1)
+        try:
+            yield
+        finally:
+            await self.follow(party, -1)
 
     def _resolve(self, custom_id: str, line: dict[str, Any]) -> None:
         self.asked.pop(custom_id, None)
@@ -535,9 +553,24 @@ class CollectorClient:
         try:
             return await self.handle.ask.remote(party, group, custom_id, body)
         finally:
-            self.waiting[party] -= 1
-            if self.waiting[party] <= 0:
-                del self.waiting[party]
+            self._done(party)
+
+    @asynccontextmanager
+    async def waiting_for_peer(self, party: str | None) -> AsyncIterator[None]:
+        self.waiting[party] += 1
+        try:
+            await self.handle.follow.remote(party, 1)
+            try:
+                yield
+            finally:
+                await self.handle.follow.remote(party, -1)
+        finally:
+            self._done(party)
+
+    def _done(self, party: str | None) -> None:
+        self.waiting[party] -= 1
+        if self.waiting[party] <= 0:
+            del self.waiting[party]
 
 
 def start_collector(ray, root: str | Path, holder: str, options: ProviderBatchOptions):

@@ -140,7 +140,8 @@ class Gateway:
         hit = await self._from_cache(key, request, spec, validate, attempts, t0)
         if hit is not None:
             return self._answered(hit, account)
-        async with self.flight.hold(key):  # identical requests in flight are sent once (single_flight.py)
+        # Identical requests in flight are sent once (single_flight.py).
+        async with self.flight.hold(key, provider.waiting_for_peer):
             if await self._cache.has(key):  # answered by another caller while this one waited
                 hit = await self._from_cache(key, request, spec, validate, attempts, t0)
                 if hit is not None:

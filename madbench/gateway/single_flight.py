@@ -23,8 +23,8 @@ import asyncio
 import fcntl
 import hashlib
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 
 #: Lock files under ``<cache>/inflight/`` (created on first use, never deleted: deleting a flocked file races).
@@ -43,17 +43,27 @@ class SingleFlight:
         self._waiting: dict[str, int] = {}
 
     @asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
+    async def hold(self, key: str, waiting: Callable[[], AbstractAsyncContextManager[object]] = nullcontext
+                   ) -> AsyncIterator[None]:
+        """``waiting()`` is entered while this caller waits for another holder of ``key`` (only then): a provider
+        batch's collector counts the caller's run as blocked on a model call meanwhile, as it is."""
         lock = self._locks.setdefault(key, asyncio.Lock())
         self._waiting[key] = self._waiting.get(key, 0) + 1
         try:
-            async with lock:
-                fd = await self._flock(key) if self.directory is not None else None
+            if lock.locked():
+                async with waiting():
+                    await lock.acquire()
+            else:
+                await lock.acquire()
+            try:
+                fd = await self._flock(key, waiting) if self.directory is not None else None
                 try:
                     yield
                 finally:
                     if fd is not None:
                         os.close(fd)  # closing drops the flock
+            finally:
+                lock.release()
         finally:
             self._waiting[key] -= 1
             if not self._waiting[key]:  # nobody else holds or awaits this key: forget it
@@ -64,18 +74,26 @@ class SingleFlight:
         # sha256, not hash(): the shard must be the same in every process (hash() is salted per process)
         return self.directory / f"{int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % SHARDS:04d}.lock"
 
-    async def _flock(self, key: str) -> int:
+    async def _flock(self, key: str, waiting: Callable[[], AbstractAsyncContextManager[object]]) -> int:
         assert self.directory is not None  # hold() takes a flock only with a directory
         self.directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.shard_path(key), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return fd
-                except BlockingIOError:
+            if _try_flock(fd):
+                return fd
+            async with waiting():
+                while not _try_flock(fd):
                     await asyncio.sleep(POLL_S)
+            return fd
         except BaseException:
             os.close(fd)
             raise
 
+
+
+def _try_flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True

@@ -23,7 +23,7 @@ import yaml
 
 from madbench.eval.report.figures import realised_saving
 from madbench.gateway import LLMRequest, Message, ModelSpec, OutputInvalid, ResponseCache
-from madbench.gateway.providers.batching import BatchAPI
+from madbench.gateway.providers.batching import BatchAPI, current_party
 from madbench.runner.cli import main
 from madbench.runner.provider_batches import Collector, JournalEntry, journal_summary, read_journal
 from madbench.runner.wiring import build_gateway
@@ -181,6 +181,30 @@ def test_the_gateway_in_batch_mode_retries_an_invalid_answer_with_feedback_in_th
         assert retry[-1]["role"] == "user" and "weights must sum to 1" in retry[-1]["content"]  # the feedback
     assert first.validation_retries == 1 and not first.cached
     assert again.cached and again.content == first.content  # from the cache: no third batch
+
+
+def test_a_run_waiting_for_the_identical_request_of_another_run_counts_as_blocked(tmp_path):
+    """Two runs ask the same question (a matched pair's control and treatment do, phase after phase): one sends it,
+    the other waits for its answer (single flight). Both are blocked, so the batch goes as soon as they are, not
+    after ``idle_s`` (an hour here: the test would time out)."""
+    async def go(sim, cache, spec):
+        collector = await started(tmp_path / "results", idle_s=3600.0, window_s=3600.0)
+        gateway = build_gateway(cache=cache, collector=collector)
+        request = LLMRequest(model=spec.model, messages=[Message(role="user", content="allocate")])
+
+        async def run(party: str):
+            current_party.set(party)
+            return await gateway.complete(request, spec, lambda content, spec: content)
+
+        for party in ("r1", "r2"):
+            await collector.expect(party)
+        return await asyncio.wait_for(asyncio.gather(run("r1"), run("r2")), timeout=120)
+
+    with SimProvider() as sim, ResponseCache(tmp_path / "cache") as cache:
+        spec = ModelSpec(model="openai/madbench-sim", api_base=sim.url)
+        one, two = asyncio.run(go(sim, cache, spec))
+        assert len(sim.batches.batches) == 1 and list(sim.batches.submitted.values()) == [1]  # sent once
+    assert one.content == two.content and sorted([one.cached, two.cached]) == [False, True]
 
 
 # ---------------------------------------------------------------------------------------------- the whole runner

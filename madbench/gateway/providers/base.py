@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -56,6 +57,10 @@ class Provider(Protocol):
              cache_write_tokens: int | None = None, batch: bool = False) -> float | None:
         """US dollars for one attempt (``prompt_tokens`` includes the cached and cache-write ones, priced at their own
         rates; ``batch``: at the provider's batch-API prices); None when unknown (never a made-up 0)."""
+
+    def waiting_for_peer(self) -> AbstractAsyncContextManager[object]:
+        """Entered while a call waits for an identical request that another caller is sending (the gateway's single
+        flight): nothing to do for a provider that answers each call on its own (``contextlib.nullcontext()``)."""
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
         """One attempt. Raises the classified errors of ``gateway.errors``."""

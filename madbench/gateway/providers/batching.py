@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -56,6 +57,9 @@ TERMINAL_STATES = ("completed", "expired", "failed", "cancelled")
 
 
 class BatchCollector(Protocol):
+    def waiting_for_peer(self, party: str | None) -> AbstractAsyncContextManager[object]:
+        """While a call of ``party`` waits for an identical request of another party (see ``ask``)."""
+
     async def ask(self, party: str | None, group: dict[str, Any], custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """Submit ``body`` (one chat completion) in a provider batch of ``group`` (``batch_group``) and return its
         result line as the provider wrote it (``{"custom_id", "response": {"status_code", "body"}, "error"}``),
@@ -165,6 +169,12 @@ class BatchingProvider:
 
     def warm(self) -> None:
         self.inner.warm()
+
+    def waiting_for_peer(self) -> AbstractAsyncContextManager[object]:
+        """The run waits for an identical request another run asked (single flight), so it is blocked on a model
+        call: the collector must count it so, or it waits ``idle_s`` for this run at every phase (two configs of a
+        matched pair ask much the same), and the watchdog must leave it be while the provider batch runs."""
+        return self.collector.waiting_for_peer(current_party.get())
 
     def preflight(self, spec: ModelSpec, temperature: float | None, max_tokens: int | None) -> list[str]:
         return self.inner.preflight(spec, temperature, max_tokens)  # the driver checks batch support (batch_problems)

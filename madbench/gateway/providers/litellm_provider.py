@@ -13,6 +13,7 @@ import os
 import re
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
 from ..errors import FatalProviderError, Overloaded, RateLimited, Refused, TransientError, Truncated
@@ -362,6 +363,9 @@ class LiteLLMProvider:
 
     def warm(self) -> None:
         import_litellm()
+
+    def waiting_for_peer(self) -> AbstractAsyncContextManager[object]:
+        return nullcontext()  # each call is answered on its own
 
     def preflight(self, spec: ModelSpec, temperature: float | None, max_tokens: int | None) -> list[str]:
         litellm = import_litellm()

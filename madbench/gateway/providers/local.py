@@ -7,6 +7,7 @@ on every start, the model file does not.
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 
 from ..errors import TransientError
@@ -49,6 +50,9 @@ class LocalModelProvider:
 
     def warm(self) -> None:
         self._inner.warm()
+
+    def waiting_for_peer(self) -> AbstractAsyncContextManager[object]:
+        return nullcontext()  # each call is answered on its own
 
     def preflight(self, spec: ModelSpec, temperature: float | None, max_tokens: int | None) -> list[str]:
         return []  # no key, and every parameter is accepted

@@ -7,6 +7,7 @@ The gateway knows nothing of what they answer: whoever composes the system hands
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
 from pydantic import BaseModel
@@ -35,6 +36,9 @@ class RulesProvider:
 
     def warm(self) -> None:
         pass  # nothing slow, and no limiter
+
+    def waiting_for_peer(self) -> AbstractAsyncContextManager[object]:
+        return nullcontext()  # each call is answered on its own
 
     def preflight(self, spec: ModelSpec, temperature: float | None, max_tokens: int | None) -> list[str]:
         return []  # no key, and every parameter is accepted
