@@ -438,19 +438,24 @@ def _manifest_entries(runs: list[RunSpec]) -> dict[str, ManifestRun]:
 
 
 def _recover_committed(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, manifest_runs: dict[str, ManifestRun]) -> int:
-    """Mark committed runs with their stored status; rebuild the table rows of any committed run that lacks them."""
+    """Mark committed runs with their stored status and error, and the node the manifest recorded (a later invocation
+    must not forget where a run ran: its table rows say it, and replay checks them against this); rebuild the table
+    rows of any committed run that lacks them. Attempts count this invocation's, so a committed run has none."""
     previous = {m.run_id: m for m in read_manifest(layout.root).runs} if layout.manifest.exists() else {}
     rebuilt = 0
     for r in runs:
         stored = layout.stored_result(r.run_id)
         if stored is None:
             continue
-        manifest_runs[r.run_id].status = stored.status
+        m = manifest_runs[r.run_id]
+        m.status, m.error = stored.status, stored.error
+        if r.run_id in previous:
+            m.node_id = previous[r.run_id].node_id
         if not all(layout.part(t, r.run_id).exists() for t in TABLES):
             # Committed, but a crash or a full disk struck before its table rows were written: rebuild them
             # from the trace, so that no committed run is missing from the tables.
-            node = (previous[r.run_id].node_id if r.run_id in previous else None) or ""
-            write_parts(layout, spec.name, stored, r.config.model_dump(mode="json"), r.scenario.model_dump(mode="json"), node)
+            write_parts(layout, spec.name, stored, r.config.model_dump(mode="json"), r.scenario.model_dump(mode="json"),
+                        m.node_id or "")
             rebuilt += 1
     return rebuilt
 

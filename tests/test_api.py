@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 import madbench
+from madbench.results.records import read_manifest
 from madbench.runner.api import BatchRun
 from tests.conftest import requires_shared
 
@@ -68,8 +69,13 @@ def test_results_give_the_status_statistics_and_report_the_commands_give(readme_
 @pytest.mark.slow
 def test_a_second_run_of_a_committed_batch_runs_nothing(readme_run):
     here, ns = readme_run
+    recorded = read_manifest(here / "results" / "rules-35").runs
     again = madbench.run("configs/batches/rules-35.yaml", results_dir="results")  # the fixture's working directory
     assert (again.skipped, again.submitted, again.ok) == (105, 0, 105)
+    # Where each run ran is kept (replay checks the tables against it), and what became of it.
+    after = read_manifest(here / "results" / "rules-35").runs
+    assert [(m.run_id, m.status, m.error, m.node_id) for m in after] == \
+        [(m.run_id, m.status, m.error, m.node_id) for m in recorded] and all(m.node_id for m in recorded)
     assert madbench.estimate("configs/batches/rules-35.yaml", results_dir="results").estimate is None
 
 
