@@ -32,6 +32,7 @@ from madbench.runner.batch import (
     with_settings,
 )
 from madbench.runner.execute import HEAD_DIRS, ray_client
+from madbench.runner.lock import refuse_if_held
 from madbench.runner.options import RunOptions
 from madbench.runner.preflight import preflight, preflight_error, reachable_models
 from madbench.runner.provider_batches import batch_problems
@@ -153,6 +154,8 @@ def load_checked(o: RunOptions, dry_run: bool = False) -> Launch:
     ``Launch.warnings``, and the Ray address is not dialled."""
     b = load(o)
     check_results_dir(b.root)  # before anything reads what it holds
+    if not dry_run:
+        refuse_if_held(b.root)
     # Runs committed ok are never run again, so their scenarios and configs need no check (a finished batch resumes
     # at once); failed ones may be retried, so they are checked with the pending ones.
     layout = BatchLayout(b.root)

@@ -51,9 +51,7 @@ class ResultsLock:
         except BlockingIOError:
             holder = _read_holder(fd)
             os.close(fd)
-            raise InputError(self.root, f"another driver is writing this results directory: {holder} holds {self.path}",
-                             "wait for it to finish (`madbench status` shows its progress), or stop it; a lock left "
-                             "by a killed driver is taken over automatically") from None
+            raise _held(self.root, holder) from None
         except BaseException:
             os.close(fd)
             raise
@@ -84,6 +82,20 @@ class ResultsLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def refuse_if_held(root: str | Path) -> None:
+    """The ``InputError`` that taking ``root``'s lock would raise now, before a driver spends seconds on its checks
+    (a second driver is told at once); taking the lock is still what keeps two drivers apart."""
+    holder = lock_holder(root)
+    if holder is not None:
+        raise _held(Path(root), holder)
+
+
+def _held(root: Path, holder: str) -> InputError:
+    return InputError(root, f"another driver is writing this results directory: {holder} holds {root / LOCK_NAME}",
+                      "wait for it to finish (`madbench status` shows its progress), or stop it; a lock left by a "
+                      "killed driver is taken over automatically")
 
 
 def _read_holder(fd: int) -> str:

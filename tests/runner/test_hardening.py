@@ -154,6 +154,19 @@ def test_two_concurrent_drivers_one_writes_the_other_fails_at_once(make_pack, tm
     assert after["failed"] == 0 and after["ok"] + after["pending"] == 3  # nothing the second driver did is in it
 
 
+def test_a_second_driver_is_refused_before_its_checks(make_pack, tmp_path, capsys, monkeypatch):
+    """The lock's holder is named at once: not after the checks a refused driver need not make, nor instead of them
+    a problem of its own (here a missing key)."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), model="openai/gpt-4o-mini")
+    with ResultsLock(tmp_path / "results" / "t", "madbench run"):
+        assert main(["run", str(batch), "--quiet"]) == 2
+    err = errors_only(capsys.readouterr().err)
+    assert "another driver is writing" in err and f"pid {os.getpid()}" in err and err.count("\n") == 1
+    assert main(["run", str(batch), "--quiet"]) == 2  # the lock let go: now its own problem is the one named
+    assert "OPENAI_API_KEY" in capsys.readouterr().err
+
+
 # -- 2. run-id collisions and replicates / ids validation
 
 
