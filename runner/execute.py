@@ -241,6 +241,10 @@ def ray_messages_to_stderr() -> None:
     worker.print_to_stdstream = print_on_stderr
 
 
+#: A local Ray's settings. Ray starts a Python worker per CPU for the first driver's tasks; madbench sends none (its
+#: work runs on actors, each in a worker process of its own), so they only took a second of CPU at every start.
+LOCAL_RAY_CONFIG = {"prestart_worker_first_driver": False}
+
 #: A local Ray's node must register within a 30 s Ray does not let a caller change; on a busy machine it may not.
 #: The start is tried this many times (each failed one shut down first) before it is reported.
 LOCAL_START_ATTEMPTS = 3
@@ -251,7 +255,7 @@ def _start_local_ray(ray, num_cpus: int | None, env: dict[str, Any]) -> None:
         before = _children()
         try:
             ray.init(include_dashboard=False, num_cpus=num_cpus, runtime_env=env, log_to_driver=False,
-                     configure_logging=False)
+                     configure_logging=False, _system_config=LOCAL_RAY_CONFIG)
             return
         except Exception as exc:  # Ray raises a bare Exception when its node does not come up in time
             reason = " ".join(str(exc).split())[:300]
