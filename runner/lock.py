@@ -87,7 +87,10 @@ class ResultsLock:
 def refuse_if_held(root: str | Path) -> None:
     """The ``InputError`` that taking ``root``'s lock would raise now, before a driver spends seconds on its checks
     (a second driver is told at once); taking the lock is still what keeps two drivers apart."""
-    holder = lock_holder(root)
+    try:
+        holder = lock_holder(root)
+    except PermissionError:
+        return  # not readable here: taking the lock (later, with the checks done) says why, in its own words
     if holder is not None:
         raise _held(Path(root), holder)
 
@@ -140,7 +143,7 @@ def lock_holder(root: str | Path) -> str | None:
     ever ran there, or it finished, or it was killed (the OS drops a dead process's ``flock``)."""
     try:
         held, text = _probe(Path(root) / LOCK_NAME)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no lock file, or no folder to hold one: no driver there
         return None
     return (text.strip() or UNNAMED_HOLDER) if held else None
 

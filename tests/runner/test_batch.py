@@ -22,7 +22,9 @@ QUARTERS = ("2021Q2", "2021Q3", "2021Q4", "2022Q1")
 
 
 def write_batch(tmp_path, pack, quarters=QUARTERS, **over) -> Path:
-    """A batch over one scenario per quarter of ``quarters`` (fewer where a test's property needs fewer runs)."""
+    """A batch over one scenario per quarter of ``quarters`` (fewer where a test's property needs fewer runs), on one
+    runner actor: a test about several actors asks for them (``workers=2``); elsewhere a second actor's start (a
+    Python process importing the debate stack, and litellm for a simulated provider) only adds CPU time."""
     scen = tmp_path / "scenarios.yaml"
     scen.write_text(yaml.safe_dump({"scenarios": [
         {"id": f"s{q}", "invest_quarter": q, "tickers": TICKERS, "constraints": {"max_weight": 0.6}}
@@ -30,7 +32,7 @@ def write_batch(tmp_path, pack, quarters=QUARTERS, **over) -> Path:
     spec = {"name": "t", "scenarios": {"file": str(scen)},
             "configs": [str(ROOT / "configs/debate/single-causal.yaml"), str(ROOT / "configs/debate/causal-debate-3.yaml")],
             "model": "rules/auto", "replicates": 2, "pack": str(pack), "results_dir": str(tmp_path / "results"),
-            "max_in_flight": 4, "workers": 2, "cache_dir": str(tmp_path / "cache")} | over
+            "max_in_flight": 4, "workers": 1, "cache_dir": str(tmp_path / "cache")} | over
     path = tmp_path / "batch.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

@@ -30,10 +30,10 @@ def chaos_batch(tmp_path: Path, pack: Path, server: FaultServer) -> Path:
              "limits": {"max_concurrency": 16, "retry_after_cap_s": 1.0},
              "retry": {"backoff_base_s": 0.1, "backoff_max_s": 0.5, "max_rate_limit_retries": 50,
                        "max_transient_retries": 20, "timeout_s": 1.0}}
-    # Four runs: two kills land between and inside them, and the resume has runs of its own left to do.
+    # Four runs on two actors: two kills land between and inside them, and the resume has runs of its own left to do.
     return write_batch(tmp_path, pack, quarters=QUARTERS[:2], model=model,
                        configs=[str(ROOT / "configs/debate/causal-debate-3.yaml")], grid={"rounds": [1, 2]},
-                       replicates=1, cache_dir=str(tmp_path / "cache"), max_in_flight=MAX_IN_FLIGHT)
+                       replicates=1, cache_dir=str(tmp_path / "cache"), max_in_flight=MAX_IN_FLIGHT, workers=2)
 
 
 def driver(batch: Path) -> subprocess.Popen:

@@ -157,7 +157,7 @@ def test_a_clean_paid_batch_passes_every_check_up_to_the_cluster(make_pack, prov
 
 def test_a_key_given_twice_in_a_yaml_mapping_is_refused_with_both_lines(make_pack, tmp_path, capsys):
     batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), replicates=1)
-    batch.write_text(batch.read_text() + "workers: 1\n")  # write_batch already wrote `workers: 2`
+    batch.write_text(batch.read_text() + "workers: 3\n")  # write_batch already wrote `workers: 1`
     assert main(["run", str(batch), "--dry-run"]) == 2
     err = one_line(capsys)
     assert f"{batch}: line" in err and "duplicate key 'workers' (first on line" in err
