@@ -105,9 +105,11 @@ def test_a_running_writers_temporary_is_kept_until_it_is_gone(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("umask,file_mode,dir_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
-def test_every_file_of_a_batch_follows_the_umask(tmp_path, umask, file_mode, dir_mode):
-    """run → stats → report → rescore-free artifacts of a small batch, in a subprocess with its own umask."""
+def test_every_file_of_a_batch_follows_the_umask(tmp_path):
+    """run → stats → report → rescore-free artifacts of a small batch, in a subprocess with its own umask. One umask
+    tells every wrong mode apart: 027 gives 0640 and 0750, where mkstemp's and mkdtemp's private 0600 and 0700 and a
+    fixed 0644 and 0755 that ignore the umask all differ."""
+    umask, file_mode, dir_mode = 0o027, 0o640, 0o750
     from madbench.data.market.write import write_pack
     from tests.conftest import synthetic_tables
     from tests.runner.test_batch import TICKERS, write_batch
