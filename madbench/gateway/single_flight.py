@@ -90,7 +90,6 @@ class SingleFlight:
             raise
 
 
-
 def _try_flock(fd: int) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
