@@ -254,7 +254,9 @@ def _start_local_ray(ray, num_cpus: int | None, env: dict[str, Any]) -> None:
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         before = _children()
         try:
-            ray.init(include_dashboard=False, num_cpus=num_cpus, runtime_env=env, log_to_driver=False,
+            # address="local": a Ray of this process's own, even where `ray start` left a cluster running on this
+            # machine (Ray would join that one, from /tmp/ray/ray_current_cluster); a cluster is joined by its address.
+            ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, runtime_env=env, log_to_driver=False,
                      configure_logging=False, _system_config=LOCAL_RAY_CONFIG)
             return
         except Exception as exc:  # Ray raises a bare Exception when its node does not come up in time
