@@ -25,14 +25,14 @@ import asyncio
 import os
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from madbench.data.errors import InputError
 from madbench.gateway.cache import NodeCache, ResponseCache
-from madbench.gateway.single_flight import SingleFlight
+from madbench.gateway.single_flight import SingleFlight, Waiting
 
 #: Set to 1 when the cache directory is on storage every node mounts: each node opens it, no cache actor.
 SHARED_ENV = "MADBENCH_CACHE_SHARED"
@@ -117,10 +117,12 @@ class ClusterFlight:
         self.held: set[str] = set()
 
     @asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        async with self.local.hold(key):
-            while not await self.handle.acquire.remote(key, self.holder, self.node):
-                await asyncio.sleep(POLL_S)
+    async def hold(self, key: str, waiting: Waiting = nullcontext) -> AsyncIterator[None]:
+        async with self.local.hold(key, waiting):
+            if not await self.handle.acquire.remote(key, self.holder, self.node):
+                async with waiting():
+                    while not await self.handle.acquire.remote(key, self.holder, self.node):
+                        await asyncio.sleep(POLL_S)
             self.held.add(key)
             renew = asyncio.ensure_future(self._renew(key))
             try:

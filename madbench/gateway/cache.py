@@ -48,7 +48,7 @@ from diskcache.core import MODE_BINARY, MODE_RAW
 from madbench.data.errors import InputError
 
 from .request import canonical_json, sha256_json
-from .single_flight import SingleFlight
+from .single_flight import Flight, SingleFlight
 
 log = logging.getLogger("madbench.cache")
 
@@ -318,7 +318,7 @@ class ResponseCache:
     def delete(self, key: str) -> bool:
         return bool(self._store.delete(key))
 
-    def single_flight(self) -> SingleFlight:
+    def single_flight(self) -> Flight:
         """What keeps identical requests from being sent twice at once: a flock per key under ``inflight/``, which
         every process sharing this directory honours (on one machine, or on shared storage that supports flock)."""
         return SingleFlight(self.directory / "inflight")
@@ -406,7 +406,7 @@ class RemoteCache(Protocol):
 
     async def drop_async(self, key: str) -> None: ...
 
-    def single_flight(self) -> Any: ...  # has ``async with .hold(key)``, as ``SingleFlight``
+    def single_flight(self) -> Flight: ...
 
 
 @dataclass
@@ -469,5 +469,5 @@ class NodeCache(ResponseCache):
             self._cluster.drop(key)
         return here
 
-    def single_flight(self) -> Any:
+    def single_flight(self) -> Flight:
         return self._cluster.single_flight()

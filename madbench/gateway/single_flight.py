@@ -26,6 +26,19 @@ import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
+from typing import Protocol
+
+#: What a caller enters while it waits for another holder of its key (``Provider.waiting_for_peer``).
+Waiting = Callable[[], AbstractAsyncContextManager[object]]
+
+
+class Flight(Protocol):
+    """A single flight: ``SingleFlight`` on one machine, ``runner.cache_actor.ClusterFlight`` across a cluster."""
+
+    def hold(self, key: str, waiting: Waiting = nullcontext) -> AbstractAsyncContextManager[None]:
+        """``async with flight.hold(key, waiting):`` at most one holder of ``key`` at a time; ``waiting()`` is
+        entered while this caller waits for another holder (only then)."""
+        ...
 
 #: Lock files under ``<cache>/inflight/`` (created on first use, never deleted: deleting a flocked file races).
 SHARDS = 4096
@@ -43,8 +56,7 @@ class SingleFlight:
         self._waiting: dict[str, int] = {}
 
     @asynccontextmanager
-    async def hold(self, key: str, waiting: Callable[[], AbstractAsyncContextManager[object]] = nullcontext
-                   ) -> AsyncIterator[None]:
+    async def hold(self, key: str, waiting: Waiting = nullcontext) -> AsyncIterator[None]:
         """``waiting()`` is entered while this caller waits for another holder of ``key`` (only then): a provider
         batch's collector counts the caller's run as blocked on a model call meanwhile, as it is."""
         lock = self._locks.setdefault(key, asyncio.Lock())
@@ -74,7 +86,7 @@ class SingleFlight:
         # sha256, not hash(): the shard must be the same in every process (hash() is salted per process)
         return self.directory / f"{int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % SHARDS:04d}.lock"
 
-    async def _flock(self, key: str, waiting: Callable[[], AbstractAsyncContextManager[object]]) -> int:
+    async def _flock(self, key: str, waiting: Waiting) -> int:
         assert self.directory is not None  # hold() takes a flock only with a directory
         self.directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.shard_path(key), os.O_RDWR | os.O_CREAT, 0o644)
