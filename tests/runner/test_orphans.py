@@ -20,6 +20,9 @@ from tests.runner.test_chaos import run_cli, sim_batch
 pytestmark = pytest.mark.slow
 
 MAX_IN_FLIGHT = 2
+#: causal-debate-3's widest phase: its three agents propose (critique, revise) at once, so a run in flight at the kill
+#: may have three calls in flight.
+CALLS_PER_RUN = 3
 
 
 @pytest.fixture
@@ -66,7 +69,7 @@ def test_orphaned_actors_stop_paying_and_committing_and_the_resume_pays_only_for
     assert len(runs) == 4 and runs.run_id.is_unique and (runs.status == "ok").all()
     # An uninterrupted batch pays each distinct request of its runs once (the simulator answers every one validly,
     # and an identical request of another run is served from the cache). Every call is paid once, except those in
-    # flight at the kill (their answers died with their actors).
+    # flight at the kill (their answers died with their actors): at most three for each run in flight.
     uninterrupted = len({e["key"] for run_id in runs.run_id for e in read_trace(root / "traces" / f"{run_id}.jsonl").events
                          if e["event"] == "llm_call"})
-    assert uninterrupted > 8 and paid <= uninterrupted + MAX_IN_FLIGHT, (paid, uninterrupted)
+    assert uninterrupted > 8 and paid <= uninterrupted + MAX_IN_FLIGHT * CALLS_PER_RUN, (paid, uninterrupted)
