@@ -10,10 +10,14 @@ Ctrl-C ends it too, keeping what has settled. What a unit is, how it is sent and
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
 from madbench.runner.progress import Progress
@@ -118,6 +122,28 @@ class ActorPool:
 Unit = TypeVar("Unit")
 
 
+@contextlib.contextmanager
+def ctrl_c_requests() -> Iterator[threading.Event]:
+    """Ctrl-C, while the dispatch loop runs, as a request it takes between two steps (the event is set) rather than
+    an exception raised wherever the main thread happens to be: raised inside a library (pydantic serialising a run
+    to send, say), it came out as that library's error and a traceback. A second Ctrl-C raises at once, as usual.
+    Off the main thread (the API called from a thread) signals cannot be caught: Ctrl-C raises there as before."""
+    asked = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield asked
+        return
+
+    def request(signum: int, frame: Any) -> None:
+        asked.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = signal.signal(signal.SIGINT, request)
+    try:
+        yield asked
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 class Work(ABC, Generic[Unit]):
     """What a job dispatches: how a unit is sent to an actor, and what its answer means. The hooks a job does not
     need do nothing."""
@@ -194,16 +220,21 @@ class Dispatch(Generic[Unit]):
         """Until every unit settled (``FINISHED``), the budget stopped it (``BUDGET_STOP``) or Ctrl-C (``INTERRUPTED``);
         the progress display's last line is shown and the actors killed however it ends."""
         try:
-            return self._loop()
-        except KeyboardInterrupt:
-            print(f"\ninterrupted: {self.work.kept}; run the same command again to resume", file=sys.stderr)
-            return INTERRUPTED
+            with ctrl_c_requests() as asked:
+                state = self._loop(asked)
+        except KeyboardInterrupt:  # a second Ctrl-C, or Ctrl-C where the loop cannot take it as a request
+            state = INTERRUPTED
         finally:
             self.progress.close(len(self.in_flight))
             self.pool.kill_all()
+        if state == INTERRUPTED:
+            print(f"\ninterrupted: {self.work.kept}; run the same command again to resume", file=sys.stderr)
+        return state
 
-    def _loop(self) -> str:
+    def _loop(self, asked: threading.Event) -> str:
         while self.queue or self.in_flight:
+            if asked.is_set():
+                return INTERRUPTED
             self._submit()
             ready, _ = self.pool.ray.wait(list(self.in_flight), num_returns=1, timeout=1.0)
             for ref in ready:

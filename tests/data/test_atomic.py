@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from madbench.data.atomic import atomic_write, atomic_write_text, current_umask, remove_stale_temporaries
-from runner.lock import ResultsLock
+from madbench.runner.lock import ResultsLock
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
