@@ -87,10 +87,7 @@ class ResultsLock:
 def refuse_if_held(root: str | Path) -> None:
     """The ``InputError`` that taking ``root``'s lock would raise now, before a driver spends seconds on its checks
     (a second driver is told at once); taking the lock is still what keeps two drivers apart."""
-    try:
-        holder = lock_holder(root)
-    except PermissionError:
-        return  # not readable here: taking the lock (later, with the checks done) says why, in its own words
+    holder = lock_holder(root)  # a lock file closed to this user raises, named (the CLI says which and the fix)
     if holder is not None:
         raise _held(Path(root), holder)
 

@@ -251,17 +251,15 @@ class Collector:
         if custom_id not in self.in_batch and custom_id not in self.queued:
             self.queued[custom_id] = self.asked[custom_id]
         self.last_arrival = time.monotonic()
-        self.unresolved[party] += 1
+        await self.follow(party, 1)
         try:
             return await fut
         finally:
-            self.unresolved[party] -= 1
-            if self.unresolved[party] <= 0:
-                del self.unresolved[party]
+            await self.follow(party, -1)
 
     async def follow(self, party: str | None, delta: int) -> None:
-        """A call of ``party`` begins (1) or ends (-1) waiting for an identical request another run asked: the
-        run is blocked on a model call all the same."""
+        """A call of ``party`` begins (1) or ends (-1) waiting: for its own request's answer (``ask``), or for an
+        identical request another run asked (the run is blocked on a model call all the same)."""
         self.unresolved[party] += delta
         if self.unresolved[party] <= 0:
             del self.unresolved[party]
