@@ -40,7 +40,7 @@ from madbench.gateway.secrets import redact, remember
 from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
 from madbench.results.provenance import Provenance
 from madbench.runner.batch import BatchSpec, RunSpec
-from madbench.runner.budget import read_budget, start_budget, stop_budget, summary
+from madbench.runner.budget import billed_in_cache, crash_note, read_budget, start_budget, stop_budget, summary
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
 from madbench.runner.dispatch import BUDGET_STOP, FINISHED, ActorPool, Dispatch, Work
 from madbench.runner.lock import ResultsLock, WriterGuard
@@ -534,7 +534,10 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             provenance = earlier_provenance(layout) or provenance
         write_manifest(layout.root, spec_json, list(manifest_runs.values()), "running", provenance)
         # One budget for the batch, across invocations: what earlier ones spent is in budget.json (runner/budget.py).
-        record = read_budget(layout.root, spec.max_cost_usd)
+        with billed_in_cache(cache_dir) as billed:
+            if (note := crash_note(layout.root, billed)) is not None:
+                _say(note, quiet)
+            record = read_budget(layout.root, spec.max_cost_usd, billed)
         progress = Progress(len(todo), BatchLine(spec.max_cost_usd, record.spent_usd), enabled=not quiet)
         stats = {"runs": len(runs), "skipped": skipped, "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt,
                  "budget": summary(record.model_dump(), record.spent_usd)}

@@ -1,13 +1,16 @@
 """`madbench bench`: the benchmarks (memo, backtest, gateway, runner, throughput, cached replay, cost per run, and on a
-local multi-node cluster: a cache hit through the cluster, a batch at scale with a node lost and one joined)."""
+local multi-node cluster: a cache hit through the cluster, a batch at scale with a node lost and one joined; the
+runner's guarantees: an all-invalid batch ends under load, the budget ledger across SIGKILLs)."""
 
 from __future__ import annotations
 
 import json
+import os
 import typing
 
 from madbench.bench.cluster_cache import bench_cluster_cache
 from madbench.bench.cost import JSON_KEYS, PRICE_MODEL, bench_cost, format_cost
+from madbench.bench.reliability import bench_ends, bench_kills
 from madbench.bench.scale import bench_scale
 from madbench.bench.sequential_designs import bench_sequential, format_rows
 from madbench.bench.stages import run_bench
@@ -16,10 +19,11 @@ from madbench.gateway.models import SchemaScope, StructuredMode
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import ROOT, add_pack_args, number
 
-WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost", "cluster-cache", "scale", "sequential"]
+WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost", "cluster-cache", "scale", "sequential", "ends",
+        "kills"]
 #: --runs when it is not given: `throughput` and `cache` measure a sustained rate, `cost` prices a few a7 runs,
 #: `scale` runs a thousand (about 10 min on 2 cores), `cluster-cache` asks for 500 cached answers.
-DEFAULT_RUNS = {"cost": 3, "scale": 1000, "cluster-cache": 500}
+DEFAULT_RUNS = {"cost": 3, "scale": 1000, "cluster-cache": 500, "kills": 12}
 
 
 def register(sub) -> None:
@@ -30,7 +34,8 @@ def register(sub) -> None:
     p.add_argument("--n", type=number(int, ge=1), default=10_000, help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (at most 2000)")
     p.add_argument("--runs", type=number(int), help="runs for `throughput` and `cache` (3-agent, 1-round debates with CRIT; default 100); "
                    "for `cost`, scenarios of the paper's A7 treatment (default 3); for `scale`, single-agent runs on 3 "
-                   "raylets (default 1000); for `cluster-cache`, cached answers asked for (default 500)")
+                   "raylets (default 1000); for `cluster-cache`, cached answers asked for (default 500); for `kills`, scenarios "
+                   "of market-35 in the capped batch (default 12)")
     p.add_argument("--rpm", type=number(gt=0), default=600, help="`throughput`: requests/min the simulated provider allows (default 600)")
     p.add_argument("--tpm", type=number(gt=0), help="`throughput`: tokens/min the simulated provider allows (default: none)")
     p.add_argument("--latency-median", type=number(ge=0, le=3600), default=2.0, help="`throughput`: median provider latency in s, lognormal (default 2)")
@@ -55,6 +60,19 @@ def register(sub) -> None:
     p.add_argument("--effect", type=number(gt=0, le=5), default=0.39,
                    help="`sequential`: the standardised effect d_z of the alternative and of the plan (default 0.39)")
     p.add_argument("--seed", type=number(int), default=0, help="`sequential`: the simulation's seed (default 0)")
+    p.add_argument("--tries", type=number(int, ge=1, le=1000), default=20,
+                   help="`ends`: how many times the all-invalid batch is run (default 20)")
+    p.add_argument("--blind", action="store_true",
+                   help="`ends`: the blind config on the paper's 6 scenarios (default: causal-debate-3 on 4 of market-35)")
+    p.add_argument("--load", type=number(int, ge=0, le=256), default=os.cpu_count() or 2,
+                   help="`ends`: busy processes beside the batch (default: one per core)")
+    p.add_argument("--timeout", type=number(gt=0, le=86_400), default=600.0,
+                   help="`ends`: seconds after which a try that has not ended is killed and counted as hung (default 600)")
+    p.add_argument("--keep", metavar="DIR", help="`ends`: keep each try's batch, results and driver log under DIR")
+    p.add_argument("--kills", type=number(int, ge=1, le=100), default=6, help="`kills`: SIGKILLs of the driver (default 6)")
+    p.add_argument("--cap", type=number(gt=0, le=100), default=0.02, help="`kills`: the batch's max_cost_usd (default 0.02)")
+    p.add_argument("--every", type=number(int, ge=1), default=3,
+                   help="`kills`: requests into each invocation at which its driver is killed (default 3)")
     add_pack_args(p)
     p.set_defaults(func=_run)
 
@@ -67,6 +85,13 @@ def _run(args) -> int:
             raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
         out = bench_scale(args.runs, args.pack) if args.what == "scale" else bench_cluster_cache(args.runs)
         print(json.dumps(out, indent=1))
+        return 0
+    if args.what == "ends":
+        print(json.dumps(bench_ends(args.tries, args.blind, args.load, args.timeout, args.pack,
+                                    args.evidence[0] if args.evidence else None, args.keep), indent=1))
+        return 0
+    if args.what == "kills":
+        print(json.dumps(bench_kills(args.kills, args.cap, args.every, int(args.runs), args.pack), indent=1))
         return 0
     if args.what == "sequential":  # simulation only: no model, no Ray
         rows = bench_sequential(args.experiments, args.max_scenarios, args.looks, args.effect, seed=args.seed)
