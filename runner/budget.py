@@ -28,11 +28,10 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from pathlib import Path
-from typing import Any
-
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -75,7 +74,7 @@ Billed = Callable[[InFlightCall], float | None]
 def billed_in_cache(cache_dir: str | Path) -> Iterator[Billed]:
     """``Billed`` from the response cache: a call whose answer was cached lists what each of its requests billed
     (``billed_usd_by_request``), so a request in flight at the crash is known if its call's answer got there."""
-    cache = ResponseCache(cache_dir, read_only=True) if Path(cache_dir).is_dir() else None
+    cache = ResponseCache(Path(cache_dir), read_only=True) if Path(cache_dir).is_dir() else None
 
     def billed(call: InFlightCall) -> float | None:
         body = cache.peek(call.key) if cache is not None and call.key else None

@@ -16,12 +16,12 @@ import pytest
 import yaml
 
 from madbench.gateway import Budget, Gateway, LLMRequest, Message, ModelSpec
-from madbench.gateway.limiter import AsyncLimiter, LimiterPool
-from madbench.gateway.providers.base import RawResponse
-from madbench.results import read_manifest
 from madbench.gateway.accounting import InFlightCall
 from madbench.gateway.cache import ResponseCache
 from madbench.gateway.errors import OutputInvalid
+from madbench.gateway.limiter import AsyncLimiter, LimiterPool
+from madbench.gateway.providers.base import RawResponse
+from madbench.results import read_manifest
 from madbench.runner.budget import (
     BUDGET_FILE,
     BudgetActor,
@@ -33,13 +33,13 @@ from madbench.runner.budget import (
     start_budget,
     stop_budget,
 )
-from madbench.runner.wiring import build_gateway
 from madbench.runner.cli import main
 from madbench.runner.dispatch import ActorPool, Dispatch, Work
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
 from madbench.runner.progress import BatchLine, Progress
 from madbench.runner.provider_batches import LOST, read_journal
 from madbench.runner.run_report import RunReport, Status
+from madbench.runner.wiring import build_gateway
 from madbench.sim.provider import SimProvider
 from tests.runner.test_batch_budget import PRICED
 from tests.runner.test_provider_batches import body, content, group_for, started
