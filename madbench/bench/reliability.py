@@ -35,7 +35,7 @@ from madbench.data.market.pack import SHARED_PAPER, resolve_pack_dir
 from madbench.data.paths import CONFIGS_DIR
 from madbench.gateway.providers.litellm_provider import token_cost
 from madbench.results import read_manifest
-from madbench.runner.budget import read_budget
+from madbench.runner.budget import billed_in_cache, crash_settlement, read_budget, read_record
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
 from madbench.sim.provider import SimConfig, SimProvider
 
@@ -175,6 +175,16 @@ def _settle(sim: SimProvider, quiet_s: float = 3.0) -> None:
         time.sleep(quiet_s)
 
 
+def _after_kill(root: Path, cache_dir: Path, cap: float) -> dict[str, Any]:
+    """What the killed invocation left journaled in flight, and what the next one will count for it."""
+    in_flight = read_record(root).in_flight
+    with billed_in_cache(cache_dir) as billed:
+        cost, at_maximum = crash_settlement(in_flight, billed)
+        ledger = read_budget(root, cap, billed).spent_usd
+    return {"journaled_in_flight": len(in_flight), "answers_in_cache": len(in_flight) - at_maximum,
+            "counted_at_maximum": at_maximum, "in_flight_counted_usd": round(cost, 6), "ledger_usd": round(ledger, 6)}
+
+
 def bench_kills(kills: int, cap: float, every: int, scenarios: int, pack: str | None,
                 latency_s: float = 0.5) -> dict[str, Any]:
     """Kill the capped batch's driver ``kills`` times, ``every`` requests into each invocation, then run it to its end."""
@@ -191,8 +201,9 @@ def bench_kills(kills: int, cap: float, every: int, scenarios: int, pack: str | 
             unanswered = sim.stats.requests - len(sim.stats.billed)
             os.kill(proc.pid, signal.SIGKILL)  # the driver alone, as a crash would: its Ray is left to notice
             proc.wait()
-            rows.append({"killed": True, "requests_unanswered_at_kill": unanswered, "billed_usd_at_kill": round(billed_usd(sim), 6),
-                         "ledger_usd_after": round(read_budget(root, cap).spent_usd, 6) if (root / "budget.json").exists() else 0.0})
+            _settle(sim)
+            rows.append({"killed": True, "requests_unanswered_at_kill": unanswered, **_after_kill(root, Path(tmp) / "cache", cap),
+                         "billed_usd": round(billed_usd(sim), 6)})
         proc = start_driver(batch, log)
         rc = proc.wait(timeout=1800)
         _settle(sim)

@@ -136,8 +136,7 @@ def ray_limiter(limit_key: str, limits: RateLimits) -> RayLimiterClient:
     """
     import ray
 
-    # ray's stub omits the actor options (max_concurrency) from remote()'s overloads
-    actor_cls = ray.remote(num_cpus=0, max_concurrency=10_000)(AsyncLimiter)  # type: ignore[call-overload]
+    actor_cls = ray.remote(num_cpus=0, max_concurrency=10_000)(AsyncLimiter)
     # On the head node: a worker node can be lost mid-batch, and every run queues on this actor. A tiny claim
     # on the head's built-in resource places it there wherever the first caller runs.
     actor = actor_cls.options(name=actor_name(limit_key), namespace=RAY_NAMESPACE, get_if_exists=True,
