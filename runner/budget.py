@@ -10,12 +10,9 @@ what was billed. A reservation waits while spent plus every hold plus its own wo
 together, and the batch stops only when the next call cannot fit.
 
 Persistence: the actor rewrites budget.json (atomically) after every reservation and settlement and when it first
-refuses a reservation; the reservations not yet settled are journaled in it (``in_flight``: each request's maximum
-cost and its call's cache key). A crash (kill -9 of the driver takes the actor with it) leaves those there, and the
-next invocation settles each (``read_budget``) at what the provider billed where the call's answer reached the
-response cache (a runner actor outlives its driver by a few seconds, and caches an answer that arrives then), else
-at its maximum: the spend never under-reports, over-reports only by calls whose answers were lost, and the cap holds
-across crashes. A driver joined through the Ray client keeps its results
+refuses a reservation; the reservations not yet settled are journaled in it (``in_flight_usd``). A crash (kill -9 of
+the driver takes the actor with it) leaves those there, and the next invocation counts each as spent at its maximum
+cost (``read_budget``): the spend never under-reports, and the cap holds across crashes. A driver joined through the Ray client keeps its results
 directory on its own machine, where the actor (on the head) cannot write: there the driver writes budget.json
 itself (``persist``) every few seconds and at the end, so a crash loses at most those seconds' spend.
 
@@ -28,17 +25,14 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError
-from madbench.gateway.accounting import Budget, InFlightCall, Ledger
-from madbench.gateway.cache import ResponseCache
+from madbench.gateway.accounting import Budget, Ledger
 from madbench.gateway.errors import BudgetExhausted
 from madbench.results.layout import BUDGET as BUDGET_FILE
 
@@ -51,86 +45,32 @@ class BudgetRecord(BaseModel):
     spent_usd: float = Field(0.0, ge=0)
     #: Why an invocation stopped at this cap (a call that could not fit); None while calls may go on.
     reached: str | None = None
-    #: The reservations of the paid requests in flight when this was written: journaled before each request is sent,
-    #: removed when it settles. A crash leaves them here, and the next invocation settles them (``read_budget``).
-    in_flight: list[InFlightCall] = Field(default_factory=list)
+    #: The reservations (maximum costs) of the paid calls in flight when this was written: journaled before each
+    #: request is sent, removed when it settles. A crash leaves them here, and the next invocation counts each as
+    #: spent at its maximum: what the provider billed for it is never reported, and spend must not under-report.
+    in_flight_usd: list[float] = Field(default_factory=list)
     updated: str = ""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _bare_amounts(cls, data: Any) -> Any:
-        # Written before requests were named: bare maximums, settled at their maximum.
-        if isinstance(data, dict) and "in_flight_usd" in data:
-            data = dict(data)
-            data["in_flight"] = [*data.get("in_flight", []), *({"usd": x} for x in data.pop("in_flight_usd"))]
-        return data
 
-
-#: What the provider billed for a request in flight at a crash, where its answer is known; None where it is not.
-Billed = Callable[[InFlightCall], float | None]
-
-
-@contextmanager
-def billed_in_cache(cache_dir: str | Path) -> Iterator[Billed]:
-    """``Billed`` from the response cache: a call whose answer was cached lists what each of its requests billed
-    (``billed_usd_by_request``), so a request in flight at the crash is known if its call's answer got there."""
-    cache = ResponseCache(Path(cache_dir), read_only=True) if Path(cache_dir).is_dir() else None
-
-    def billed(call: InFlightCall) -> float | None:
-        body = cache.peek(call.key) if cache is not None and call.key else None
-        by_request = (body or {}).get("response", {}).get("billed_usd_by_request") or []
-        return by_request[call.request] if call.request < len(by_request) else None
-
-    try:
-        yield billed
-    finally:
-        if cache is not None:
-            cache.close()
-
-
-def crash_settlement(calls: list[InFlightCall], billed: Billed | None) -> tuple[float, int]:
-    """What the requests a crash left in flight cost: each at what the provider billed where ``billed`` knows it,
-    else at its reserved maximum (it may have been billed, and spend must not under-report); and how many were
-    counted at their maximum."""
-    known = [billed(c) if billed is not None else None for c in calls]
-    return sum(c.usd if k is None else k for c, k in zip(calls, known, strict=True)), sum(k is None for k in known)
-
-
-def crash_note(root: str | Path, billed: Billed) -> str | None:
-    """What the driver says of the requests a crash left in flight (None: there were none)."""
-    calls = read_record(root).in_flight
-    if not calls:
-        return None
-    cost, at_maximum = crash_settlement(calls, billed)
-    return (f"{len(calls)} paid request(s) were in flight when the last invocation stopped: "
-            f"{len(calls) - at_maximum} counted at what the provider billed (their answers reached the cache), "
-            f"{at_maximum} at their reserved maximum (their answers were lost); ${cost:.4f} in all")
-
-
-def read_budget(root: str | Path, cap_usd: float | None, billed: Billed | None = None) -> BudgetRecord:
+def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
     """The batch's recorded spend, under this invocation's cap: a raised (or removed) cap clears ``reached``, and a
-    cap at or below what was spent is reached at once. Requests a crash left in flight are settled
-    (``crash_settlement``; without ``billed``, each at its maximum)."""
-    record = read_record(root)
-    spent = record.spent_usd + crash_settlement(record.in_flight, billed)[0]
+    cap at or below what was spent is reached at once."""
+    path = Path(root) / BUDGET_FILE
+    record = BudgetRecord()
+    if path.exists():
+        try:
+            record = BudgetRecord.model_validate_json(path.read_bytes())
+        except ValidationError as exc:
+            raise InputError(path, f"not a budget record: {exc.errors()[0]['msg']}",
+                             "restore it, or delete it to count this batch's spend from zero") from None
+    # Calls in flight at a crash were (or may have been) billed: spent at their reserved maximum.
+    spent = record.spent_usd + sum(record.in_flight_usd)
     reached = record.reached
     if cap_usd is None or (record.cap_usd is not None and cap_usd > record.cap_usd):
         reached = None
     if cap_usd is not None and spent >= cap_usd:
         reached = f"budget of ${cap_usd:g} reached: ${spent:.4f} spent by earlier invocations"
     return BudgetRecord(cap_usd=cap_usd, spent_usd=spent, reached=reached, updated=record.updated)
-
-
-def read_record(root: str | Path) -> BudgetRecord:
-    """budget.json as written (an empty record where there is none yet)."""
-    path = Path(root) / BUDGET_FILE
-    if not path.exists():
-        return BudgetRecord()
-    try:
-        return BudgetRecord.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        raise InputError(path, f"not a budget record: {exc.errors()[0]['msg']}",
-                         "restore it, or delete it to count this batch's spend from zero") from None
 
 
 def write_budget(root: str | Path, record: BudgetRecord) -> None:
@@ -146,9 +86,8 @@ class BudgetActor:
         rec = BudgetRecord.model_validate(record)
         self.root = root
         self.ledger = Ledger(rec.cap_usd, rec.spent_usd, rec.reached)
-        self.calls: dict[int, InFlightCall] = {}  # token → the request it holds for
 
-    def reserve(self, amount: float, call: dict[str, Any] | None = None) -> dict[str, Any]:
+    def reserve(self, amount: float) -> dict[str, Any]:
         """{"token": t}, {"token": None} (wait for calls in flight), or {"refused": why}, with the ledger's state."""
         # A refusal travels as a value: Ray would wrap a raised BudgetExhausted in its own error.
         was = self.ledger.reached
@@ -159,14 +98,11 @@ class BudgetActor:
                 self._persist()
             return {"refused": str(exc), **self.state()}
         if token:
-            self.calls[token] = InFlightCall.model_validate((call or {}) | {"usd": amount})
             self._persist()  # journaled before the request is sent: a crash from here on counts it
         return {"token": token, **self.state()}
 
     def settle(self, token: int | None, cost: float | None) -> dict[str, Any]:
         self.ledger.settle(token, cost)
-        if token:
-            del self.calls[token]
         if cost or token:
             self._persist()
         return self.state()
@@ -174,14 +110,14 @@ class BudgetActor:
     def state(self) -> dict[str, Any]:
         led = self.ledger
         return {"cap_usd": led.cap_usd, "spent_usd": led.spent_usd, "reserved_usd": led.reserved_usd,
-                "reached": led.reached, "in_flight": [c.model_dump() for c in self.calls.values()]}
+                "reached": led.reached, "in_flight_usd": list(led.held.values())}
 
     def _persist(self) -> None:
         if self.root is None:
             return
         led = self.ledger
         write_budget(self.root, BudgetRecord(cap_usd=led.cap_usd, spent_usd=led.spent_usd, reached=led.reached,
-                                             in_flight=list(self.calls.values())))
+                                             in_flight_usd=list(led.held.values())))
 
 
 class RayBudget(Budget):
@@ -196,11 +132,11 @@ class RayBudget(Budget):
         self.handle = handle
         self.ledger = Ledger(record.cap_usd, record.spent_usd, record.reached)  # a mirror: spent and reached only
 
-    async def _hold(self, amount: float, call: InFlightCall | None) -> int | None:
+    async def _hold(self, amount: float) -> int | None:
         if amount <= 0:
             self.check()
             return 0
-        reply = self._mirror(await self.handle.reserve.remote(amount, call.model_dump() if call else None))
+        reply = self._mirror(await self.handle.reserve.remote(amount))
         if "refused" in reply:
             raise BudgetExhausted(reply["refused"])
         return reply["token"]
@@ -218,7 +154,7 @@ class RayBudget(Budget):
         """Write the ledger now to ``root``'s budget.json, from the driver; returns its state."""
         state = self.snapshot()
         write_budget(root, BudgetRecord(cap_usd=state["cap_usd"], spent_usd=state["spent_usd"], reached=state["reached"],
-                                        in_flight=state["in_flight"]))
+                                        in_flight_usd=state["in_flight_usd"]))
         return state
 
     def _mirror(self, state: dict[str, Any]) -> dict[str, Any]:

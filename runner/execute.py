@@ -40,15 +40,7 @@ from madbench.gateway.secrets import redact, remember
 from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
 from madbench.results.provenance import Provenance
 from madbench.runner.batch import BatchSpec, RunSpec
-from madbench.runner.budget import (
-    BudgetRecord,
-    billed_in_cache,
-    crash_note,
-    read_budget,
-    start_budget,
-    stop_budget,
-    summary,
-)
+from madbench.runner.budget import read_budget, start_budget, stop_budget, summary
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
 from madbench.runner.dispatch import BUDGET_STOP, FINISHED, ActorPool, Dispatch, Work
 from madbench.runner.lock import ResultsLock, WriterGuard
@@ -523,14 +515,6 @@ def _collector_ready(ray, ready, quiet: bool) -> None:
              "its completion window (24 h at most, usually minutes), and progress moves as batches end", quiet)
 
 
-def _recorded_budget(root: Path, cap_usd: float | None, cache_dir: str, quiet: bool) -> BudgetRecord:
-    """What earlier invocations spent (budget.json), the requests a crash left in flight settled and said."""
-    with billed_in_cache(cache_dir) as billed:
-        if (note := crash_note(root, billed)) is not None:
-            _say(note, quiet)
-        return read_budget(root, cap_usd, billed)
-
-
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False, continue_past: bool = False,
               provenance: Provenance | None = None) -> dict[str, Any]:
@@ -548,9 +532,10 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         spec_json = spec.model_dump(mode="json") | {"cache_dir": str(Path(cache_dir).resolve())}
         if provenance is None or not todo:  # nothing runs now: the provenance of the runs is the earlier invocation's
             provenance = earlier_provenance(layout) or provenance
+        # One budget for the batch, across invocations: what earlier ones spent is in budget.json (runner/budget.py),
+        # read before the manifest says `running`: a budget.json it cannot read stops the command with nothing written.
+        record = read_budget(layout.root, spec.max_cost_usd)
         write_manifest(layout.root, spec_json, list(manifest_runs.values()), "running", provenance)
-        # One budget for the batch, across invocations: what earlier ones spent is in budget.json (runner/budget.py).
-        record = _recorded_budget(layout.root, spec.max_cost_usd, cache_dir, quiet)
         progress = Progress(len(todo), BatchLine(spec.max_cost_usd, record.spent_usd), enabled=not quiet)
         stats = {"runs": len(runs), "skipped": skipped, "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt,
                  "budget": summary(record.model_dump(), record.spent_usd)}

@@ -80,9 +80,10 @@ def ray_local():
 
     import ray
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    from madbench.runner.execute import WORKER_NICENESS
+    from madbench.runner.execute import LOCAL_RAY_CONFIG, WORKER_NICENESS
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 _system_config=LOCAL_RAY_CONFIG,  # no idle workers prestarted: the tests' work runs on actors
                  runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1]),
                                               WORKER_NICENESS: "0"}})  # as madbench's own Ray gives its actors
     yield ray

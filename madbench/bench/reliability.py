@@ -11,8 +11,9 @@ try's exit status, wall time and runs (failed, with a reason) are reported.
 ``kills``: a batch under a ``max_cost_usd`` cap whose driver is killed with SIGKILL ``kills`` times, each time a
 few calls after it started sending (so calls are in flight), then run to its end. What the provider billed (every
 answer it sent, priced at the model's list prices) is set against what the batch's ledger (budget.json) says it
-spent: the ledger may count a call killed in flight at its reserved maximum, so it never says less than the bill,
-and the bill never passes the cap.
+spent. The ledger journals each request before it goes out; one the budget actor could not settle before it went
+with its driver counts at its reserved maximum. So the ledger never says less than the bill, says more by what
+the requests lost at a kill could have cost beyond their bill, and the bill never passes the cap.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from typing import Any
 
 import yaml
 
+from madbench.data.errors import InputError
 from madbench.data.market.pack import SHARED_PAPER, resolve_pack_dir
 from madbench.data.paths import CONFIGS_DIR
 from madbench.gateway.providers.litellm_provider import token_cost
 from madbench.results import read_manifest
-from madbench.runner.budget import billed_in_cache, crash_settlement, read_budget, read_record
+from madbench.runner.budget import BUDGET_FILE, BudgetRecord, read_budget
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
 from madbench.sim.provider import SimConfig, SimProvider
 
@@ -81,7 +83,8 @@ def write_batch(folder: Path, fields: dict[str, Any]) -> Path:
     return path
 
 
-def _market_ids(n: int) -> list[str]:
+def _market_ids(n: int | None = None) -> list[str]:
+    """The first ``n`` scenario ids of configs/scenarios/market-35.yaml (all of them: None)."""
     scenarios = yaml.safe_load((CONFIGS_DIR / "scenarios" / "market-35.yaml").read_text())["scenarios"]
     return [s["id"] for s in scenarios[:n]]
 
@@ -120,8 +123,13 @@ def _try_ends(batch: Path, timeout_s: float) -> dict[str, Any]:
 def bench_ends(tries: int, blind: bool, load: int, timeout_s: float, pack: str | None, evidence: str | None,
                keep: str | None = None) -> dict[str, Any]:
     """Run the all-invalid batch ``tries`` times beside ``load`` busy processes (module docstring)."""
+    if keep is not None and Path(keep).exists() and (not Path(keep).is_dir() or any(Path(keep).iterdir())):
+        raise InputError("--keep", f"{keep} is not an empty directory: each try must start from nothing (an earlier "
+                         "try's results would be resumed)", "name a new or empty directory")
     pack_dir, evidence_dir = resolve_pack_dir(pack), Path(evidence) if evidence else SHARED_PAPER
     rows = []
+    if keep is not None:
+        Path(keep).mkdir(parents=True, exist_ok=True)
     with (contextlib.nullcontext(keep) if keep else tempfile.TemporaryDirectory()) as tmp, SimProvider() as sim, \
             cpu_load(load):
         for i in range(tries):
@@ -175,37 +183,43 @@ def _settle(sim: SimProvider, quiet_s: float = 3.0) -> None:
         time.sleep(quiet_s)
 
 
-def _after_kill(root: Path, cache_dir: Path, cap: float) -> dict[str, Any]:
-    """What the killed invocation left journaled in flight, and what the next one will count for it."""
-    in_flight = read_record(root).in_flight
-    with billed_in_cache(cache_dir) as billed:
-        cost, at_maximum = crash_settlement(in_flight, billed)
-        ledger = read_budget(root, cap, billed).spent_usd
-    return {"journaled_in_flight": len(in_flight), "answers_in_cache": len(in_flight) - at_maximum,
-            "counted_at_maximum": at_maximum, "in_flight_counted_usd": round(cost, 6), "ledger_usd": round(ledger, 6)}
+def _after_kill(root: Path, cap: float) -> dict[str, Any]:
+    """What the killed invocation left journaled in flight (counted at its maximum), and the ledger with it."""
+    path = root / BUDGET_FILE
+    in_flight = BudgetRecord.model_validate_json(path.read_bytes()).in_flight_usd if path.exists() else []
+    return {"left_in_flight": len(in_flight), "in_flight_counted_usd": round(sum(in_flight), 6),
+            "ledger_usd": round(read_budget(root, cap).spent_usd, 6)}
 
 
 def bench_kills(kills: int, cap: float, every: int, scenarios: int, pack: str | None,
                 latency_s: float = 0.5) -> dict[str, Any]:
     """Kill the capped batch's driver ``kills`` times, ``every`` requests into each invocation, then run it to its end."""
+    if not 1 <= scenarios <= (most := len(_market_ids())):
+        raise InputError("--runs", f"`kills` takes 1 to {most} scenarios of market-35, got {scenarios}",
+                         "give a count in that range")
     pack_dir = resolve_pack_dir(pack)
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, SimProvider(SimConfig(latency_median_s=latency_s, seed=7)) as sim:
         batch = priced_batch(Path(tmp), sim.url, cap, scenarios, pack_dir)
         root, log = Path(tmp) / "results" / "kills", Path(tmp) / "driver.log"
-        for _ in range(kills):
+        proc = None
+        try:
+            for _ in range(kills):
+                proc = start_driver(batch, log)
+                if not _wait_for_requests(sim, proc, every, timeout_s=600):
+                    rows.append({"killed": False, "exit": proc.returncode})
+                    break  # it ended (the cap, or every run done) before the kill
+                unanswered = sim.stats.requests - len(sim.stats.billed)
+                os.kill(proc.pid, signal.SIGKILL)  # the driver alone, as a crash would: its Ray is left to notice
+                proc.wait()
+                _settle(sim)
+                rows.append({"killed": True, "requests_unanswered_at_kill": unanswered, **_after_kill(root, cap),
+                             "billed_usd": round(billed_usd(sim), 6)})
             proc = start_driver(batch, log)
-            if not _wait_for_requests(sim, proc, every, timeout_s=600):
-                rows.append({"killed": False, "exit": proc.returncode})
-                break  # it ended (the cap, or every run done) before the kill
-            unanswered = sim.stats.requests - len(sim.stats.billed)
-            os.kill(proc.pid, signal.SIGKILL)  # the driver alone, as a crash would: its Ray is left to notice
-            proc.wait()
-            _settle(sim)
-            rows.append({"killed": True, "requests_unanswered_at_kill": unanswered, **_after_kill(root, Path(tmp) / "cache", cap),
-                         "billed_usd": round(billed_usd(sim), 6)})
-        proc = start_driver(batch, log)
-        rc = proc.wait(timeout=1800)
+            rc = proc.wait(timeout=1800)
+        finally:
+            if proc is not None and proc.poll() is None:
+                stop_group(proc)  # a timeout or an error here leaves no driver (and its Ray) behind
         _settle(sim)
         ledger = read_budget(root, cap)
         billed = billed_usd(sim)

@@ -211,21 +211,6 @@ HOLD_PATIENCE_S = 600.0
 HOLD_POLL_S = 0.25
 
 
-class InFlightCall(BaseModel):
-    """A paid request's reservation while it is in flight, as a batch's ledger journals it: its maximum cost and which
-    request it is, so that a resume after a crash settles it at what the provider billed when the call's answer
-    reached the response cache (``billed_usd_by_request`` in the cached entry), else at its maximum."""
-
-    model_config = ConfigDict(extra="forbid")
-    usd: float = Field(ge=0)
-    #: The gateway's cache key of the call (None: a reservation journaled before requests were named).
-    key: str | None = None
-    #: The model the call's answer is cached under (the one asked for, before any fallback).
-    model: str | None = None
-    #: The request's place among its call's paid requests: 0 the first, then each feedback retry and fallback.
-    request: int = Field(0, ge=0)
-
-
 class Budget:
     """The cost ceiling the gateway asks before each paid request: ``reserve`` its maximum cost, ``settle`` the
     reservation to what was billed, ``check`` before a call starts.
@@ -251,11 +236,10 @@ class Budget:
         """Raise ``BudgetExhausted`` once the cap is reached."""
         self.ledger.check()
 
-    async def reserve(self, amount: float, call: InFlightCall | None = None) -> int:
-        """A token for ``settle`` (0: nothing held), once ``amount`` fits beside the holds of the calls in flight.
-        ``call`` names the request, for a ledger that journals its reservations (``RayBudget``)."""
+    async def reserve(self, amount: float) -> int:
+        """A token for ``settle`` (0: nothing held), once ``amount`` fits beside the holds of the calls in flight."""
         deadline = time.monotonic() + HOLD_PATIENCE_S
-        while (token := await self._hold(amount, call)) is None:
+        while (token := await self._hold(amount)) is None:
             if time.monotonic() >= deadline:
                 raise BudgetExhausted(f"waited {HOLD_PATIENCE_S:g} s for calls in flight to settle, and a call of up to "
                                       f"${amount:.4f} still does not fit beside them under the budget of "
@@ -263,7 +247,7 @@ class Budget:
             await asyncio.sleep(HOLD_POLL_S)
         return token
 
-    async def _hold(self, amount: float, call: InFlightCall | None) -> int | None:
+    async def _hold(self, amount: float) -> int | None:
         with self._lock:
             return self.ledger.reserve(amount)
 

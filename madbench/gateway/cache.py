@@ -301,16 +301,6 @@ class ResponseCache:
         body = {**body, "key": key, "model": model, "stored_at": time.time()}
         self._store.add(key, encode_entry(body), tag=model)
 
-    def peek(self, key: str) -> dict[str, Any] | None:
-        """The entry under ``key``; None where there is none, or it is corrupt or another key's. Unlike ``get``,
-        counts nothing and drops nothing (a read-only cache may look)."""
-        try:
-            data = self._store.get(key)
-            body = None if data is None else decode_entry(data)
-        except CorruptEntry:
-            return None
-        return body if body is not None and body.get("key") == key else None
-
     def inspect(self, key: str) -> EntryState:
         """The state of the entry under ``key`` and its answer's hash; unlike ``get``, counts nothing and drops nothing."""
         try:

@@ -34,7 +34,7 @@ from typing import Any
 
 from madbench.data.errors import InputError
 
-from .accounting import Attempt, Budget, Completion, InFlightCall, Totals, max_tokens, total_cost
+from .accounting import Attempt, Budget, Completion, Totals, max_tokens, total_cost
 from .cache import ResponseCache, answer_sha256
 from .errors import CallCancelled, FatalProviderError, GatewayFailure, OutputInvalid, RateLimited, TransientError
 from .limiter import LimiterPool
@@ -163,14 +163,12 @@ class Gateway:
                              "were made with (--cache-dir), copied with them")
         self.budget.check()
         waited = 0.0
-        billed: list[float | None] = []  # what each request of this call billed, in order (InFlightCall.request)
         for candidate in [spec, *spec.fallbacks]:
             cand_spec, cand_provider = (spec, provider) if candidate is spec else self.prepare(as_spec(candidate))
             if candidate is not spec:
                 attempts.append(Attempt(model=cand_spec.model, kind="fallback", reason=f"moving to {cand_spec.model}"))
             try:
-                raw, value, rounds, w = await self._validated(request, cand_spec, cand_provider, validate, attempts,
-                                                              InFlightCall(usd=0.0, key=key, model=spec.model), billed)
+                raw, value, rounds, w = await self._validated(request, cand_spec, cand_provider, validate, attempts)
             except _Exhausted:
                 continue
             except (GatewayFailure, OutputInvalid) as exc:
@@ -192,8 +190,7 @@ class Gateway:
                     "content": raw.content, "model_used": raw.model_used, "model_served": raw.model_served,
                     "is_llm": cand_provider.is_llm,
                     "prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
-                    "cost_usd": completion.cost_usd, "weight_policy": completion.weight_policy,
-                    "billed_usd_by_request": billed}})
+                    "cost_usd": completion.cost_usd, "weight_policy": completion.weight_policy}})
             self._check_guard()  # paid and cached (a resumed run gets it free), but not handed to an orphan's trace
             return self._answered(completion, account)
         chain = " → ".join(as_spec(c).model for c in [spec, *spec.fallbacks])
@@ -246,13 +243,12 @@ class Gateway:
             overhead_s=time.perf_counter() - t0, attempts=attempts, weight_policy=resp["weight_policy"], value=value)
 
     async def _validated(self, request: LLMRequest, spec: ModelSpec, provider: Provider, validate: Validator,
-                         attempts: list[Attempt], call: InFlightCall, billed: list[float | None]) -> tuple[RawResponse, Any, int, float]:
+                         attempts: list[Attempt]) -> tuple[RawResponse, Any, int, float]:
         messages = list(request.messages)
         waited = 0.0
         for round_ in range(spec.retry.max_validation_retries + 1):
             raw, w = await self._reserved(request.model_copy(update={"messages": messages, "model": spec.model,
-                                                                     "api_base": spec.api_base}), spec, provider, attempts,
-                                          call, billed)
+                                                                     "api_base": spec.api_base}), spec, provider, attempts)
             waited += w
             try:
                 return raw, validate(raw.content, spec), round_, waited
@@ -265,18 +261,17 @@ class Gateway:
                             Message(role="user", content=FEEDBACK.format(error=exc))]
         raise AssertionError("unreachable")
 
-    async def _reserved(self, request: LLMRequest, spec: ModelSpec, provider: Provider, attempts: list[Attempt],
-                        call: InFlightCall, billed: list[float | None]) -> tuple[RawResponse, float]:
+    async def _reserved(self, request: LLMRequest, spec: ModelSpec, provider: Provider,
+                        attempts: list[Attempt]) -> tuple[RawResponse, float]:
         """``_call`` under a budget reservation of the request's maximum cost, settled to what its attempts billed
-        (429s and errors bill nothing; a model without a known price reserves and settles 0), which is appended to
-        ``billed``. The reservation names the request (``call``, at its place in ``billed``) for the batch's journal.
+        (429s and errors bill nothing; a model without a known price reserves and settles 0).
 
         Reserved per request sent, not per ``complete``: a feedback retry or a fallback model is a new request
         whose maximum is known only when it is made, and a call's whole chain would hold many times what it
         spends. Reserved before the limiter's queue, so a refusal holds no lease."""
         prompt, completion = max_tokens(request)
         reserved = spec_cost(provider, spec, prompt, completion) or 0.0
-        token = await self.budget.reserve(reserved, call.model_copy(update={"usd": reserved, "request": len(billed)}))
+        token = await self.budget.reserve(reserved)
         first = len(attempts)
         sent = {"sent": False}
         try:
@@ -284,20 +279,18 @@ class Gateway:
         except asyncio.CancelledError:
             # Cancelled with a request at the provider (a failed run stops its sibling turns): what it bills is never
             # reported to us, so it is settled at the maximum it was reserved for; spend never under-reports.
-            cost = reserved if sent["sent"] else total_cost(attempts[first:])[0]
+            billed = reserved if sent["sent"] else total_cost(attempts[first:])[0]
             if sent["sent"]:
                 attempts.append(Attempt(model=spec.model, kind="cancelled", prompt_tokens=prompt,
                                         completion_tokens=completion, cost_usd=reserved,
                                         reason="cancelled with the request at the provider (its run stopped): counted "
                                                "at its reserved maximum, as the provider's bill is never reported"))
-            await asyncio.shield(self.budget.settle(token, cost))
+            await asyncio.shield(self.budget.settle(token, billed))
             raise
         except BaseException:
-            billed.append(total_cost(attempts[first:])[0])
-            await self.budget.settle(token, billed[-1])
+            await self.budget.settle(token, total_cost(attempts[first:])[0])
             raise
-        billed.append(total_cost(attempts[first:])[0])
-        await self.budget.settle(token, billed[-1])
+        await self.budget.settle(token, total_cost(attempts[first:])[0])
         return answer
 
     async def _call(self, request: LLMRequest, spec: ModelSpec, provider: Provider, attempts: list[Attempt],

@@ -85,6 +85,16 @@ def test_a_results_dir_that_is_a_file_is_named(make_pack, tmp_path, capsys):
     assert blocker.read_text() == "a file, not a folder"
 
 
+def test_an_unreadable_budget_record_is_named_before_the_manifest_says_running(make_pack, tmp_path, capsys):
+    batch = small_batch(tmp_path, make_pack)
+    root = tmp_path / "results" / "t"
+    root.mkdir(parents=True)
+    (root / "budget.json").write_text('{"spent_usd": "a lot"}')
+    assert main(["run", str(batch), "--quiet"]) == 2
+    assert f"{root / 'budget.json'}: not a budget record" in one_line(capsys)
+    assert not (root / "manifest.json").exists()  # nothing half-written: no batch "running" without a driver
+
+
 # -- an unknown model provider
 
 
