@@ -127,6 +127,11 @@ def bench_ends(tries: int, blind: bool, load: int, timeout_s: float, pack: str |
         raise InputError("--keep", f"{keep} is not an empty directory: each try must start from nothing (an earlier "
                          "try's results would be resumed)", "name a new or empty directory")
     pack_dir, evidence_dir = resolve_pack_dir(pack), Path(evidence) if evidence else SHARED_PAPER
+    if not pack_dir.is_dir():
+        raise InputError("--pack", f"{pack_dir} is not a directory", "give a data pack's directory")
+    if blind and not (evidence_dir / "scenarios_35.yaml").is_file():
+        raise InputError("--evidence", f"{evidence_dir} holds no scenarios_35.yaml: --blind runs the paper's scenarios",
+                         "give the paper's evidence directory (../shared/data/paper)")
     rows = []
     if keep is not None:
         Path(keep).mkdir(parents=True, exist_ok=True)
