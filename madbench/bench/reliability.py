@@ -199,7 +199,8 @@ def _after_kill(root: Path, cap: float) -> dict[str, Any]:
 def bench_kills(kills: int, cap: float, every: int, scenarios: int, pack: str | None,
                 latency_s: float = 0.5) -> dict[str, Any]:
     """Kill the capped batch's driver ``kills`` times, ``every`` requests into each invocation, then run it to its end."""
-    if not 1 <= scenarios <= (most := len(_market_ids())):
+    most = len(_market_ids())
+    if not 1 <= scenarios <= most:
         raise InputError("--runs", f"`kills` takes 1 to {most} scenarios of market-35, got {scenarios}",
                          "give a count in that range")
     pack_dir = resolve_pack_dir(pack)

@@ -48,3 +48,17 @@ def test_bench_throughput_json_and_cache_replay(capsys):
 def test_bench_rejects_nonsense_counts(capsys):
     assert main(["bench", "throughput", "--runs", "0"]) == 2
     assert "--runs: must be ≥ 1" in capsys.readouterr().err
+
+
+def test_the_reliability_benchmarks_refuse_what_they_cannot_measure_before_any_try(tmp_path, make_pack, capsys):
+    pack = str(make_pack())
+    assert main(["bench", "kills", "--runs", "0", "--pack", pack]) == 2
+    assert "--runs: `kills` takes 1 to 35 scenarios of market-35, got 0" in capsys.readouterr().err
+    used = tmp_path / "kept"
+    used.mkdir()
+    (used / "try-00").mkdir()  # an earlier try's results would be resumed, not measured
+    assert main(["bench", "ends", "--keep", str(used), "--pack", pack]) == 2
+    assert "is not an empty directory" in capsys.readouterr().err
+    assert main(["bench", "ends", "--blind", "--evidence", str(tmp_path), "--pack", pack]) == 2
+    assert "holds no scenarios_35.yaml" in capsys.readouterr().err
+    assert main(["bench", "ends", "--tries", "0"]) == 2
