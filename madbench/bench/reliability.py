@@ -117,7 +117,7 @@ def _try_ends(batch: Path, timeout_s: float) -> dict[str, Any]:
             "state": read_manifest(root).state if runs else None, "runs": len(runs),
             "failed_with_reason": sum(r.status == "failed" and bool(r.error) for r in runs),
             "attempts": sorted({r.attempts for r in runs}), "pending": sum(r.status == "pending" for r in runs),
-            "log": str(batch.parent / "driver.log") if rc != EXIT_RUNS_FAILED else None}
+            "log": str(batch.parent / "driver.log")}
 
 
 def bench_ends(tries: int, blind: bool, load: int, timeout_s: float, pack: str | None, evidence: str | None,
@@ -130,7 +130,8 @@ def bench_ends(tries: int, blind: bool, load: int, timeout_s: float, pack: str |
     if not pack_dir.is_dir():
         raise InputError("--pack", f"{pack_dir} is not a directory", "give a data pack's directory")
     if blind and not (evidence_dir / "scenarios_35.yaml").is_file():
-        raise InputError("--evidence", f"{evidence_dir} holds no scenarios_35.yaml: --blind runs the paper's scenarios",
+        what = "holds no scenarios_35.yaml" if evidence_dir.is_dir() else "is not a directory"
+        raise InputError("--evidence", f"{evidence_dir} {what}: --blind runs the paper's scenarios",
                          "give the paper's evidence directory (../shared/data/paper)")
     rows = []
     if keep is not None:
