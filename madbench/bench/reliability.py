@@ -112,9 +112,10 @@ def _try_ends(batch: Path, timeout_s: float) -> dict[str, Any]:
         stop_group(proc)
         rc = None
     wall = time.monotonic() - t0
-    runs = read_manifest(root).runs if (root / "manifest.json").exists() else []
+    manifest = read_manifest(root) if (root / "manifest.json").exists() else None
+    runs = manifest.runs if manifest is not None else []
     return {"exit": rc, "wall_s": round(wall, 1), "load_1min": round(os.getloadavg()[0], 1),
-            "state": read_manifest(root).state if runs else None, "runs": len(runs),
+            "state": manifest.state if manifest is not None else None, "runs": len(runs),
             "failed_with_reason": sum(r.status == "failed" and bool(r.error) for r in runs),
             "attempts": sorted({r.attempts for r in runs}), "pending": sum(r.status == "pending" for r in runs),
             "log": str(batch.parent / "driver.log")}

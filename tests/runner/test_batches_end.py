@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from madbench.bench.reliability import cpu_load as busy_processes
 from madbench.gateway import Gateway, LLMRequest, Message, ModelSpec
 from madbench.gateway.limiter import AsyncLimiter, LimiterPool
 from madbench.gateway.providers.base import RawResponse
@@ -109,11 +108,8 @@ def _invalid_batch(tmp_path: Path, pack: Path, api_base: str, retries: int, conf
 @pytest.fixture
 def cpu_load():
     """Busy loops on half the cores for the test's length: the hang showed on a loaded machine, in 4 tries of 7."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(1, (os.cpu_count() or 2) // 2))]
-    yield
-    for hog in hogs:
-        hog.kill()
-        hog.wait()
+    with busy_processes(max(1, (os.cpu_count() or 2) // 2)):
+        yield
 
 
 @pytest.mark.slow
