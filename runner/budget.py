@@ -10,11 +10,16 @@ what was billed. A reservation waits while spent plus every hold plus its own wo
 together, and the batch stops only when the next call cannot fit.
 
 Persistence: the actor rewrites budget.json (atomically) after every reservation and settlement and when it first
-refuses a reservation; the reservations not yet settled are journaled in it (``in_flight_usd``). A crash (kill -9 of
-the driver takes the actor with it) leaves those there, and the next invocation counts each as spent at its maximum
-cost (``read_budget``): the spend never under-reports, and the cap holds across crashes. A driver joined through the Ray client keeps its results
-directory on its own machine, where the actor (on the head) cannot write: there the driver writes budget.json
-itself (``persist``) every few seconds and at the end, so a crash loses at most those seconds' spend.
+refuses a reservation; the reservations not yet settled are journaled in it (``in_flight_usd``, by call id). A
+crash (kill -9 of the driver) leaves those there. The runner actor that made a call also appends what it billed to
+``budget-settled.jsonl`` as it settles, before it tells the ledger: an actor outlives its killed driver for a few
+seconds, so a call in flight at the kill usually gets its answer and its line, though no ledger is left to tell. The
+next invocation counts each call left in flight at what its line says it billed and, where there is none (the
+answer never came, or the actor cannot see the results directory), at its reserved maximum: the spend never
+under-reports, the cap holds across crashes, and it matches the provider's bill when the answers came
+(``madbench bench kills`` measures both). A driver joined through the Ray client keeps its results directory on its
+own machine, where the actor (on the head) cannot write: there the driver writes budget.json itself (``persist``)
+every few seconds and at the end, so a crash loses at most those seconds' spend.
 
 Re-running the same command continues from the recorded spend. A batch stopped at its cap stays stopped while
 the cap is not raised: the driver runs nothing and says so. Raising ``max_cost_usd`` (or removing it) continues.
@@ -23,18 +28,22 @@ the cap is not raised: the driver runs nothing and says so. Raising ``max_cost_u
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError
 from madbench.gateway.accounting import Budget, Ledger
-from madbench.gateway.errors import BudgetExhausted
+from madbench.gateway.errors import BudgetExhausted, DriverGone
 from madbench.results.layout import BUDGET as BUDGET_FILE
+from madbench.results.layout import BUDGET_SETTLED
+from madbench.runner.lock import WriterGuard
 
 
 class BudgetRecord(BaseModel):
@@ -45,11 +54,23 @@ class BudgetRecord(BaseModel):
     spent_usd: float = Field(0.0, ge=0)
     #: Why an invocation stopped at this cap (a call that could not fit); None while calls may go on.
     reached: str | None = None
-    #: The reservations (maximum costs) of the paid calls in flight when this was written: journaled before each
-    #: request is sent, removed when it settles. A crash leaves them here, and the next invocation counts each as
-    #: spent at its maximum: what the provider billed for it is never reported, and spend must not under-report.
-    in_flight_usd: list[float] = Field(default_factory=list)
+    #: The reservations (maximum costs) of the paid calls in flight when this was written, by call id
+    #: (``<invocation>-<n>``): journaled before each request is sent, removed when it settles. A crash leaves them
+    #: here, and the next invocation counts each at what ``budget-settled.jsonl`` says it billed, else at its maximum.
+    in_flight_usd: dict[str, float] = Field(default_factory=dict)
     updated: str = ""
+    #: Set by ``read_budget`` (never written): how the calls a crash left in flight were counted, for the user.
+    _crash_note: str | None = PrivateAttr(None)
+
+    @property
+    def crash_note(self) -> str | None:
+        return self._crash_note
+
+    @field_validator("in_flight_usd", mode="before")
+    @classmethod
+    def _unnamed(cls, value: Any) -> Any:
+        # An earlier madbench journaled bare maxima, which no settlement line can name: each counts at its maximum.
+        return {f"unnamed-{i}": v for i, v in enumerate(value)} if isinstance(value, list) else value
 
 
 def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
@@ -63,14 +84,56 @@ def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
         except ValidationError as exc:
             raise InputError(path, f"not a budget record: {exc.errors()[0]['msg']}",
                              "restore it, or delete it to count this batch's spend from zero") from None
-    # Calls in flight at a crash were (or may have been) billed: spent at their reserved maximum.
-    spent = record.spent_usd + sum(record.in_flight_usd)
+    # Calls in flight at a crash were (or may have been) billed: at what their actors saw billed, else their maximum.
+    billed = read_settlements(path.parent / BUDGET_SETTLED, set(record.in_flight_usd))
+    spent = record.spent_usd + sum(billed.get(call, most) for call, most in record.in_flight_usd.items())
     reached = record.reached
     if cap_usd is None or (record.cap_usd is not None and cap_usd > record.cap_usd):
         reached = None
     if cap_usd is not None and spent >= cap_usd:
         reached = f"budget of ${cap_usd:g} reached: ${spent:.4f} spent by earlier invocations"
-    return BudgetRecord(cap_usd=cap_usd, spent_usd=spent, reached=reached, updated=record.updated)
+    read = BudgetRecord(cap_usd=cap_usd, spent_usd=spent, reached=reached, updated=record.updated)
+    if record.in_flight_usd:
+        left = len(record.in_flight_usd) - len(billed)
+        read._crash_note = (f"{len(record.in_flight_usd)} paid call(s) were in flight when the last driver stopped: "
+                            f"{len(billed)} counted at what they billed, {left} at their reserved maximum "
+                            f"(${sum(v for c, v in record.in_flight_usd.items() if c not in billed):.4f}: their answers "
+                            "never came back)")
+    return read
+
+
+def read_settlements(path: Path, calls: set[str]) -> dict[str, float]:
+    """What ``budget-settled.jsonl`` says each of ``calls`` billed. Its last line may be cut short by a kill (the
+    append it was): that call has no settlement, and counts at its maximum. Any other unreadable line is an error."""
+    if not calls or not path.exists():
+        return {}
+    lines = path.read_bytes().split(b"\n")
+    billed: dict[str, float] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            call, cost = str(entry["call"]), float(entry["cost_usd"])
+        except (ValueError, KeyError, TypeError):
+            if number == len(lines):  # no newline after it: an append cut short
+                continue
+            raise InputError(path, f"line {number} is not a settlement ({line[:80]!r})",
+                             "restore the file, or delete it to count the calls a crash left in flight at their "
+                             "reserved maximum") from None
+        if call in calls:
+            billed[call] = cost
+    return billed
+
+
+def append_settlement(path: Path, call: str, cost_usd: float | None) -> None:
+    """One line, in one ``write`` to a file opened for appending: the runner actors of a node append side by side."""
+    line = json.dumps({"call": call, "cost_usd": cost_usd or 0.0}) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 def write_budget(root: str | Path, record: BudgetRecord) -> None:
@@ -81,10 +144,14 @@ def write_budget(root: str | Path, record: BudgetRecord) -> None:
 class BudgetActor:
     """The batch's ledger, in one Ray actor (one call at a time), persisted to budget.json as it changes."""
 
-    def __init__(self, root: str | None, record: dict[str, Any]):
-        """``root``: the results directory it persists to; None when the driver persists (``RayBudget.persist``)."""
+    def __init__(self, root: str | None, record: dict[str, Any], invocation: str, holder: str | None = None):
+        """``root``: the results directory it persists to; None when the driver persists (``RayBudget.persist``).
+        ``holder``: the lock line of the driver that started it; once another driver (or none) holds the lock, this
+        actor, outliving a killed driver, writes nothing more (the next driver's record is not overwritten)."""
         rec = BudgetRecord.model_validate(record)
         self.root = root
+        self.invocation = invocation
+        self.guard = WriterGuard(root, holder) if root is not None and holder is not None else None
         self.ledger = Ledger(rec.cap_usd, rec.spent_usd, rec.reached)
 
     def reserve(self, amount: float) -> dict[str, Any]:
@@ -110,14 +177,24 @@ class BudgetActor:
     def state(self) -> dict[str, Any]:
         led = self.ledger
         return {"cap_usd": led.cap_usd, "spent_usd": led.spent_usd, "reserved_usd": led.reserved_usd,
-                "reached": led.reached, "in_flight_usd": list(led.held.values())}
+                "reached": led.reached, "in_flight_usd": {call_id(self.invocation, t): v for t, v in led.held.items()}}
 
     def _persist(self) -> None:
         if self.root is None:
             return
-        led = self.ledger
-        write_budget(self.root, BudgetRecord(cap_usd=led.cap_usd, spent_usd=led.spent_usd, reached=led.reached,
-                                             in_flight_usd=list(led.held.values())))
+        if self.guard is not None:
+            try:
+                self.guard()
+            except DriverGone:
+                return  # its driver is gone: the settlements its actors journal are read by the next one
+        state = self.state()
+        write_budget(self.root, BudgetRecord(cap_usd=state["cap_usd"], spent_usd=state["spent_usd"],
+                                             reached=state["reached"], in_flight_usd=state["in_flight_usd"]))
+
+
+def call_id(invocation: str, token: int) -> str:
+    """A reservation's name in budget.json and budget-settled.jsonl, unique across invocations."""
+    return f"{invocation}-{token}"
 
 
 class RayBudget(Budget):
@@ -128,9 +205,17 @@ class RayBudget(Budget):
     leave the process, so a batch of rule-based models makes no call to the actor. ``Budget.reserve`` does the
     waiting. Picklable: the driver hands one to each runner actor."""
 
-    def __init__(self, handle, record: BudgetRecord):
+    def __init__(self, handle, record: BudgetRecord, invocation: str):
         self.handle = handle
+        self.invocation = invocation
         self.ledger = Ledger(record.cap_usd, record.spent_usd, record.reached)  # a mirror: spent and reached only
+        #: Where this process appends what each of its calls billed (``journal_settlements``); None: nowhere.
+        self.settled_path: Path | None = None
+
+    def journal_settlements(self, root: str | Path) -> None:
+        """Append each settlement to ``root``'s budget-settled.jsonl too: for a runner actor that sees the results
+        directory, so that a call answered after its driver was killed is counted at what it billed."""
+        self.settled_path = Path(root) / BUDGET_SETTLED
 
     async def _hold(self, amount: float) -> int | None:
         if amount <= 0:
@@ -142,6 +227,8 @@ class RayBudget(Budget):
         return reply["token"]
 
     async def settle(self, token: int | None, cost: float | None) -> None:
+        if token and self.settled_path is not None:
+            append_settlement(self.settled_path, call_id(self.invocation, token), cost)  # first: the ledger may be gone
         if token or cost:
             self._mirror(await self.handle.settle.remote(token, cost))
 
@@ -162,19 +249,24 @@ class RayBudget(Budget):
         return state
 
 
-def start_budget(ray, root: str | Path, record: BudgetRecord, actor_writes: bool = True) -> RayBudget:
-    """Write ``record`` to budget.json and start the batch's ``BudgetActor`` on this (the driver's) node, where the
-    results directory is writable, unless the driver is off the cluster (``actor_writes`` False: a Ray client's
-    results are on its own machine, and the driver persists them); returns the ``RayBudget`` for the runner actors."""
+def start_budget(ray, root: str | Path, record: BudgetRecord, actor_writes: bool = True,
+                 holder: str | None = None) -> RayBudget:
+    """Write ``record`` (``read_budget``'s, the crash's calls in flight counted in it) to budget.json and start the
+    batch's ``BudgetActor`` on this (the driver's) node, where the results directory is writable, unless the driver
+    is off the cluster (``actor_writes`` False: a Ray client's results are on its own machine, and the driver
+    persists them); returns the ``RayBudget`` for the runner actors. ``holder``: this driver's lock line."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     write_budget(root, record)  # from the driver first: a directory it cannot write fails here, plainly
+    # Counted in the record now: its lines (and any an orphaned actor of the crash appends later) name no call in flight.
+    (Path(root) / BUDGET_SETTLED).unlink(missing_ok=True)
+    invocation = uuid.uuid4().hex[:12]
     here = ray.get_runtime_context().get_node_id()
     name = f"madbench-budget-{os.getpid()}-{hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:12]}"
     cls = ray.remote(num_cpus=0, max_restarts=0)(BudgetActor)
     handle = cls.options(name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote(
-        str(root) if actor_writes else None, record.model_dump())
-    budget = RayBudget(handle, record)
+        str(root) if actor_writes else None, record.model_dump(), invocation, holder)
+    budget = RayBudget(handle, record, invocation)
     budget.snapshot()  # up and answering before any runner actor asks it
     return budget
 

@@ -40,7 +40,7 @@ from madbench.gateway.secrets import redact, remember
 from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
 from madbench.results.provenance import Provenance
 from madbench.runner.batch import BatchSpec, RunSpec
-from madbench.runner.budget import read_budget, start_budget, stop_budget, summary
+from madbench.runner.budget import RayBudget, read_budget, start_budget, stop_budget, summary
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
 from madbench.runner.dispatch import BUDGET_STOP, FINISHED, ActorPool, Dispatch, Work
 from madbench.runner.lock import ResultsLock, WriterGuard
@@ -94,6 +94,8 @@ class RunnerActor:
             self.guard = WriterGuard(root, holder)
             self.layout = BatchLayout(root)
             self.layout.guard = self.guard
+            if isinstance(budget, RayBudget):
+                budget.journal_settlements(root)  # what a call in flight at a kill billed outlives the driver
         self.cache = cache.open(self.node_id, ctx.get_actor_id())
         # Provider batch mode (a collector given): litellm-routed calls wait for the batch's collector.
         self.gateway = build_gateway(cache=self.cache, budget=budget, guard=self.guard, collector=collector)
@@ -535,6 +537,8 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         # One budget for the batch, across invocations: what earlier ones spent is in budget.json (runner/budget.py),
         # read before the manifest says `running`: a budget.json it cannot read stops the command with nothing written.
         record = read_budget(layout.root, spec.max_cost_usd)
+        if record.crash_note and not quiet:
+            print(f"madbench: {record.crash_note}", file=sys.stderr, flush=True)
         write_manifest(layout.root, spec_json, list(manifest_runs.values()), "running", provenance)
         progress = Progress(len(todo), BatchLine(spec.max_cost_usd, record.spent_usd), enabled=not quiet)
         stats = {"runs": len(runs), "skipped": skipped, "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt,
@@ -547,7 +551,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             if provenance is not None:
                 provenance = provenance.model_copy(update={"cluster": cluster_shape(ray)})
             off_cluster = ray_client(address)  # the results are on this machine: the budget is written from here
-            budget = start_budget(ray, layout.root, record, actor_writes=not off_cluster)
+            budget = start_budget(ray, layout.root, record, actor_writes=not off_cluster, holder=lock.holder)
             cache = start_cache(ray, cache_dir, cluster_cache)
             batches = spec.provider_batches
             collector, ready = start_collector(ray, layout.root, lock.holder, batches) if batches else (None, None)

@@ -71,8 +71,9 @@ def register(sub) -> None:
     p.add_argument("--keep", metavar="DIR", help="`ends`: keep each try's batch, results and driver log under DIR")
     p.add_argument("--kills", type=number(int, ge=1, le=100), default=6, help="`kills`: SIGKILLs of the driver (default 6)")
     p.add_argument("--cap", type=number(gt=0, le=100), default=0.02, help="`kills`: the batch's max_cost_usd (default 0.02)")
-    p.add_argument("--every", type=number(int, ge=1), default=3,
-                   help="`kills`: requests into each invocation at which its driver is killed (default 3)")
+    p.add_argument("--every", type=number(int, ge=1), default=1,
+                   help="`kills`: requests into each invocation at which its driver is killed (default 1: its first "
+                        "phase's calls are in flight, and each invocation spends little of the cap)")
     add_pack_args(p)
     p.set_defaults(func=_run)
 

@@ -11,9 +11,10 @@ try's exit status, wall time and runs (failed, with a reason) are reported.
 ``kills``: a batch under a ``max_cost_usd`` cap whose driver is killed with SIGKILL ``kills`` times, each time a
 few calls after it started sending (so calls are in flight), then run to its end. What the provider billed (every
 answer it sent, priced at the model's list prices) is set against what the batch's ledger (budget.json) says it
-spent. The ledger journals each request before it goes out; one the budget actor could not settle before it went
-with its driver counts at its reserved maximum. So the ledger never says less than the bill, says more by what
-the requests lost at a kill could have cost beyond their bill, and the bill never passes the cap.
+spent. The ledger journals each request before it goes out; the runner actor that sent it appends what it billed
+once the answer comes (it outlives its killed driver for a few seconds), and a request with no such line (its
+answer never came) counts at its reserved maximum. So the ledger never says less than the bill, says more only by
+what requests cut off at a kill could have cost beyond their bill, and the bill never passes the cap.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from madbench.data.market.pack import SHARED_PAPER, resolve_pack_dir
 from madbench.data.paths import CONFIGS_DIR
 from madbench.gateway.providers.litellm_provider import token_cost
 from madbench.results import read_manifest
-from madbench.runner.budget import BUDGET_FILE, BudgetRecord, read_budget
+from madbench.runner.budget import BUDGET_FILE, BUDGET_SETTLED, BudgetRecord, read_budget, read_settlements
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
 from madbench.sim.provider import SimConfig, SimProvider
 
@@ -191,10 +192,13 @@ def _settle(sim: SimProvider, quiet_s: float = 3.0) -> None:
 
 
 def _after_kill(root: Path, cap: float) -> dict[str, Any]:
-    """What the killed invocation left journaled in flight (counted at its maximum), and the ledger with it."""
+    """What the killed invocation left journaled in flight (each counted at what its actor saw billed after the kill,
+    else its maximum), and the ledger with it."""
     path = root / BUDGET_FILE
-    in_flight = BudgetRecord.model_validate_json(path.read_bytes()).in_flight_usd if path.exists() else []
-    return {"left_in_flight": len(in_flight), "in_flight_counted_usd": round(sum(in_flight), 6),
+    in_flight = BudgetRecord.model_validate_json(path.read_bytes()).in_flight_usd if path.exists() else {}
+    billed = read_settlements(root / BUDGET_SETTLED, set(in_flight))
+    return {"left_in_flight": len(in_flight), "answered_after_kill": len(billed),
+            "in_flight_counted_usd": round(sum(billed.get(c, v) for c, v in in_flight.items()), 6),
             "ledger_usd": round(read_budget(root, cap).spent_usd, 6)}
 
 

@@ -66,6 +66,11 @@ class _Exhausted(Exception):
     """This model gave up (rate limits or provider errors); try the next one in the chain."""
 
 
+#: How long a call cancelled with its request at the provider waits for the answer, to count it at what it billed
+#: rather than at its reserved maximum (a failed run's report waits that long at most for its sibling turns).
+CANCELLED_ANSWER_PATIENCE_S = 15.0
+
+
 class Gateway:
     def __init__(self, cache: ResponseCache | None = None, limiters: LimiterPool | None = None,
                  budget: Budget | None = None, use_cache: bool = True, guard: Callable[[], None] | None = None,
@@ -273,19 +278,20 @@ class Gateway:
         reserved = spec_cost(provider, spec, prompt, completion) or 0.0
         token = await self.budget.reserve(reserved)
         first = len(attempts)
-        sent = {"sent": False}
+        sent = {"sent": False, "answered": False}
         try:
             answer = await self._call(request, spec, provider, attempts, sent)
         except asyncio.CancelledError:
-            # Cancelled with a request at the provider (a failed run stops its sibling turns): what it bills is never
-            # reported to us, so it is settled at the maximum it was reserved for; spend never under-reports.
-            billed = reserved if sent["sent"] else total_cost(attempts[first:])[0]
-            if sent["sent"]:
+            # Cancelled with a request at the provider (a failed run stops its sibling turns): ``_answer`` waited for
+            # its answer and recorded what it billed. One whose answer never came is settled at the maximum it was
+            # reserved for, as its bill is never reported to us: spend never under-reports.
+            unknown = sent["sent"] and not sent["answered"]
+            if unknown:
                 attempts.append(Attempt(model=spec.model, kind="cancelled", prompt_tokens=prompt,
                                         completion_tokens=completion, cost_usd=reserved,
-                                        reason="cancelled with the request at the provider (its run stopped): counted "
-                                               "at its reserved maximum, as the provider's bill is never reported"))
-            await asyncio.shield(self.budget.settle(token, billed))
+                                        reason="cancelled with the request at the provider and no answer came: "
+                                               "counted at its reserved maximum, as its bill is never reported"))
+            await asyncio.shield(self.budget.settle(token, reserved if unknown else total_cost(attempts[first:])[0]))
             raise
         except BaseException:
             await self.budget.settle(token, total_cost(attempts[first:])[0])
@@ -320,7 +326,7 @@ class Gateway:
                     sent["sent"] = True
                     self.requests += provider.is_llm or provider.cacheable
                     self.activity[party] += 1
-                    raw = _scrubbed(await provider.complete(request, spec))
+                    raw = _scrubbed(await self._answer(request, spec, provider, attempts, sent, start))
                     self.activity[party] += 1
                 except (RateLimited, TransientError) as exc:
                     self.activity[party] += 1
@@ -356,6 +362,34 @@ class Gateway:
                 raise
             attempts.append(self._answer_attempt(spec, provider, raw, latency))
             return raw, waited
+
+    async def _answer(self, request: LLMRequest, spec: ModelSpec, provider: Provider, attempts: list[Attempt],
+                      sent: dict[str, bool], start: float) -> RawResponse:
+        """The provider's answer to ``request``, sent now. A caller cancelled while the request is at the provider (a
+        failed run stops its sibling turns, as does an orphaned actor's run at its guard) still waits for the
+        answer, which the provider bills whether or not it is read: it is recorded as a cancelled attempt at what it
+        billed (``sent["answered"]``), and the cancellation goes on. One whose answer does not come within
+        ``CANCELLED_ANSWER_PATIENCE_S`` (or an error, or a second cancellation) is left to ``_reserved`` to count at
+        its maximum."""
+        call = asyncio.ensure_future(provider.complete(request, spec))
+        try:
+            return await asyncio.shield(call)
+        except asyncio.CancelledError:
+            if call.cancelled():  # the request itself was cancelled, not only its caller: no answer will come
+                raise
+            try:
+                done, _ = await asyncio.wait({call}, timeout=CANCELLED_ANSWER_PATIENCE_S)
+                raw = call.result() if done else None
+            except BaseException:
+                raw = None
+            if raw is None:
+                call.cancel()
+                raise asyncio.CancelledError() from None
+            attempts.append(self._answer_attempt(spec, provider, raw, time.perf_counter() - start).model_copy(
+                update={"kind": "cancelled", "reason": "cancelled with the request at the provider: its answer was "
+                                                       "waited for and counted at what it billed, then dropped"}))
+            sent["answered"] = True
+            raise
 
     def _pause(self, spec: ModelSpec, kind: str, retry_after: float | None, tries: dict[str, int], bounds: dict[str, int],
                first_transient: float | None) -> tuple[float, bool, float | None]:

@@ -9,6 +9,7 @@ A batch (``madbench run``):
     <root>/{runs,rounds,calls}.parquet   concatenated parts (rebuilt, never appended to)
     <root>/scores/<label>/<run>.parquet  re-scoring, one part per run; failures under <label>/failed/<run>.json
     <root>/budget.json, <root>/.lock     the batch's spend; the lock its one writer holds
+    <root>/budget-settled.jsonl          what each paid call billed, appended by the actor that made it (read after a crash)
     <root>/leakage_audit/                a batch's leakage audit (``leakage_audit:``): residue, identify, audit.json
 
 Single debates (``madbench debate --out``): ``<out>/<run>/trace.jsonl`` and ``<out>/<run>/result.json``.
@@ -27,6 +28,9 @@ AGREEMENT = "agreement.parquet"
 AUDIT_AGREEMENT = "audit_agreement.parquet"
 MANIFEST = "manifest.json"
 BUDGET = "budget.json"
+#: One line per settled paid call, appended by the runner actor that made it: what a call in flight at a crash
+#: was billed, for the next invocation (runner/budget.py).
+BUDGET_SETTLED = "budget-settled.jsonl"
 #: A batch's leakage audit before its debates (runner/leakage_gate.py): its tables, and audit.json written last.
 LEAKAGE_AUDIT = "leakage_audit"
 #: A sequential batch's looks and its decision (eval/stats/sequential_record.py).
@@ -66,6 +70,10 @@ class BatchDirs:
     @property
     def budget(self) -> Path:
         return self.root / BUDGET
+
+    @property
+    def budget_settled(self) -> Path:
+        return self.root / BUDGET_SETTLED
 
     @property
     def lock(self) -> Path:

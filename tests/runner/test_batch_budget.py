@@ -30,8 +30,10 @@ from madbench.gateway import (
     ResponseCache,
     accounting,
 )
+from madbench.gateway import gateway as gateway_module
 from madbench.gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
 from madbench.gateway.errors import CallCancelled
+from madbench.gateway.providers.litellm_provider import token_cost
 from madbench.results import ManifestRun, write_manifest
 from madbench.runner.budget import BUDGET_FILE, BudgetRecord, read_budget, start_budget, stop_budget, write_budget
 from madbench.runner.cli import main
@@ -295,12 +297,11 @@ def test_a_resumed_run_records_what_its_earlier_attempts_paid(make_pack, tmp_pat
     assert paid_cost(read_trace(layout.trace_path(again.run_id)).typed()) == pytest.approx(paid_in_traces(layout.root))
 
 
-def test_a_call_cancelled_at_the_provider_is_counted_at_its_maximum_in_the_budget_and_in_its_attempts(tmp_path):
-    # A failed run cancels its sibling turns; the provider may bill a request it already holds, and never says how
-    # much, so the budget keeps its reservation: the attempts the trace records carry that same amount.
+def _cancel_at_the_provider(latency_s: float) -> tuple[CallCancelled, Budget, SimProvider]:
+    """A call cancelled (as a failed run cancels its sibling turns) once its request is at the provider."""
     budget = Budget(1.0)
     request = LLMRequest(model=PRICED, messages=[Message(role="user", content="allocate")], max_tokens=200)
-    with SimProvider(SimConfig(latency_median_s=30.0, latency_sigma=0.0)) as sim:
+    with SimProvider(SimConfig(latency_median_s=latency_s, latency_sigma=0.0)) as sim:
         gateway = build_gateway(budget=budget)
         spec = ModelSpec(model=PRICED, api_base=sim.url, send_context=True)
 
@@ -313,7 +314,25 @@ def test_a_call_cancelled_at_the_provider_is_counted_at_its_maximum_in_the_budge
                 await task
             return cancelled.value
 
-        cancelled = asyncio.run(scenario())
+        return asyncio.run(scenario()), budget, sim
+
+
+def test_a_call_cancelled_at_the_provider_is_counted_at_what_it_billed_when_its_answer_comes():
+    # The provider bills a request it holds whether or not its answer is read: the cancelled call waits for it.
+    cancelled, budget, sim = _cancel_at_the_provider(latency_s=1.0)
+    (attempt,) = [a for a in cancelled.attempts if a["kind"] == "cancelled"]
+    (model, prompt, completion, cached) = sim.stats.billed[0]
+    assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (prompt, completion)
+    assert attempt["cost_usd"] == pytest.approx(token_cost(PRICED, prompt, completion, cached_tokens=cached))
+    assert budget.spent_usd == pytest.approx(attempt["cost_usd"]) and budget.ledger.held == {}
+
+
+def test_a_call_cancelled_at_the_provider_is_counted_at_its_maximum_when_no_answer_comes(monkeypatch):
+    # The provider may bill a request it holds and never says how much: the budget keeps its reservation, and the
+    # attempts the trace records carry that same amount.
+    monkeypatch.setattr(gateway_module, "CANCELLED_ANSWER_PATIENCE_S", 0.5)
+    cancelled, budget, _ = _cancel_at_the_provider(latency_s=30.0)
     (attempt,) = [a for a in cancelled.attempts if a["kind"] == "cancelled"]
     assert attempt["cost_usd"] > 0 and budget.spent_usd == pytest.approx(attempt["cost_usd"])
     assert budget.spent_usd == pytest.approx(sum(a["cost_usd"] or 0 for a in cancelled.attempts))
+    assert "no answer came" in attempt["reason"]

@@ -14,11 +14,21 @@ import pytest
 import yaml
 
 from madbench.bench.reliability import cpu_load as busy_processes
+from madbench.data.errors import InputError
 from madbench.gateway import Gateway, LLMRequest, Message, ModelSpec
+from madbench.gateway import gateway as gateway_module
 from madbench.gateway.limiter import AsyncLimiter, LimiterPool
 from madbench.gateway.providers.base import RawResponse
 from madbench.results import read_manifest
-from madbench.runner.budget import BUDGET_FILE, BudgetRecord, read_budget, start_budget, stop_budget
+from madbench.runner.budget import (
+    BUDGET_FILE,
+    BUDGET_SETTLED,
+    BudgetRecord,
+    read_budget,
+    read_settlements,
+    start_budget,
+    stop_budget,
+)
 from madbench.runner.cli import main
 from madbench.runner.dispatch import ActorPool, Dispatch, Work
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
@@ -63,7 +73,8 @@ class Hanging:
         raise AssertionError("unreachable")
 
 
-def test_a_call_cancelled_at_the_provider_hands_back_its_limiter_lease():
+def test_a_call_cancelled_at_the_provider_hands_back_its_limiter_lease(monkeypatch):
+    monkeypatch.setattr(gateway_module, "CANCELLED_ANSWER_PATIENCE_S", 0.2)  # the answer never comes
     spec = ModelSpec(model="hang/x", limits={"max_concurrency": 1})
     gateway = Gateway(limiters=LimiterPool(use_ray=False))
     gateway.providers.for_model = lambda model: Hanging()
@@ -274,18 +285,68 @@ def test_calls_in_flight_at_a_crash_are_counted_at_their_reserved_maximum(tmp_pa
 
     asyncio.run(in_flight())
     written = json.loads((root / BUDGET_FILE).read_text())  # journaled before the requests went out
-    assert written["spent_usd"] == pytest.approx(0.02) and sorted(written["in_flight_usd"]) == pytest.approx([0.2, 0.3])
+    assert written["spent_usd"] == pytest.approx(0.02)
+    assert sorted(written["in_flight_usd"].values()) == pytest.approx([0.2, 0.3])
     ray_local.kill(budget.handle)  # kill -9: nothing settles
     resumed = read_budget(root, 1.0)
-    assert resumed.spent_usd == pytest.approx(0.52) and resumed.in_flight_usd == []
+    assert resumed.spent_usd == pytest.approx(0.52) and resumed.in_flight_usd == {}
     assert read_budget(root, 0.5).reached  # the cap holds: what the crash may have spent counts against it
     again = start_budget(ray_local, root, resumed)  # the next invocation writes it settled: never counted twice
     assert read_budget(root, 1.0).spent_usd == pytest.approx(0.52)
     stop_budget(ray_local, again, resumed.spent_usd)
 
 
-def test_a_cancelled_request_at_the_provider_settles_its_reservation_at_the_maximum():
+@pytest.mark.slow
+def test_a_call_answered_after_its_driver_was_killed_counts_at_what_it_billed(tmp_path, ray_local):
+    import ray
+
+    root = tmp_path / "results"
+    root.mkdir()
+    (root / BUDGET_SETTLED).write_text('{"call": "an-earlier-crash-1", "cost_usd": 0.5}\n')  # counted already
+    budget = start_budget(ray_local, root, BudgetRecord(cap_usd=1.0))
+    assert not (root / BUDGET_SETTLED).exists()
+    budget.journal_settlements(root)  # as a runner actor that sees the results directory
+
+    async def killed_while_in_flight() -> None:
+        answered, cut_off = await budget.reserve(0.3), await budget.reserve(0.2)
+        ray_local.kill(budget.handle)  # the driver is killed, and its ledger with it; one answer still comes
+        with pytest.raises(ray.exceptions.RayActorError):
+            await budget.settle(answered, 0.004)
+        assert cut_off  # never settles: its actor went before its answer came
+
+    asyncio.run(killed_while_in_flight())
+    resumed = read_budget(root, 1.0)
+    assert resumed.spent_usd == pytest.approx(0.004 + 0.2)  # the answer at its bill, the cut-off call at its maximum
+
+
+def test_a_settlement_cut_short_by_a_kill_counts_its_call_at_the_maximum_and_a_garbled_one_is_named(tmp_path):
+    path = tmp_path / BUDGET_SETTLED
+    path.write_bytes(b'{"call": "a-1", "cost_usd": 0.01}\n{"call": "b-1", "cost_usd": 0.02}\n{"call": "a-2", "co')
+    assert read_settlements(path, {"a-1", "a-2", "c-1"}) == {"a-1": 0.01}  # b-1 was settled in budget.json already
+    path.write_bytes(b'{"call": "a-1", "cost_usd": 0.01}\nnot a line\n{"call": "a-2", "cost_usd": 0.02}\n')
+    with pytest.raises(InputError, match="line 2 is not a settlement"):
+        read_settlements(path, {"a-1"})
+
+
+@pytest.mark.slow
+def test_a_ledger_outliving_its_driver_writes_nothing_over_the_next_drivers_record(tmp_path, ray_local):
+    from madbench.runner.lock import ResultsLock
+
+    root = tmp_path / "results"
+    with ResultsLock(root) as lock:
+        budget = start_budget(ray_local, root, BudgetRecord(cap_usd=1.0), holder=lock.holder)
+        asyncio.run(budget.reserve(0.1))
+        assert len(json.loads((root / BUDGET_FILE).read_text())["in_flight_usd"]) == 1
+    with ResultsLock(root):  # the next driver; the first one's ledger actor lingers, as after a kill -9
+        asyncio.run(budget.reserve(0.2))
+        assert len(json.loads((root / BUDGET_FILE).read_text())["in_flight_usd"]) == 1
+    ray_local.kill(budget.handle)
+
+
+def test_a_cancelled_request_at_the_provider_whose_answer_never_comes_settles_its_reservation_at_the_maximum(monkeypatch):
     from madbench.gateway import Budget
+
+    monkeypatch.setattr(gateway_module, "CANCELLED_ANSWER_PATIENCE_S", 0.2)
 
     class Priced(Hanging):
         def cost(self, model, prompt, completion, **k):
