@@ -6,11 +6,9 @@ Each batch runs through the real runner and gateway against madbench's simulated
 """
 
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -19,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from madbench.runner.cli import main
 from madbench.sim.provider import SimConfig, SimProvider
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
@@ -36,10 +35,12 @@ def sim_batch(tmp_path, pack, sim, retry=RETRY, **over) -> Path:
                        grid={"rounds": [1]}, cache_dir=str(tmp_path / "cache"), **over)
 
 
-def run_cli(batch: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet", *extra],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+def run_here(batch: Path, capsys, *extra: str) -> tuple[int, str]:
+    """`madbench run` in this process, on the session's Ray (a driver of its own and its Ray's start cost a test
+    tens of CPU-seconds): its exit status and stderr."""
+    capsys.readouterr()
+    rc = main(["run", str(batch), "--quiet", *extra])
+    return rc, capsys.readouterr().err
 
 
 def weights_by_run(root: Path) -> dict[str, str]:
@@ -53,12 +54,13 @@ def pack(make_pack):
     return make_pack(tickers=tuple(TICKERS))
 
 
-def test_truncated_cache_entry_and_torn_trace_tail_are_repaired_and_the_run_resumed(pack, tmp_path):
+def test_truncated_cache_entry_and_torn_trace_tail_are_repaired_and_the_run_resumed(pack, tmp_path, ray_local, capsys):
     with SimProvider() as sim:
         # Two runs on one actor: the repair concerns one run's trace and one cache entry; more runs (and a second
-        # actor's start in both drivers) only added work.
+        # actor's start in both invocations) only added work.
         batch = sim_batch(tmp_path, pack, sim, replicates=1, quarters=("2021Q3", "2022Q1"), workers=1)
-        assert (out := run_cli(batch)).returncode == 0, out.stderr[-2000:]
+        rc, err = run_here(batch, capsys)
+        assert rc == 0, err[-2000:]
         root = tmp_path / "results" / "t"
         reference = weights_by_run(root)
         victim = sorted(reference)[0]
@@ -77,7 +79,8 @@ def test_truncated_cache_entry_and_torn_trace_tail_are_repaired_and_the_run_resu
             (value,) = con.execute("SELECT value FROM Cache WHERE key=?", (key,)).fetchone()
             con.execute("UPDATE Cache SET value=? WHERE key=?", (bytes(value)[: len(value) // 2], key))
         before = sim.stats.requests
-        assert (out := run_cli(batch)).returncode == 0, out.stderr[-2000:]
+        rc, err = run_here(batch, capsys)
+        assert rc == 0, err[-2000:]
         assert sim.stats.requests - before == 1  # only the corrupted entry is recomputed; the rest replays from cache
     assert weights_by_run(root) == reference  # same allocations, no duplicate rows
     events = [json.loads(line) for line in trace.read_text().splitlines()]
@@ -99,7 +102,7 @@ def _can_mount_tmpfs() -> bool:
 
 @pytest.mark.skipif(shutil.which("mount") is None or not _can_mount_tmpfs(),
                     reason="disk-full test: needs permission to mount a small tmpfs (root in CI)")
-def test_disk_full_gives_a_clear_error_nothing_corrupt_and_resume_after_space_is_freed(pack, tmp_path):
+def test_disk_full_gives_a_clear_error_nothing_corrupt_and_resume_after_space_is_freed(pack, tmp_path, ray_local, capsys):
     small = Path(tempfile.mkdtemp(prefix="mbfull"))
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(small)], check=True)
     try:
@@ -108,16 +111,17 @@ def test_disk_full_gives_a_clear_error_nothing_corrupt_and_resume_after_space_is
         with SimProvider() as sim:
             # One actor: the full disk is the driver's and the committing actor's to report, a second only adds a start.
             batch = sim_batch(tmp_path, pack, sim, results_dir=str(small / "results"), workers=1)
-            out = run_cli(batch)
-            assert out.returncode != 0
-            assert "No space left on device" in out.stderr and "Traceback" not in out.stderr.splitlines()[-1]
+            rc, err = run_here(batch, capsys)
+            assert rc != 0
+            assert "No space left on device" in err and "Traceback" not in err.splitlines()[-1]
             root = small / "results" / "t"
             committed = list((root / "runs").glob("*.json"))
             for f in committed:  # every committed result is whole
                 json.loads(f.read_text())
             assert not list(root.rglob(".*.tmp"))  # no temporary file left behind
             ballast.unlink()
-            assert (out := run_cli(batch)).returncode == 0, out.stderr[-2000:]
+            rc, err = run_here(batch, capsys)
+            assert rc == 0, err[-2000:]
         runs = pd.read_parquet(root / "runs.parquet")
         assert len(runs) == 8 and runs.run_id.is_unique and (runs.status == "ok").all()
     finally:
@@ -131,7 +135,7 @@ OUTAGE_RETRY = {"backoff_base_s": 0.05, "backoff_max_s": 0.5}
 OUTAGE_S = 5
 
 
-def test_a_provider_outage_longer_than_every_retry_pauses_runs_and_fails_none(pack, tmp_path):
+def test_a_provider_outage_longer_than_every_retry_pauses_runs_and_fails_none(pack, tmp_path, ray_local, capsys):
     with SimProvider(SimConfig(latency_median_s=0.3, seed=3)) as sim:
         batch = sim_batch(tmp_path, pack, sim, retry=OUTAGE_RETRY, max_in_flight=2, replicates=1, workers=1)
         root = tmp_path / "results" / "t"
@@ -144,8 +148,8 @@ def test_a_provider_outage_longer_than_every_retry_pauses_runs_and_fails_none(pa
         th = threading.Thread(target=outage_after_first_commit, daemon=True)
         th.start()
         t = time.monotonic()
-        out = run_cli(batch, timeout=900)
-        assert out.returncode == 0, out.stderr[-2000:]
+        rc, err = run_here(batch, capsys)
+        assert rc == 0, err[-2000:]
         assert time.monotonic() - t > OUTAGE_S and sim.stats.outage_refusals > 0
     runs = pd.read_parquet(root / "runs.parquet")
     assert len(runs) == 4 and (runs.status == "ok").all()

@@ -17,7 +17,7 @@ import pytest
 from madbench.debate.trace import read_trace
 from tests.fault_server import Faults, FaultServer
 from tests.runner.test_batch import QUARTERS, ROOT, TICKERS, write_batch
-from tests.runner.test_chaos import run_cli
+from tests.runner.test_chaos import run_here
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def committed(root: Path) -> int:
     return len(list((root / "runs").glob("*.json"))) if (root / "runs").exists() else 0
 
 
-def test_two_drivers_two_kills_and_a_fault_mix_lose_nothing_and_pay_once(make_pack, tmp_path):
+def test_two_drivers_two_kills_and_a_fault_mix_lose_nothing_and_pay_once(make_pack, tmp_path, ray_local, capsys):
     pack = make_pack(tickers=tuple(TICKERS))
     faults = Faults(rate_limit=0.30, server_error=0.05, timeout=0.05, invalid_json=0.05, retry_after="0", stall_s=1.2)
     with FaultServer(faults, seed=11, latency_s=0.02) as server:
@@ -78,7 +78,8 @@ def test_two_drivers_two_kills_and_a_fault_mix_lose_nothing_and_pay_once(make_pa
             os.kill(first.pid, signal.SIGKILL)
             first.wait()
             in_flight_at_kills.append(n)
-        assert (out := run_cli(batch, timeout=900)).returncode == 0, out.stderr[-2000:]
+        rc, err = run_here(batch, capsys)
+        assert rc == 0, err[-2000:]
 
     runs = pd.read_parquet(root / "runs.parquet")
     assert len(runs) == 4 and runs.run_id.is_unique and (runs.status == "ok").all()

@@ -15,7 +15,7 @@ import pytest
 from madbench.debate.trace import read_trace
 from madbench.sim.provider import SimConfig, SimProvider
 from tests.runner.test_batch import ROOT
-from tests.runner.test_chaos import run_cli, sim_batch
+from tests.runner.test_chaos import run_here, sim_batch
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,8 @@ def wait_for_commits(root: Path, n: int, timeout: float = 600) -> None:
         time.sleep(0.1)
 
 
-def test_orphaned_actors_stop_paying_and_committing_and_the_resume_pays_only_for_calls_in_flight(pack, tmp_path):
+def test_orphaned_actors_stop_paying_and_committing_and_the_resume_pays_only_for_calls_in_flight(pack, tmp_path, ray_local,
+                                                                                                   capsys):
     with SimProvider(SimConfig(latency_median_s=0.4, latency_sigma=0.2, seed=5)) as sim:
         # Four runs, two at a time: the kill comes as the second pair starts, its calls in flight.
         batch = sim_batch(tmp_path, pack, sim, max_in_flight=MAX_IN_FLIGHT, replicates=1)
@@ -64,7 +65,8 @@ def test_orphaned_actors_stop_paying_and_committing_and_the_resume_pays_only_for
         assert late <= MAX_IN_FLIGHT * CALLS_PER_RUN, f"{late} calls paid after the driver was killed"
         assert len(list((root / "runs").glob("*.json"))) == committed_at_kill
 
-        assert (out := run_cli(batch)).returncode == 0, out.stderr[-2000:]
+        rc, err = run_here(batch, capsys)
+        assert rc == 0, err[-2000:]
         paid = sim.stats.requests - before
     runs = pd.read_parquet(root / "runs.parquet")
     assert len(runs) == 4 and runs.run_id.is_unique and (runs.status == "ok").all()

@@ -232,10 +232,11 @@ def a7_batch(tmp_path: Path, pack: Path, sim, name: str, execution=None, model_n
     return path
 
 
-def run_cli(batch: Path, *extra: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "madbench.runner.cli", "run", str(batch), "--quiet", *extra],
-                          env=env, capture_output=True, text=True, timeout=timeout)
+def run_here(batch: Path, capsys) -> tuple[int, str]:
+    """`madbench run` in this process, on the session's Ray: its exit status and stderr."""
+    capsys.readouterr()
+    rc = main(["run", str(batch), "--quiet"])
+    return rc, capsys.readouterr().err
 
 
 def steps_of(trace: Path) -> list[list[str]]:
@@ -263,18 +264,21 @@ BATCH_MODE = {"mode": "batch", "poll_s": 0.2, "settle_s": 0.3, "idle_s": 10.0}
 
 
 @pytest.mark.slow
-def test_a7_in_provider_batch_mode_is_one_provider_batch_per_phase_and_allocates_as_a_sync_run(pack, tmp_path):
+def test_a7_in_provider_batch_mode_is_one_provider_batch_per_phase_and_allocates_as_a_sync_run(pack, tmp_path, ray_local,
+                                                                                               capsys):
     with SimProvider() as sim:
         t = time.monotonic()
         priced = "openai/gpt-4o-mini"  # priced, so that the report shows what batch mode saved
         # The synchronous run is the reference (its allocations and list-price saving): one actor serves it as well.
         sync_batch = a7_batch(tmp_path, pack, sim, "sync", model_name=priced, workers=1)
-        assert (out := run_cli(sync_batch)).returncode == 0, out.stderr[-2000:]
+        rc, err = run_here(sync_batch, capsys)
+        assert rc == 0, err[-2000:]
         sync_s = time.monotonic() - t
         calls_sync = sim.stats.requests
         sim.batches.config.completion_delay_s = 0.3
         t = time.monotonic()
-        assert (out := run_cli(a7_batch(tmp_path, pack, sim, "batch", BATCH_MODE, priced))).returncode == 0, out.stderr[-2000:]
+        rc, err = run_here(a7_batch(tmp_path, pack, sim, "batch", BATCH_MODE, priced), capsys)
+        assert rc == 0, err[-2000:]
         batch_s = time.monotonic() - t
         assert sim.stats.requests == calls_sync  # no synchronous call in batch mode
         batches = [[x["custom_id"] for x in sim.batches.batches[b].lines] for b in sorted(sim.batches.batches)]
@@ -311,7 +315,8 @@ def test_a7_in_provider_batch_mode_is_one_provider_batch_per_phase_and_allocates
 
 
 @pytest.mark.slow
-def test_a_driver_killed_while_a_batch_is_in_flight_reattaches_on_rerun_and_submits_no_request_twice(pack, tmp_path):
+def test_a_driver_killed_while_a_batch_is_in_flight_reattaches_on_rerun_and_submits_no_request_twice(pack, tmp_path,
+                                                                                                    ray_local, capsys):
     with SimProvider() as sim:
         sim.batches.config.completion_delay_s = 1.0
         # One runner actor: the kill, the journal and the re-attach are the driver's and the collector's; a second
@@ -329,7 +334,8 @@ def test_a_driver_killed_while_a_batch_is_in_flight_reattaches_on_rerun_and_subm
         os.killpg(driver.pid, signal.SIGKILL)  # the driver and its whole local Ray, a batch in flight
         driver.wait()
         in_flight = len(sim.batches.batches)
-        assert (out := run_cli(batch)).returncode == 0, out.stderr[-2000:]
+        rc, err = run_here(batch, capsys)
+        assert rc == 0, err[-2000:]
         assert max(sim.batches.submitted.values()) == 1, sim.batches.submitted.most_common(3)  # nothing paid twice
         assert len(sim.batches.batches) > in_flight
     runs = pd.read_parquet(tmp_path / "results" / "kill" / "runs.parquet")
