@@ -76,9 +76,11 @@ def _stop_cluster(temp_dir: str) -> None:
     psutil.wait_procs(procs, timeout=30)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def two_node_cluster():
-    """A real 2-node local Ray cluster (head + one worker, separate raylets); yields (address, env, temp dir)."""
+    """A real 2-node local Ray cluster (head + one worker, separate raylets); yields (address, env, temp dir). Started
+    once for this module's two batches (a start costs about 25 s on 2 cores): the raylet-kill test, which leaves the
+    cluster one node short, comes last in the file, and the module's tests share one worker (conftest)."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(ROOT)}
     port = _free_port()
     import tempfile
