@@ -40,7 +40,7 @@ from madbench.gateway.secrets import redact, remember
 from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
 from madbench.results.provenance import Provenance
 from madbench.runner.batch import BatchSpec, RunSpec
-from madbench.runner.budget import RayBudget, read_budget, start_budget, stop_budget, summary
+from madbench.runner.budget import BudgetRecord, RayBudget, read_budget, start_budget, stop_budget, summary
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
 from madbench.runner.dispatch import BUDGET_STOP, FINISHED, ActorPool, Dispatch, Work
 from madbench.runner.lock import ResultsLock, WriterGuard
@@ -501,6 +501,14 @@ def _todo(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, manifest_ru
     return ([] if monitor.enough() else pair_first(todo, monitor.order)), skipped, monitor
 
 
+def _recorded_spend(root: Path, cap_usd: float | None, quiet: bool) -> BudgetRecord:
+    """What earlier invocations spent (``read_budget``), saying how the calls a crash left in flight were counted."""
+    record = read_budget(root, cap_usd)
+    if record.crash_note and not quiet:
+        print(f"madbench: {record.crash_note}", file=sys.stderr, flush=True)
+    return record
+
+
 def _stop_services(ray, budget, spent_usd: float, root: Path, off_cluster: bool, cache, collector) -> dict[str, Any]:
     """Stop the batch's budget, cache and collector actors: what each reports, for the batch's stats."""
     stopped = {"budget": stop_budget(ray, budget, spent_usd, root if off_cluster else None), "cache": stop_cache(ray, cache)}
@@ -536,9 +544,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             provenance = earlier_provenance(layout) or provenance
         # One budget for the batch, across invocations: what earlier ones spent is in budget.json (runner/budget.py),
         # read before the manifest says `running`: a budget.json it cannot read stops the command with nothing written.
-        record = read_budget(layout.root, spec.max_cost_usd)
-        if record.crash_note and not quiet:
-            print(f"madbench: {record.crash_note}", file=sys.stderr, flush=True)
+        record = _recorded_spend(layout.root, spec.max_cost_usd, quiet)
         write_manifest(layout.root, spec_json, list(manifest_runs.values()), "running", provenance)
         progress = Progress(len(todo), BatchLine(spec.max_cost_usd, record.spent_usd), enabled=not quiet)
         stats = {"runs": len(runs), "skipped": skipped, "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt,
