@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 import uuid
@@ -97,16 +98,19 @@ def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
         left = len(record.in_flight_usd) - len(billed)
         read._crash_note = (f"{len(record.in_flight_usd)} paid call(s) were in flight when the last driver stopped: "
                             f"{len(billed)} counted at what they billed, {left} at their reserved maximum "
-                            f"(${sum(v for c, v in record.in_flight_usd.items() if c not in billed):.4f}: their answers "
-                            "never came back)")
+                            f"(${sum(v for c, v in record.in_flight_usd.items() if c not in billed):.4f}: no answer of "
+                            "theirs was recorded before this start)")
     return read
 
 
 def read_settlements(path: Path, calls: set[str]) -> dict[str, float]:
     """What ``budget-settled.jsonl`` says each of ``calls`` billed. Its last line may be cut short by a kill (the
     append it was): that call has no settlement, and counts at its maximum. Any other unreadable line is an error."""
-    if not calls or not path.exists():
+    if not calls or not (path.exists() or path.is_symlink()):
         return {}
+    if path.is_symlink() or not path.is_file():
+        raise InputError(path, "not a settlement journal (a link or a folder; madbench writes a plain file there)",
+                         "remove it, to count the calls a crash left in flight at their reserved maximum")
     lines = path.read_bytes().split(b"\n")
     billed: dict[str, float] = {}
     for number, line in enumerate(lines, 1):
@@ -114,7 +118,9 @@ def read_settlements(path: Path, calls: set[str]) -> dict[str, float]:
             continue
         try:
             entry = json.loads(line)
-            call, cost = str(entry["call"]), float(entry["cost_usd"])
+            call, cost = entry["call"], entry["cost_usd"]
+            if not isinstance(call, str) or type(cost) not in (int, float) or not 0 <= cost < math.inf:
+                raise ValueError("a call id and a cost in US dollars (a finite number, 0 or more)")
         except (ValueError, KeyError, TypeError):
             if number == len(lines):  # no newline after it: an append cut short
                 continue
@@ -129,9 +135,12 @@ def read_settlements(path: Path, calls: set[str]) -> dict[str, float]:
 def append_settlement(path: Path, call: str, cost_usd: float | None) -> None:
     """One line, in one ``write`` to a file opened for appending: the runner actors of a node append side by side."""
     line = json.dumps({"call": call, "cost_usd": cost_usd or 0.0}) + "\n"
+    data = line.encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
-        os.write(fd, line.encode())
+        written = os.write(fd, data)
+        if written != len(data):  # a full disk: the torn line is the file's last, read as no settlement
+            raise OSError(f"{path}: wrote {written} of {len(data)} bytes of a settlement")
     finally:
         os.close(fd)
 
@@ -227,10 +236,12 @@ class RayBudget(Budget):
         return reply["token"]
 
     async def settle(self, token: int | None, cost: float | None) -> None:
-        if token and self.settled_path is not None:
-            append_settlement(self.settled_path, call_id(self.invocation, token), cost)  # first: the ledger may be gone
-        if token or cost:
-            self._mirror(await self.handle.settle.remote(token, cost))
+        try:
+            if token and self.settled_path is not None:  # first: the ledger may be gone
+                append_settlement(self.settled_path, call_id(self.invocation, token), cost)
+        finally:  # a journal that cannot be written fails the call loudly, and still frees its hold
+            if token or cost:
+                self._mirror(await self.handle.settle.remote(token, cost))
 
     def snapshot(self) -> dict[str, Any]:
         """The ledger now (from the driver, which may block)."""

@@ -328,6 +328,45 @@ def test_a_settlement_cut_short_by_a_kill_counts_its_call_at_the_maximum_and_a_g
         read_settlements(path, {"a-1"})
 
 
+@pytest.mark.parametrize("cost", ["-0.5", "NaN", "Infinity", '"0.01"', "false"])
+def test_a_settlement_with_a_cost_that_is_no_amount_is_named(tmp_path, cost):
+    path = tmp_path / BUDGET_SETTLED
+    path.write_text(f'{{"call": "a-1", "cost_usd": {cost}}}\n{{"call": "a-2", "cost_usd": 0.01}}\n')
+    with pytest.raises(InputError, match="line 1 is not a settlement"):
+        read_settlements(path, {"a-1"})
+
+
+def test_a_settlement_journal_that_is_a_folder_or_a_link_is_named(tmp_path):
+    path = tmp_path / BUDGET_SETTLED
+    path.mkdir()
+    with pytest.raises(InputError, match="not a settlement journal"):
+        read_settlements(path, {"a-1"})
+    path.rmdir()
+    (tmp_path / "elsewhere.jsonl").write_text('{"call": "a-1", "cost_usd": 0.01}\n')
+    path.symlink_to(tmp_path / "elsewhere.jsonl")
+    with pytest.raises(InputError, match="not a settlement journal"):
+        read_settlements(path, {"a-1"})
+
+
+@pytest.mark.slow
+def test_a_settlement_the_journal_cannot_take_fails_loudly_and_still_frees_its_hold(tmp_path, ray_local):
+    root = tmp_path / "results"
+    root.mkdir()
+    budget = start_budget(ray_local, root, BudgetRecord(cap_usd=1.0))
+    (root / BUDGET_SETTLED).mkdir()  # no file can be appended to there
+    budget.journal_settlements(root)
+
+    async def settle_one() -> None:
+        token = await budget.reserve(0.3)
+        with pytest.raises(OSError):
+            await budget.settle(token, 0.004)
+
+    asyncio.run(settle_one())
+    state = budget.snapshot()
+    assert state["in_flight_usd"] == {} and state["spent_usd"] == pytest.approx(0.004)
+    stop_budget(ray_local, budget, 0.0)
+
+
 @pytest.mark.slow
 def test_a_ledger_outliving_its_driver_writes_nothing_over_the_next_drivers_record(tmp_path, ray_local):
     from madbench.runner.lock import ResultsLock
