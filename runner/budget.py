@@ -14,12 +14,14 @@ refuses a reservation; the reservations not yet settled are journaled in it (``i
 crash (kill -9 of the driver) leaves those there. The runner actor that made a call also appends what it billed to
 ``budget-settled.jsonl`` as it settles, before it tells the ledger: an actor outlives its killed driver for a few
 seconds, so a call in flight at the kill usually gets its answer and its line, though no ledger is left to tell. The
-next invocation counts each call left in flight at what its line says it billed and, where there is none (the
-answer never came, or the actor cannot see the results directory), at its reserved maximum: the spend never
-under-reports, the cap holds across crashes, and it matches the provider's bill when the answers came
-(``madbench bench kills`` measures both). A driver joined through the Ray client keeps its results directory on its
-own machine, where the actor (on the head) cannot write: there the driver writes budget.json itself (``persist``)
-every few seconds and at the end, so a crash loses at most those seconds' spend.
+next invocation counts each call left in flight at what its line says it billed and, where there is none yet, at its
+reserved maximum, and keeps it in ``counted_at_max``: a line that comes later (the driver was restarted before the
+killed one's actors had their answers) corrects it at the next read. The journal is only appended to, never
+rewritten, so no late line is lost. So the spend never under-reports, the cap holds across crashes, and the
+recorded spend matches the provider's bill once the answers came (``madbench bench kills`` measures both). A driver
+joined through the Ray client keeps its results directory on its own machine, where the actor (on the head) cannot
+write: there the driver writes budget.json itself (``persist``) every few seconds and at the end, so a crash loses
+at most those seconds' spend.
 
 Re-running the same command continues from the recorded spend. A batch stopped at its cap stays stopped while
 the cap is not raised: the driver runs nothing and says so. Raising ``max_cost_usd`` (or removing it) continues.
@@ -59,6 +61,9 @@ class BudgetRecord(BaseModel):
     #: (``<invocation>-<n>``): journaled before each request is sent, removed when it settles. A crash leaves them
     #: here, and the next invocation counts each at what ``budget-settled.jsonl`` says it billed, else at its maximum.
     in_flight_usd: dict[str, float] = Field(default_factory=dict)
+    #: Calls a crash left in flight that no line of ``budget-settled.jsonl`` named when they were counted: ``spent_usd``
+    #: holds each at its reserved maximum, and a line that comes later corrects it (``read_budget``).
+    counted_at_max: dict[str, float] = Field(default_factory=dict)
     updated: str = ""
     #: Set by ``read_budget`` (never written): how the calls a crash left in flight were counted, for the user.
     _crash_note: str | None = PrivateAttr(None)
@@ -85,48 +90,64 @@ def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
         except ValidationError as exc:
             raise InputError(path, f"not a budget record: {exc.errors()[0]['msg']}",
                              "restore it, or delete it to count this batch's spend from zero") from None
-    # Calls in flight at a crash were (or may have been) billed: at what their actors saw billed, else their maximum.
-    billed = read_settlements(path.parent / BUDGET_SETTLED, set(record.in_flight_usd))
-    spent = record.spent_usd + sum(billed.get(call, most) for call, most in record.in_flight_usd.items())
+    # Calls in flight at a crash were (or may have been) billed: at what their actors saw billed, else their maximum
+    # until a line says what they billed.
+    awaited = record.counted_at_max | record.in_flight_usd
+    billed = read_settlements(path.parent / BUDGET_SETTLED, set(awaited))
+    corrected = {call: most - billed[call] for call, most in record.counted_at_max.items() if call in billed}
+    spent = (record.spent_usd + sum(billed.get(call, most) for call, most in record.in_flight_usd.items())
+             - sum(corrected.values()))
+    spent = max(spent, 0.0)  # a correction's float rounding, never a real negative: each was counted at its maximum
     reached = record.reached
-    if cap_usd is None or (record.cap_usd is not None and cap_usd > record.cap_usd):
-        reached = None
+    if cap_usd is None or (record.cap_usd is not None and cap_usd > record.cap_usd) or corrected:
+        reached = None  # a raised cap, or late answers that made room: the next call is tried again
     if cap_usd is not None and spent >= cap_usd:
         reached = f"budget of ${cap_usd:g} reached: ${spent:.4f} spent by earlier invocations"
-    read = BudgetRecord(cap_usd=cap_usd, spent_usd=spent, reached=reached, updated=record.updated)
-    if record.in_flight_usd:
-        left = len(record.in_flight_usd) - len(billed)
-        read._crash_note = (f"{len(record.in_flight_usd)} paid call(s) were in flight when the last driver stopped: "
-                            f"{len(billed)} counted at what they billed, {left} at their reserved maximum "
-                            f"(${sum(v for c, v in record.in_flight_usd.items() if c not in billed):.4f}: no answer of "
-                            "theirs was recorded before this start)")
+    # An earlier madbench's unnamed reservations can never be named by a line: they stay at their maximum for good.
+    unanswered = {c: m for c, m in awaited.items() if c not in billed and not c.startswith("unnamed-")}
+    read = BudgetRecord(cap_usd=cap_usd, spent_usd=spent, reached=reached, counted_at_max=unanswered,
+                        updated=record.updated)
+    read._crash_note = _crash_note(record, billed, corrected)
     return read
 
 
+def _crash_note(record: BudgetRecord, billed: dict[str, float], corrected: dict[str, float]) -> str | None:
+    """How the calls a crash left in flight were counted, and which late answers corrected earlier counts."""
+    notes = []
+    if record.in_flight_usd:
+        left = {c: v for c, v in record.in_flight_usd.items() if c not in billed}
+        notes.append(f"{len(record.in_flight_usd)} paid call(s) were in flight when the last driver stopped: "
+                     f"{len(record.in_flight_usd) - len(left)} counted at what they billed, {len(left)} at their "
+                     f"reserved maximum (${sum(left.values()):.4f}: no answer of theirs is recorded yet; one that "
+                     "comes later corrects it)")
+    if corrected:
+        notes.append(f"{len(corrected)} call(s) an earlier start counted at their maximum were answered since: "
+                     f"${sum(corrected.values()):.4f} less spent")
+    return "; ".join(notes) or None
+
+
 def read_settlements(path: Path, calls: set[str]) -> dict[str, float]:
-    """What ``budget-settled.jsonl`` says each of ``calls`` billed. Its last line may be cut short by a kill (the
-    append it was): that call has no settlement, and counts at its maximum. Any other unreadable line is an error."""
+    """What ``budget-settled.jsonl`` says each of ``calls`` billed. A line that is no JSON text is an append cut short
+    (a kill or a full disk mid-write; a later append may follow it on the same line): the calls it held have no
+    settlement, and count at their maximum. A line of JSON that is no settlement is an error."""
     if not calls or not (path.exists() or path.is_symlink()):
         return {}
     if path.is_symlink() or not path.is_file():
         raise InputError(path, "not a settlement journal (a link or a folder; madbench writes a plain file there)",
                          "remove it, to count the calls a crash left in flight at their reserved maximum")
-    lines = path.read_bytes().split(b"\n")
     billed: dict[str, float] = {}
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(path.read_bytes().split(b"\n"), 1):
         if not line.strip():
             continue
         try:
             entry = json.loads(line)
-            call, cost = entry["call"], entry["cost_usd"]
-            if not isinstance(call, str) or type(cost) not in (int, float) or not 0 <= cost < math.inf:
-                raise ValueError("a call id and a cost in US dollars (a finite number, 0 or more)")
-        except (ValueError, KeyError, TypeError):
-            if number == len(lines):  # no newline after it: an append cut short
-                continue
-            raise InputError(path, f"line {number} is not a settlement ({line[:80]!r})",
-                             "restore the file, or delete it to count the calls a crash left in flight at their "
-                             "reserved maximum") from None
+        except ValueError:
+            continue  # torn
+        call, cost = (entry.get("call"), entry.get("cost_usd")) if isinstance(entry, dict) else (None, None)
+        if not isinstance(call, str) or type(cost) not in (int, float) or not 0 <= cost < math.inf:
+            raise InputError(path, f"line {number} is not a settlement ({line[:80]!r}): a call id and a cost in US "
+                             "dollars (a finite number, 0 or more)", "restore the file, or delete it to count the "
+                             "calls a crash left in flight at their reserved maximum")
         if call in calls:
             billed[call] = cost
     return billed
@@ -162,6 +183,7 @@ class BudgetActor:
         self.invocation = invocation
         self.guard = WriterGuard(root, holder) if root is not None and holder is not None else None
         self.ledger = Ledger(rec.cap_usd, rec.spent_usd, rec.reached)
+        self.counted_at_max = rec.counted_at_max  # carried through each write, for the next read to correct
 
     def reserve(self, amount: float) -> dict[str, Any]:
         """{"token": t}, {"token": None} (wait for calls in flight), or {"refused": why}, with the ledger's state."""
@@ -186,7 +208,8 @@ class BudgetActor:
     def state(self) -> dict[str, Any]:
         led = self.ledger
         return {"cap_usd": led.cap_usd, "spent_usd": led.spent_usd, "reserved_usd": led.reserved_usd,
-                "reached": led.reached, "in_flight_usd": {call_id(self.invocation, t): v for t, v in led.held.items()}}
+                "reached": led.reached, "in_flight_usd": {call_id(self.invocation, t): v for t, v in led.held.items()},
+                "counted_at_max": self.counted_at_max}
 
     def _persist(self) -> None:
         if self.root is None:
@@ -196,9 +219,13 @@ class BudgetActor:
                 self.guard()
             except DriverGone:
                 return  # its driver is gone: the settlements its actors journal are read by the next one
-        state = self.state()
-        write_budget(self.root, BudgetRecord(cap_usd=state["cap_usd"], spent_usd=state["spent_usd"],
-                                             reached=state["reached"], in_flight_usd=state["in_flight_usd"]))
+        write_budget(self.root, recorded(self.state()))
+
+
+def recorded(state: dict[str, Any]) -> BudgetRecord:
+    """The budget.json record of a ledger's ``state``."""
+    return BudgetRecord(cap_usd=state["cap_usd"], spent_usd=state["spent_usd"], reached=state["reached"],
+                        in_flight_usd=state["in_flight_usd"], counted_at_max=state["counted_at_max"])
 
 
 def call_id(invocation: str, token: int) -> str:
@@ -251,8 +278,7 @@ class RayBudget(Budget):
     def persist(self, root: str | Path) -> dict[str, Any]:
         """Write the ledger now to ``root``'s budget.json, from the driver; returns its state."""
         state = self.snapshot()
-        write_budget(root, BudgetRecord(cap_usd=state["cap_usd"], spent_usd=state["spent_usd"], reached=state["reached"],
-                                        in_flight_usd=state["in_flight_usd"]))
+        write_budget(root, recorded(state))
         return state
 
     def _mirror(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -269,8 +295,6 @@ def start_budget(ray, root: str | Path, record: BudgetRecord, actor_writes: bool
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     write_budget(root, record)  # from the driver first: a directory it cannot write fails here, plainly
-    # Counted in the record now: its lines (and any an orphaned actor of the crash appends later) name no call in flight.
-    (Path(root) / BUDGET_SETTLED).unlink(missing_ok=True)
     invocation = uuid.uuid4().hex[:12]
     here = ray.get_runtime_context().get_node_id()
     name = f"madbench-budget-{os.getpid()}-{hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:12]}"
@@ -282,11 +306,15 @@ def start_budget(ray, root: str | Path, record: BudgetRecord, actor_writes: bool
     return budget
 
 
-def stop_budget(ray, budget: RayBudget, spent_before: float, root: str | Path | None = None) -> dict[str, Any]:
+def stop_budget(ray, budget: RayBudget, spent_before: float, root: str | Path, driver_writes: bool = False
+                ) -> dict[str, Any]:
     """The ledger's final state (already in budget.json when the actor wrote it as it changed; else written now to
-    ``root`` from the driver), then stop the actor."""
-    state = budget.snapshot() if root is None else budget.persist(root)
+    ``root`` from the driver), then stop the actor. Its spend counts the late answers this invocation's start had
+    counted at their maximum (what the next read of budget.json corrects)."""
+    state = budget.persist(root) if driver_writes else budget.snapshot()
     ray.kill(budget.handle)
+    if state["counted_at_max"]:
+        state = state | {"spent_usd": read_budget(root, state["cap_usd"]).spent_usd}
     return summary(state, spent_before)
 
 

@@ -511,7 +511,7 @@ def _recorded_spend(root: Path, cap_usd: float | None, quiet: bool) -> BudgetRec
 
 def _stop_services(ray, budget, spent_usd: float, root: Path, off_cluster: bool, cache, collector) -> dict[str, Any]:
     """Stop the batch's budget, cache and collector actors: what each reports, for the batch's stats."""
-    stopped = {"budget": stop_budget(ray, budget, spent_usd, root if off_cluster else None), "cache": stop_cache(ray, cache)}
+    stopped = {"budget": stop_budget(ray, budget, spent_usd, root, driver_writes=off_cluster), "cache": stop_cache(ray, cache)}
     if collector is not None:
         stopped["provider_batches"] = stop_collector(ray, collector) | journal_summary(root)
     return stopped

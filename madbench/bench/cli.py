@@ -71,6 +71,9 @@ def register(sub) -> None:
     p.add_argument("--keep", metavar="DIR", help="`ends`: keep each try's batch, results and driver log under DIR")
     p.add_argument("--kills", type=number(int, ge=1, le=100), default=6, help="`kills`: SIGKILLs of the driver (default 6)")
     p.add_argument("--cap", type=number(gt=0, le=100), default=0.02, help="`kills`: the batch's max_cost_usd (default 0.02)")
+    p.add_argument("--restart-after", type=number(ge=0, le=600), default=0.0,
+                   help="`kills`: seconds between each kill and the next driver's start (default 0: at once, before "
+                        "the killed driver's actors have their answers)")
     p.add_argument("--every", type=number(int, ge=1), default=1,
                    help="`kills`: requests into each invocation at which its driver is killed (default 1: its first "
                         "phase's calls are in flight, and each invocation spends little of the cap)")
@@ -92,7 +95,8 @@ def _run(args) -> int:
                                     args.evidence[0] if args.evidence else None, args.keep), indent=1))
         return 0
     if args.what == "kills":
-        print(json.dumps(bench_kills(args.kills, args.cap, args.every, int(args.runs), args.pack), indent=1))
+        print(json.dumps(bench_kills(args.kills, args.cap, args.every, int(args.runs), args.pack,
+                                     restart_after_s=args.restart_after), indent=1))
         return 0
     if args.what == "sequential":  # simulation only: no model, no Ray
         rows = bench_sequential(args.experiments, args.max_scenarios, args.looks, args.effect, seed=args.seed)

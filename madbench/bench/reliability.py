@@ -193,18 +193,20 @@ def _settle(sim: SimProvider, quiet_s: float = 3.0) -> None:
 
 def _after_kill(root: Path, cap: float) -> dict[str, Any]:
     """What the killed invocation left journaled in flight (each counted at what its actor saw billed after the kill,
-    else its maximum), and the ledger with it."""
+    else its maximum until its line comes), and the ledger with it, as the next driver reads them at its start."""
     path = root / BUDGET_FILE
     in_flight = BudgetRecord.model_validate_json(path.read_bytes()).in_flight_usd if path.exists() else {}
     billed = read_settlements(root / BUDGET_SETTLED, set(in_flight))
-    return {"left_in_flight": len(in_flight), "answered_after_kill": len(billed),
+    return {"left_in_flight": len(in_flight), "answered_before_restart": len(billed),
             "in_flight_counted_usd": round(sum(billed.get(c, v) for c, v in in_flight.items()), 6),
             "ledger_usd": round(read_budget(root, cap).spent_usd, 6)}
 
 
 def bench_kills(kills: int, cap: float, every: int, scenarios: int, pack: str | None,
-                latency_s: float = 0.5) -> dict[str, Any]:
-    """Kill the capped batch's driver ``kills`` times, ``every`` requests into each invocation, then run it to its end."""
+                latency_s: float = 0.5, restart_after_s: float = 0.0) -> dict[str, Any]:
+    """Kill the capped batch's driver ``kills`` times, ``every`` requests into each invocation, then run it to its end.
+    Each next driver starts ``restart_after_s`` after the kill: at once by default, before the killed one's actors
+    have had their answers, whose lines then come after the new start has read the journal."""
     most = len(_market_ids())
     if not 1 <= scenarios <= most:
         raise InputError("--runs", f"`kills` takes 1 to {most} scenarios of market-35, got {scenarios}",
@@ -224,7 +226,7 @@ def bench_kills(kills: int, cap: float, every: int, scenarios: int, pack: str | 
                 unanswered = sim.stats.requests - len(sim.stats.billed)
                 os.kill(proc.pid, signal.SIGKILL)  # the driver alone, as a crash would: its Ray is left to notice
                 proc.wait()
-                _settle(sim)
+                time.sleep(restart_after_s)
                 rows.append({"killed": True, "requests_unanswered_at_kill": unanswered, **_after_kill(root, cap),
                              "billed_usd": round(billed_usd(sim), 6)})
             proc = start_driver(batch, log)

@@ -36,7 +36,7 @@ from madbench.data.errors import InputError
 
 from .accounting import Attempt, Budget, Completion, Totals, max_tokens, total_cost
 from .cache import ResponseCache, answer_sha256
-from .errors import CallCancelled, FatalProviderError, GatewayFailure, OutputInvalid, RateLimited, TransientError
+from .errors import CallCancelled, FatalProviderError, GatewayFailure, OutputInvalid, ProviderError, RateLimited, TransientError
 from .limiter import LimiterPool
 from .models import ModelSpec, SchemaScope, as_spec, spec_cost
 from .providers import Provider, Providers
@@ -358,7 +358,11 @@ class Gateway:
                     await done(lease_id, "ok", used)
             except BaseException:
                 if release is not None:  # shielded: a second cancellation must not leave the slot taken either
-                    await asyncio.shield(release(lease_id, "error"))
+                    # A cancelled call whose answer came (``_answer``) used what the provider counted, like any answer.
+                    last = attempts[-1] if sent["answered"] and attempts else None
+                    used = None if last is None or last.prompt_tokens is None else (
+                        last.prompt_tokens + (last.completion_tokens or 0))
+                    await asyncio.shield(release(lease_id, "error" if used is None else "ok", used))
                 raise
             attempts.append(self._answer_attempt(spec, provider, raw, latency))
             return raw, waited
@@ -377,9 +381,17 @@ class Gateway:
         except asyncio.CancelledError:
             if call.cancelled():  # the request itself was cancelled, not only its caller: no answer will come
                 raise
+            raw = None
             try:
                 done, _ = await asyncio.wait({call}, timeout=CANCELLED_ANSWER_PATIENCE_S)
                 raw = call.result() if done else None
+            except ProviderError as exc:
+                # The provider answered with an error: it billed nothing, or (a refusal) what the error says.
+                attempts.append(Attempt(model=spec.model, kind="cancelled", latency_s=time.perf_counter() - start,
+                                        reason=redact(f"cancelled with the request at the provider, which answered "
+                                                      f"{exc.kind}: {exc.reason}")[:1000], **exc.billed))
+                sent["answered"] = True
+                raise asyncio.CancelledError() from None
             except BaseException:
                 raw = None
             if raw is None:

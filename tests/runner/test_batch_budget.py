@@ -32,7 +32,8 @@ from madbench.gateway import (
 )
 from madbench.gateway import gateway as gateway_module
 from madbench.gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
-from madbench.gateway.errors import CallCancelled
+from madbench.gateway.errors import CallCancelled, TransientError
+from madbench.gateway.limiter import LimiterPool
 from madbench.gateway.providers.litellm_provider import token_cost
 from madbench.results import ManifestRun, write_manifest
 from madbench.runner.budget import BUDGET_FILE, BudgetRecord, read_budget, start_budget, stop_budget, write_budget
@@ -207,7 +208,7 @@ def test_off_the_cluster_the_driver_writes_the_budget_not_the_actor(tmp_path, ra
     assert read_budget(root, 1.0).spent_usd == 0.0  # the actor settled it and wrote nothing
     assert budget.persist(root)["spent_usd"] == pytest.approx(0.02) and read_budget(root, 1.0).spent_usd == pytest.approx(0.02)
     asyncio.run(pay(0.03))
-    final = stop_budget(ray_local, budget, 0.0, root)
+    final = stop_budget(ray_local, budget, 0.0, root, driver_writes=True)
     assert read_budget(root, 1.0).spent_usd == pytest.approx(0.05) and final["spent_usd"] == pytest.approx(0.05)
 
 
@@ -297,12 +298,12 @@ def test_a_resumed_run_records_what_its_earlier_attempts_paid(make_pack, tmp_pat
     assert paid_cost(read_trace(layout.trace_path(again.run_id)).typed()) == pytest.approx(paid_in_traces(layout.root))
 
 
-def _cancel_at_the_provider(latency_s: float) -> tuple[CallCancelled, Budget, SimProvider]:
+def _cancel_at_the_provider(latency_s: float) -> tuple[CallCancelled, Budget, SimProvider, dict[str, int]]:
     """A call cancelled (as a failed run cancels its sibling turns) once its request is at the provider."""
     budget = Budget(1.0)
     request = LLMRequest(model=PRICED, messages=[Message(role="user", content="allocate")], max_tokens=200)
     with SimProvider(SimConfig(latency_median_s=latency_s, latency_sigma=0.0)) as sim:
-        gateway = build_gateway(budget=budget)
+        gateway = build_gateway(budget=budget, limiters=LimiterPool(use_ray=False))  # its lease outcomes, here
         spec = ModelSpec(model=PRICED, api_base=sim.url, send_context=True)
 
         async def scenario():
@@ -314,25 +315,75 @@ def _cancel_at_the_provider(latency_s: float) -> tuple[CallCancelled, Budget, Si
                 await task
             return cancelled.value
 
-        return asyncio.run(scenario()), budget, sim
+        cancelled = asyncio.run(scenario())
+        return cancelled, budget, sim, gateway.limiters.get(spec.limit_key(), spec.limits).core.counts
 
 
 def test_a_call_cancelled_at_the_provider_is_counted_at_what_it_billed_when_its_answer_comes():
     # The provider bills a request it holds whether or not its answer is read: the cancelled call waits for it.
-    cancelled, budget, sim = _cancel_at_the_provider(latency_s=1.0)
+    cancelled, budget, sim, lease_outcomes = _cancel_at_the_provider(latency_s=1.0)
     (attempt,) = [a for a in cancelled.attempts if a["kind"] == "cancelled"]
     (model, prompt, completion, cached) = sim.stats.billed[0]
     assert (attempt["prompt_tokens"], attempt["completion_tokens"]) == (prompt, completion)
     assert attempt["cost_usd"] == pytest.approx(token_cost(PRICED, prompt, completion, cached_tokens=cached))
     assert budget.spent_usd == pytest.approx(attempt["cost_usd"]) and budget.ledger.held == {}
+    assert (lease_outcomes["ok"], lease_outcomes["error"]) == (1, 0)  # its lease handed back as the answer it got
 
 
 def test_a_call_cancelled_at_the_provider_is_counted_at_its_maximum_when_no_answer_comes(monkeypatch):
     # The provider may bill a request it holds and never says how much: the budget keeps its reservation, and the
     # attempts the trace records carry that same amount.
     monkeypatch.setattr(gateway_module, "CANCELLED_ANSWER_PATIENCE_S", 0.5)
-    cancelled, budget, _ = _cancel_at_the_provider(latency_s=30.0)
+    cancelled, budget, _, lease_outcomes = _cancel_at_the_provider(latency_s=30.0)
+    assert (lease_outcomes["ok"], lease_outcomes["error"]) == (0, 1)
     (attempt,) = [a for a in cancelled.attempts if a["kind"] == "cancelled"]
     assert attempt["cost_usd"] > 0 and budget.spent_usd == pytest.approx(attempt["cost_usd"])
     assert budget.spent_usd == pytest.approx(sum(a["cost_usd"] or 0 for a in cancelled.attempts))
     assert "no answer came" in attempt["reason"]
+
+
+class OverloadedLate:
+    """A priced provider that answers each request, after a while, with a 503: a fault on demand."""
+
+    name, is_llm, cacheable, rate_limited = "late503", True, False, True
+    calls = 0
+
+    def prepare(self, spec):
+        return spec
+
+    def warm(self):
+        pass
+
+    def endpoint_identity(self, spec):
+        return None
+
+    def cost(self, model, prompt, completion, **kwargs):
+        return 1e-5 * (prompt or 0) + 1e-5 * (completion or 0)
+
+    async def complete(self, request, spec):
+        OverloadedLate.calls += 1
+        await asyncio.sleep(0.3)
+        raise TransientError("503 Service Unavailable")
+
+
+def test_a_call_cancelled_at_the_provider_that_answers_an_error_counts_nothing():
+    # The provider's error is its answer, and it bills none: not the reserved maximum of an answer that never came.
+    budget = Budget(1.0)
+    gateway = build_gateway(budget=budget)
+    gateway.providers.for_model = lambda model: OverloadedLate()
+    spec = ModelSpec(model="late503/x")
+    request = LLMRequest(model="late503/x", messages=[Message(role="user", content="allocate")], max_tokens=200)
+
+    async def scenario():
+        task = asyncio.ensure_future(gateway.complete(request, spec))
+        while OverloadedLate.calls == 0:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(CallCancelled) as cancelled:
+            await task
+        return cancelled.value
+
+    cancelled = asyncio.run(asyncio.wait_for(scenario(), 30))
+    (attempt,) = [a for a in cancelled.attempts if a["kind"] == "cancelled"]
+    assert "503" in attempt["reason"] and not attempt["cost_usd"]
+    assert budget.spent_usd == 0 and budget.ledger.held == {}

@@ -28,6 +28,7 @@ from madbench.runner.budget import (
     read_settlements,
     start_budget,
     stop_budget,
+    write_budget,
 )
 from madbench.runner.cli import main
 from madbench.runner.dispatch import ActorPool, Dispatch, Work
@@ -293,7 +294,7 @@ def test_calls_in_flight_at_a_crash_are_counted_at_their_reserved_maximum(tmp_pa
     assert read_budget(root, 0.5).reached  # the cap holds: what the crash may have spent counts against it
     again = start_budget(ray_local, root, resumed)  # the next invocation writes it settled: never counted twice
     assert read_budget(root, 1.0).spent_usd == pytest.approx(0.52)
-    stop_budget(ray_local, again, resumed.spent_usd)
+    stop_budget(ray_local, again, resumed.spent_usd, root)
 
 
 @pytest.mark.slow
@@ -304,7 +305,6 @@ def test_a_call_answered_after_its_driver_was_killed_counts_at_what_it_billed(tm
     root.mkdir()
     (root / BUDGET_SETTLED).write_text('{"call": "an-earlier-crash-1", "cost_usd": 0.5}\n')  # counted already
     budget = start_budget(ray_local, root, BudgetRecord(cap_usd=1.0))
-    assert not (root / BUDGET_SETTLED).exists()
     budget.journal_settlements(root)  # as a runner actor that sees the results directory
 
     async def killed_while_in_flight() -> None:
@@ -317,13 +317,53 @@ def test_a_call_answered_after_its_driver_was_killed_counts_at_what_it_billed(tm
     asyncio.run(killed_while_in_flight())
     resumed = read_budget(root, 1.0)
     assert resumed.spent_usd == pytest.approx(0.004 + 0.2)  # the answer at its bill, the cut-off call at its maximum
+    assert len(resumed.counted_at_max) == 1 and "1 at their reserved maximum" in resumed.crash_note
+
+
+@pytest.mark.slow
+def test_an_answer_that_comes_after_the_next_start_corrects_the_count_at_its_maximum(tmp_path, ray_local):
+    # The driver is restarted at once after a kill: the killed one's actor settles its call only after the new start
+    # has counted that call at its maximum. Its line corrects the count, once, through the new ledger's writes.
+    root = tmp_path / "results"
+    root.mkdir()
+    write_budget(root, BudgetRecord(cap_usd=1.0, spent_usd=0.02, in_flight_usd={"old-1": 0.3}))  # the kill's record
+    first = read_budget(root, 1.0)
+    assert first.spent_usd == pytest.approx(0.32) and first.counted_at_max == {"old-1": 0.3}
+    budget = start_budget(ray_local, root, first)
+    budget.journal_settlements(root)
+
+    async def pay() -> None:
+        await budget.settle(await budget.reserve(0.1), 0.01)  # the new invocation's own call
+    asyncio.run(pay())
+    assert json.loads((root / BUDGET_FILE).read_text())["counted_at_max"] == {"old-1": 0.3}  # carried by the ledger
+    with (root / BUDGET_SETTLED).open("a") as journal:  # the orphaned actor's late line
+        journal.write('{"call": "old-1", "cost_usd": 0.004}\n')
+    final = stop_budget(ray_local, budget, first.spent_usd, root)
+    assert final["spent_usd"] == pytest.approx(0.02 + 0.01 + 0.004)
+    corrected = read_budget(root, 1.0)
+    assert corrected.spent_usd == pytest.approx(0.034) and corrected.counted_at_max == {}
+    assert "answered since" in corrected.crash_note
+    write_budget(root, corrected)  # as the next start does: the line is not counted twice
+    assert read_budget(root, 1.0).spent_usd == pytest.approx(0.034) and read_budget(root, 1.0).crash_note is None
+
+
+def test_a_batch_stopped_at_its_cap_by_calls_counted_at_their_maximum_is_tried_again_once_they_are_answered(tmp_path):
+    stopped = BudgetRecord(cap_usd=0.05, spent_usd=0.045, counted_at_max={"old-1": 0.03}, reached="budget of $0.05 ...")
+    write_budget(tmp_path, stopped)
+    assert read_budget(tmp_path, 0.05).reached  # no answer yet: it stays stopped
+    (tmp_path / BUDGET_SETTLED).write_text('{"call": "old-1", "cost_usd": 0.001}\n')
+    again = read_budget(tmp_path, 0.05)
+    assert again.reached is None and again.spent_usd == pytest.approx(0.016)
 
 
 def test_a_settlement_cut_short_by_a_kill_counts_its_call_at_the_maximum_and_a_garbled_one_is_named(tmp_path):
     path = tmp_path / BUDGET_SETTLED
     path.write_bytes(b'{"call": "a-1", "cost_usd": 0.01}\n{"call": "b-1", "cost_usd": 0.02}\n{"call": "a-2", "co')
     assert read_settlements(path, {"a-1", "a-2", "c-1"}) == {"a-1": 0.01}  # b-1 was settled in budget.json already
-    path.write_bytes(b'{"call": "a-1", "cost_usd": 0.01}\nnot a line\n{"call": "a-2", "cost_usd": 0.02}\n')
+    with path.open("ab") as journal:  # a later append lands on the torn line: both are lost, none misread
+        journal.write(b'{"call": "a-3", "cost_usd": 0.03}\n{"call": "a-4", "cost_usd": 0.04}\n')
+    assert read_settlements(path, {"a-1", "a-2", "a-3", "a-4"}) == {"a-1": 0.01, "a-4": 0.04}
+    path.write_bytes(b'{"call": "a-1", "cost_usd": 0.01}\n{"call": 7}\n{"call": "a-2", "cost_usd": 0.02}\n')
     with pytest.raises(InputError, match="line 2 is not a settlement"):
         read_settlements(path, {"a-1"})
 
@@ -364,7 +404,7 @@ def test_a_settlement_the_journal_cannot_take_fails_loudly_and_still_frees_its_h
     asyncio.run(settle_one())
     state = budget.snapshot()
     assert state["in_flight_usd"] == {} and state["spent_usd"] == pytest.approx(0.004)
-    stop_budget(ray_local, budget, 0.0)
+    stop_budget(ray_local, budget, 0.0, root)
 
 
 @pytest.mark.slow
