@@ -62,10 +62,21 @@ def unwrap(content: str) -> str:
     """The phase's answer inside an envelope answer; anything else is invalid output, fed back for a retry."""
     value = decode_answer(content)
     if not isinstance(value, dict) or set(value) != {ENVELOPE_KEY} or not isinstance(value[ENVELOPE_KEY], dict):
-        keys = ", ".join(sorted(value)) if isinstance(value, dict) else type(value).__name__
+        if not isinstance(value, dict):
+            got = f"a JSON {_json_kind(value)}"
+        elif set(value) != {ENVELOPE_KEY}:
+            got = "an object with the key(s) " + ", ".join(json.dumps(k) for k in sorted(value)) if value else "{}"
+        else:
+            got = f'a "{ENVELOPE_KEY}" that is a JSON {_json_kind(value[ENVELOPE_KEY])}, not an object'
         raise OutputInvalid(f'the answer must be one JSON object {{"{ENVELOPE_KEY}": {{...}}}} holding this phase\'s answer; '
-                            f"got {keys}")
+                            f"got {got}")
     return json.dumps(value[ENVELOPE_KEY])
+
+
+def _json_kind(value: object) -> str:
+    """JSON's name for the kind of a decoded value."""
+    kinds = {bool: "boolean", int: "number", float: "number", str: "string", list: "array", type(None): "null"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 #: The key of a request's task context (``madbench_context``, read by madbench's simulated providers only) that

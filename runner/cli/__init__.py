@@ -55,7 +55,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("argument --"):  # a value out of its bounds or of the wrong type: bad input, as any
-            raise InputError(self.prog, message, f"see `{self.prog} --help`")
+            command = self.prog.removeprefix("madbench").strip()  # the CLI's own name is said once, by main
+            raise InputError(command or None, message, f"see `{self.prog} --help`")
         self.exit(EXIT_INPUT, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 

@@ -12,10 +12,12 @@ def test_an_envelope_answer_is_unwrapped_and_anything_else_is_feedback():
     assert json.loads(unwrap('{"turn": {"thesis": "x"}}')) == {"thesis": "x"}
     with pytest.raises(OutputInvalid, match="not valid JSON"):
         unwrap("Sure! {")
-    with pytest.raises(OutputInvalid, match=r'\{"turn": \{\.\.\.\}\}.*got thesis'):
+    with pytest.raises(OutputInvalid, match=r'\{"turn": \{\.\.\.\}\}.*got an object with the key\(s\) "thesis"'):
         unwrap('{"thesis": "x"}')  # the phase's answer without its envelope
-    with pytest.raises(OutputInvalid, match="got list"):
+    with pytest.raises(OutputInvalid, match="got a JSON array"):
         unwrap("[1]")
+    with pytest.raises(OutputInvalid, match='got a "turn" that is a JSON string, not an object'):
+        unwrap('{"turn": "x"}')
 
 
 def test_alternatives_keep_their_own_definitions_when_two_share_a_name():
