@@ -144,7 +144,8 @@ def read_settlements(path: Path, calls: set[str]) -> dict[str, float]:
         except ValueError:
             continue  # torn
         call, cost = (entry.get("call"), entry.get("cost_usd")) if isinstance(entry, dict) else (None, None)
-        if not isinstance(call, str) or type(cost) not in (int, float) or not 0 <= cost < math.inf:
+        if not isinstance(call, str) or not (isinstance(cost, (int, float)) and not isinstance(cost, bool)
+                                              and 0 <= cost < math.inf):
             raise InputError(path, f"line {number} is not a settlement ({line[:80]!r}): a call id and a cost in US "
                              "dollars (a finite number, 0 or more)", "restore the file, or delete it to count the "
                              "calls a crash left in flight at their reserved maximum")

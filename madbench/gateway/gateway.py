@@ -352,16 +352,14 @@ class Gateway:
                     named = exc.reason if spec.model in exc.reason else f"{spec.model}: {exc.reason}"  # named once
                     raise GatewayFailure(redact(named), []) from None
                 latency = time.perf_counter() - start
-                used = None if raw.prompt_tokens is None else raw.prompt_tokens + (raw.completion_tokens or 0)
+                used = _tokens_used(raw)
                 if release is not None:
                     done, release = release, None
                     await done(lease_id, "ok", used)
             except BaseException:
                 if release is not None:  # shielded: a second cancellation must not leave the slot taken either
                     # A cancelled call whose answer came (``_answer``) used what the provider counted, like any answer.
-                    last = attempts[-1] if sent["answered"] and attempts else None
-                    used = None if last is None or last.prompt_tokens is None else (
-                        last.prompt_tokens + (last.completion_tokens or 0))
+                    used = _tokens_used(attempts[-1]) if sent["answered"] and attempts else None
                     await asyncio.shield(release(lease_id, "error" if used is None else "ok", used))
                 raise
             attempts.append(self._answer_attempt(spec, provider, raw, latency))
@@ -440,3 +438,8 @@ def _scrubbed(raw: RawResponse) -> RawResponse:
     is no error text)."""
     clean = redact_known(raw.content, named=False)
     return raw if clean == raw.content else dataclasses.replace(raw, content=clean)
+
+
+def _tokens_used(answer: RawResponse | Attempt) -> int | None:
+    """The tokens an answer used, as its provider counted them (what the limiter's token bucket settles to)."""
+    return None if answer.prompt_tokens is None else answer.prompt_tokens + (answer.completion_tokens or 0)
