@@ -36,6 +36,11 @@ class TransientError(ProviderError):
     kind = "transient"
 
 
+class NoAnswer(TransientError):
+    """A timeout or a dropped connection: no answer came, though the provider may have billed the request. A call
+    cancelled with its request at the provider counts one at its reserved maximum, never at nothing."""
+
+
 class Overloaded(TransientError):
     """A server error that says when to come back (Anthropic's 529 ``overloaded_error`` with ``retry-after``): retried
     after that wait (capped at the model's ``retry_after_cap_s``), and counted with the transient errors."""

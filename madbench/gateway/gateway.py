@@ -36,7 +36,16 @@ from madbench.data.errors import InputError
 
 from .accounting import Attempt, Budget, Completion, Totals, max_tokens, total_cost
 from .cache import ResponseCache, answer_sha256
-from .errors import CallCancelled, FatalProviderError, GatewayFailure, OutputInvalid, ProviderError, RateLimited, TransientError
+from .errors import (
+    CallCancelled,
+    FatalProviderError,
+    GatewayFailure,
+    NoAnswer,
+    OutputInvalid,
+    ProviderError,
+    RateLimited,
+    TransientError,
+)
 from .limiter import LimiterPool
 from .models import ModelSpec, SchemaScope, as_spec, spec_cost
 from .providers import Provider, Providers
@@ -383,6 +392,8 @@ class Gateway:
             try:
                 done, _ = await asyncio.wait({call}, timeout=CANCELLED_ANSWER_PATIENCE_S)
                 raw = call.result() if done else None
+            except NoAnswer:
+                raw = None  # a timeout or a dropped connection says nothing of what was billed: its maximum
             except ProviderError as exc:
                 # The provider answered with an error: it billed nothing, or (a refusal) what the error says.
                 attempts.append(Attempt(model=spec.model, kind="cancelled", latency_s=time.perf_counter() - start,

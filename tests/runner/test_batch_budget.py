@@ -32,7 +32,7 @@ from madbench.gateway import (
 )
 from madbench.gateway import gateway as gateway_module
 from madbench.gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
-from madbench.gateway.errors import CallCancelled, TransientError
+from madbench.gateway.errors import CallCancelled, NoAnswer, TransientError
 from madbench.gateway.limiter import LimiterPool
 from madbench.gateway.providers.litellm_provider import token_cost
 from madbench.results import ManifestRun, write_manifest
@@ -366,13 +366,21 @@ class OverloadedLate:
         raise TransientError("503 Service Unavailable")
 
 
-def test_a_call_cancelled_at_the_provider_that_answers_an_error_counts_nothing():
-    # The provider's error is its answer, and it bills none: not the reserved maximum of an answer that never came.
-    budget = Budget(1.0)
+class TimesOutLate(OverloadedLate):
+    """A priced provider whose every request times out at the client after a while: the provider may have billed it."""
+
+    async def complete(self, request, spec):
+        OverloadedLate.calls += 1
+        await asyncio.sleep(0.3)
+        raise NoAnswer("timeout after 600 s")
+
+
+def _cancelled_during_its_error(provider, budget):
     gateway = build_gateway(budget=budget)
-    gateway.providers.for_model = lambda model: OverloadedLate()
+    gateway.providers.for_model = lambda model: provider
     spec = ModelSpec(model="late503/x")
     request = LLMRequest(model="late503/x", messages=[Message(role="user", content="allocate")], max_tokens=200)
+    OverloadedLate.calls = 0
 
     async def scenario():
         task = asyncio.ensure_future(gateway.complete(request, spec))
@@ -383,7 +391,22 @@ def test_a_call_cancelled_at_the_provider_that_answers_an_error_counts_nothing()
             await task
         return cancelled.value
 
-    cancelled = asyncio.run(asyncio.wait_for(scenario(), 30))
+    return asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_a_call_cancelled_at_the_provider_whose_request_then_times_out_counts_at_its_maximum():
+    # No answer came, so nothing says what the provider billed: the reserved maximum, never nothing.
+    budget = Budget(1.0)
+    cancelled = _cancelled_during_its_error(TimesOutLate(), budget)
+    assert not [a for a in cancelled.attempts if a["kind"] == "cancelled" and not a["cost_usd"]]
+    assert budget.spent_usd >= 1e-5 * 200  # at least the maximum answer's 200 tokens
+    assert budget.ledger.held == {}
+
+
+def test_a_call_cancelled_at_the_provider_that_answers_an_error_counts_nothing():
+    # The provider's error is its answer, and it bills none: not the reserved maximum of an answer that never came.
+    budget = Budget(1.0)
+    cancelled = _cancelled_during_its_error(OverloadedLate(), budget)
     (attempt,) = [a for a in cancelled.attempts if a["kind"] == "cancelled"]
     assert "503" in attempt["reason"] and not attempt["cost_usd"]
     assert budget.spent_usd == 0 and budget.ledger.held == {}

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
-from ..errors import FatalProviderError, Overloaded, RateLimited, Refused, TransientError, Truncated
+from ..errors import FatalProviderError, NoAnswer, Overloaded, RateLimited, Refused, TransientError, Truncated
 from ..models import ModelSpec
 from ..request import LLMRequest
 from ..secrets import api_key_from_env, redact, remember, remember_env
@@ -204,12 +204,14 @@ async def sent(litellm: Any, kwargs: dict[str, Any], spec: ModelSpec) -> Any:
     except litellm.RateLimitError as exc:
         raise RateLimited(redact(f"429 rate limited: {exc}")[:500], _retry_after(exc)) from None
     except litellm.Timeout:
-        raise TransientError(f"timeout after {spec.retry.timeout_s:g} s") from None
+        raise NoAnswer(f"timeout after {spec.retry.timeout_s:g} s") from None
     except (litellm.InternalServerError, litellm.APIConnectionError) as exc:
         if "Missing credentials" in str(exc) or "api_key client option must be set" in str(exc):
             # litellm reports a missing key as a 500; retrying cannot help.
             raise FatalProviderError(f"no API key for {spec.model}: set api_key_env in the model spec and export "
                                      "that variable (keys are read from the environment only)") from None
+        if isinstance(exc, litellm.APIConnectionError):
+            raise NoAnswer(redact(f"{type(exc).__name__}: {exc}")[:500]) from None
         raise _transient(exc, spec) from None
     except (litellm.ServiceUnavailableError, litellm.BadGatewayError) as exc:
         raise _transient(exc, spec) from None
