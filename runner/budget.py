@@ -156,6 +156,8 @@ def read_settlements(path: Path, calls: set[str]) -> dict[str, float]:
 
 def append_settlement(path: Path, call: str, cost_usd: float | None) -> None:
     """One line, in one ``write`` to a file opened for appending: the runner actors of a node append side by side."""
+    if cost_usd is not None and not 0 <= cost_usd < math.inf:  # a line no later start could read: refuse it now
+        raise ValueError(f"{path}: a settlement of {cost_usd!r} US dollars for call {call} is no cost")
     line = json.dumps({"call": call, "cost_usd": cost_usd or 0.0}) + "\n"
     data = line.encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)

@@ -36,7 +36,15 @@ from madbench.gateway.errors import CallCancelled, NoAnswer, TransientError
 from madbench.gateway.limiter import LimiterPool
 from madbench.gateway.providers.litellm_provider import token_cost
 from madbench.results import ManifestRun, write_manifest
-from madbench.runner.budget import BUDGET_FILE, BudgetRecord, read_budget, start_budget, stop_budget, write_budget
+from madbench.runner.budget import (
+    BUDGET_FILE,
+    BudgetRecord,
+    append_settlement,
+    read_budget,
+    start_budget,
+    stop_budget,
+    write_budget,
+)
 from madbench.runner.cli import main
 from madbench.runner.cli.run import budget_lines, submissions
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
@@ -410,3 +418,11 @@ def test_a_call_cancelled_at_the_provider_that_answers_an_error_counts_nothing()
     (attempt,) = [a for a in cancelled.attempts if a["kind"] == "cancelled"]
     assert "503" in attempt["reason"] and not attempt["cost_usd"]
     assert budget.spent_usd == 0 and budget.ledger.held == {}
+
+
+@pytest.mark.parametrize("cost", [float("nan"), -0.01, float("inf")])
+def test_a_settlement_that_is_no_cost_is_refused_before_it_is_written(tmp_path, cost):
+    journal = tmp_path / "budget-settled.jsonl"
+    with pytest.raises(ValueError, match="is no cost"):
+        append_settlement(journal, "call-1", cost)
+    assert not journal.exists()
