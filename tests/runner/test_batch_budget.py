@@ -55,6 +55,7 @@ from madbench.runner.store import BatchLayout, paid_cost, write_parts
 from madbench.runner.wiring import build_gateway
 from madbench.sim.provider import SimConfig, SimProvider
 from tests.conftest import errors_only
+from tests.runner.test_batches_end import Hanging
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "debate"
@@ -350,20 +351,11 @@ def test_a_call_cancelled_at_the_provider_is_counted_at_its_maximum_when_no_answ
     assert "no answer came" in attempt["reason"]
 
 
-class OverloadedLate:
+class OverloadedLate(Hanging):
     """A priced provider that answers each request, after a while, with a 503: a fault on demand."""
 
-    name, is_llm, cacheable, rate_limited = "late503", True, False, True
+    name = "late503"
     calls = 0
-
-    def prepare(self, spec):
-        return spec
-
-    def warm(self):
-        pass
-
-    def endpoint_identity(self, spec):
-        return None
 
     def cost(self, model, prompt, completion, **kwargs):
         return 1e-5 * (prompt or 0) + 1e-5 * (completion or 0)
