@@ -97,7 +97,10 @@ def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
     corrected = {call: most - billed[call] for call, most in record.counted_at_max.items() if call in billed}
     spent = (record.spent_usd + sum(billed.get(call, most) for call, most in record.in_flight_usd.items())
              - sum(corrected.values()))
-    spent = max(spent, 0.0)  # a correction's float rounding, never a real negative: each was counted at its maximum
+    if spent < -1e-9:  # each correction was counted at its maximum in spent_usd: only an edited record goes below 0
+        raise InputError(path, f"spent_usd (${record.spent_usd:.6f}) is less than the calls it counts at their maximum",
+                         "restore it, or delete it to count this batch's spend from zero")
+    spent = max(spent, 0.0)  # a correction's float rounding
     reached = record.reached
     if cap_usd is None or (record.cap_usd is not None and cap_usd > record.cap_usd) or corrected:
         reached = None  # a raised cap, or late answers that made room: the next call is tried again

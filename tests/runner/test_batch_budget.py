@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack
 from madbench.data.scenario import Scenario
 from madbench.debate.config_file import load_debate_config
@@ -418,3 +419,10 @@ def test_a_settlement_that_is_no_cost_is_refused_before_it_is_written(tmp_path, 
     with pytest.raises(ValueError, match="is no cost"):
         append_settlement(journal, "call-1", cost)
     assert not journal.exists()
+
+
+def test_a_budget_record_that_spent_less_than_it_counts_at_the_maximum_is_named(tmp_path):
+    write_budget(tmp_path, BudgetRecord(cap_usd=1.0, spent_usd=0.001, counted_at_max={"call-1": 0.5}))
+    append_settlement(tmp_path / "budget-settled.jsonl", "call-1", 0.0)
+    with pytest.raises(InputError, match="less than the calls it counts"):
+        read_budget(tmp_path, 1.0)
