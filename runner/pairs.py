@@ -153,6 +153,10 @@ def check_pairs(pairs: list, configs: list[DebateConfig], where: str) -> None:
             lines.append(f"pair {pair.treatment} vs {pair.control}: arms differ beyond {', '.join(map(repr, pair.factor))}: "
                          + "; ".join(problems))
     if lines:
-        raise InputError(where, " | ".join(lines),
-                         "make the arms differ only in the declared factor (the same routing, roles and settings), or "
+        fixes = []
+        if any(": no config named " in line for line in lines):
+            fixes.append("name configs the batch runs (its configs list)")
+        if any(" differ beyond " in line or "are both" in line for line in lines):
+            fixes.append("make the arms differ only in the declared factor (the same routing, roles and settings), or "
                          "declare what else differs (a config path such as models or agents.*.tier, or roles)")
+        raise InputError(where, " | ".join(lines), "; ".join(fixes))

@@ -63,7 +63,9 @@ def ordered_configs(runs: pd.DataFrame, compare: list[str] | None, where: str) -
         return present
     unknown = [c for c in compare if c not in present]
     if unknown:
-        raise InputError(where, f"--compare names unknown config(s) {', '.join(unknown)}", f"choose from {', '.join(present)}")
+        raise InputError(where, f"--compare names config(s) with no committed run {', '.join(unknown)}",
+                         f"choose from {', '.join(present)} (a config of the batch whose runs are not committed yet has "
+                         "no results to compare)")
     return compare
 
 

@@ -43,7 +43,7 @@ def test_stats_bad_input_is_named(tmp_path, capsys):
     runs_frame().to_parquet(file)
     assert main(["stats", "--from-parquet", str(file), "--compare", "debate,nope"]) == 2
     err = capsys.readouterr().err
-    assert "unknown config(s) nope" in err and "choose from debate, single, mean" in err
+    assert "config(s) with no committed run nope" in err and "choose from debate, single, mean" in err
     assert main(["stats"]) == 2
 
 
