@@ -68,6 +68,9 @@ def register(sub) -> None:
 
 
 def cmd_debate(args) -> int:
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise InputError("--out", f"{args.out} is a file, not a directory", "give a directory for the run directories "
+                         "(it is made if missing)")
     config = load_debate_config(args.config)
     if args.model:
         if "/" not in args.model:

@@ -263,6 +263,8 @@ def test_a_file_where_a_folder_is_expected_and_the_reverse_are_one_line(make_pac
         one_line(capsys)
     assert main(["run", str(tmp_path), "--dry-run"]) == 2  # a folder given for the batch file
     one_line(capsys)
+    assert main(["debate", "s1", "--scenarios", str(a_file), "--config", str(a_file), "--out", str(a_file)]) == 2
+    assert f"--out: {a_file} is a file, not a directory" in one_line(capsys)
     root = tmp_path / "results" / "t"
     root.mkdir(parents=True)
     (root / "runs").write_text("not a folder")
