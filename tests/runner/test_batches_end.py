@@ -163,6 +163,9 @@ class StuckActor:
     async def beats(self) -> dict:
         return {}
 
+    async def totals(self) -> dict:
+        return {"calls": 3, "cached": 1, "failed": 0, "prompt_tokens": 20, "completion_tokens": 5}
+
 
 class StuckWork(Work[str]):
     kept = "nothing"
@@ -203,6 +206,18 @@ def test_a_run_without_progress_is_failed_by_the_watchdog_and_its_actor_replaced
     stuck = work.settled["stuck1"]
     assert stuck.status is Status.FAILED and "no progress for" in stuck.error and "stall_timeout_s is 8 s" in stuck.error
     assert pool.actors[0] is not first  # replaced (the stuck unit was retried once, on the new actor, and stalled again)
+
+
+def test_live_counts_are_answered_while_every_slot_of_an_actor_is_taken(ray_local):
+    # The progress line's calls and tokens move per call: not only when a unit ends and frees a slot.
+    pool = ActorPool(ray_local, StuckActor, (), 1, 1)
+    busy = pool.actors[0].run.remote("stuck1")
+    deadline = time.monotonic() + 60
+    while (live := pool.totals())["calls"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert live == {"calls": 3, "cached": 1, "failed": 0, "tokens": 25}
+    assert not ray_local.wait([busy], timeout=0)[0]  # the unit still holds its slot
+    ray_local.kill(pool.actors[0])
 
 
 # -- a provider batch the provider no longer knows
