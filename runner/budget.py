@@ -21,7 +21,8 @@ rewritten, so no late line is lost. So the spend never under-reports, the cap ho
 recorded spend matches the provider's bill once the answers came (``madbench bench kills`` measures both). A driver
 joined through the Ray client keeps its results directory on its own machine, where the actor (on the head) cannot
 write: there the driver writes budget.json itself (``persist``) every few seconds and at the end, so a crash loses
-at most those seconds' spend.
+at most those seconds' spend. The leakage probe, which runs in the driver before any actor starts, keeps its
+ledger in a ``JournaledBudget`` that journals each of its calls in budget.json the same way.
 
 Re-running the same command continues from the recorded spend. A batch stopped at its cap stays stopped while
 the cap is not raised: the driver runs nothing and says so. Raising ``max_cost_usd`` (or removing it) continues.
@@ -212,10 +213,7 @@ class BudgetActor:
         return self.state()
 
     def state(self) -> dict[str, Any]:
-        led = self.ledger
-        return {"cap_usd": led.cap_usd, "spent_usd": led.spent_usd, "reserved_usd": led.reserved_usd,
-                "reached": led.reached, "in_flight_usd": {call_id(self.invocation, t): v for t, v in led.held.items()},
-                "counted_at_max": self.counted_at_max}
+        return ledger_state(self.ledger, self.invocation, self.counted_at_max)
 
     def _persist(self) -> None:
         if self.root is None:
@@ -226,6 +224,46 @@ class BudgetActor:
             except DriverGone:
                 return  # its driver is gone: the settlements its actors journal are read by the next one
         write_budget(self.root, recorded(self.state()))
+
+
+def ledger_state(ledger: Ledger, invocation: str, counted_at_max: dict[str, float]) -> dict[str, Any]:
+    """What a ledger holds now, its calls in flight named (``call_id``): the state ``recorded`` writes."""
+    return {"cap_usd": ledger.cap_usd, "spent_usd": ledger.spent_usd, "reserved_usd": ledger.reserved_usd,
+            "reached": ledger.reached, "in_flight_usd": {call_id(invocation, t): v for t, v in ledger.held.items()},
+            "counted_at_max": counted_at_max}
+
+
+class JournaledBudget(Budget):
+    """A ``Budget`` kept in this process (one event loop: the leakage probe, before the batch's actors start) that
+    rewrites ``root``'s budget.json at each reservation, settlement and first refusal, as the batch's ``BudgetActor``
+    does: a kill mid-call leaves the call in ``in_flight_usd``, and the next start counts it at its maximum."""
+
+    def __init__(self, root: str | Path, record: BudgetRecord):
+        super().__init__(record.cap_usd, record.spent_usd)
+        self.ledger.reached = record.reached
+        self.root, self.invocation, self.counted_at_max = Path(root), uuid.uuid4().hex[:12], record.counted_at_max
+
+    async def _hold(self, amount: float) -> int | None:
+        was = self.ledger.reached
+        try:
+            token = await super()._hold(amount)
+        except BudgetExhausted:
+            if was is None and self.ledger.reached is not None:
+                self._persist()
+            raise
+        if token:
+            self._persist()  # journaled before the request is sent
+        return token
+
+    async def settle(self, token: int | None, cost: float | None) -> None:
+        await super().settle(token, cost)
+        if token or cost:
+            self._persist()
+
+    def _persist(self) -> None:
+        with self._lock:
+            state = ledger_state(self.ledger, self.invocation, self.counted_at_max)
+        write_budget(self.root, recorded(state))
 
 
 def recorded(state: dict[str, Any]) -> BudgetRecord:

@@ -35,11 +35,10 @@ from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
 from madbench.eval.stats.identification import identify_summary
 from madbench.gateway import ModelSpec, ResponseCache
-from madbench.gateway.accounting import Budget
 from madbench.results.layout import LEAKAGE_AUDIT
 from madbench.results.leakage_record import RECORD, AuditRecord, ModelAudit, leak_line
 from madbench.runner.batch import LeakageAuditSpec
-from madbench.runner.budget import read_budget, write_budget
+from madbench.runner.budget import JournaledBudget, read_budget
 from madbench.runner.leakage_audit import ProbeFailed, blind_memos, identify, residue_table
 from madbench.runner.lock import ResultsLock
 from madbench.runner.preflight import reachable_models
@@ -104,7 +103,7 @@ def _audit(blind: list[DebateConfig], scenarios: list[Scenario], pack: Pack, roo
     spent = read_budget(root, cap_usd)
     if spent.reached:
         raise InputError(root, f"leakage_audit: {spent.reached}", "raise max_cost_usd (or remove it) to run the probe")
-    budget = Budget(cap_usd, spent.spent_usd)
+    budget = JournaledBudget(root, spent)  # each call journaled in budget.json as it goes: a kill loses none
     cache = ResponseCache(cache_dir) if cache_dir is not None else None
     try:
         gateway = build_gateway(cache=cache, budget=budget)
@@ -118,8 +117,6 @@ def _audit(blind: list[DebateConfig], scenarios: list[Scenario], pack: Pack, roo
     finally:
         if cache is not None:
             cache.close()
-        if budget.spent_usd > spent.spent_usd:
-            write_budget(root, spent.model_copy(update={"spent_usd": budget.spent_usd}))
     identified = pd.concat(obs, ignore_index=True)
     summary = pd.concat([identify_summary(g).assign(model=m) for m, g in identified.groupby("model", sort=True)],
                         ignore_index=True)

@@ -40,6 +40,7 @@ from madbench.results import ManifestRun, write_manifest
 from madbench.runner.budget import (
     BUDGET_FILE,
     BudgetRecord,
+    JournaledBudget,
     append_settlement,
     read_budget,
     start_budget,
@@ -426,3 +427,27 @@ def test_a_budget_record_that_spent_less_than_it_counts_at_the_maximum_is_named(
     append_settlement(tmp_path / "budget-settled.jsonl", "call-1", 0.0)
     with pytest.raises(InputError, match="less than the calls it counts"):
         read_budget(tmp_path, 1.0)
+
+
+def test_a_call_in_flight_in_a_journaled_budget_is_on_disk_before_it_is_sent(tmp_path):
+    """The leakage probe's ledger (in the driver, before any actor): a kill mid-call must not lose the call."""
+    write_budget(tmp_path, BudgetRecord(cap_usd=1.0, spent_usd=0.1))
+    budget = JournaledBudget(tmp_path, read_budget(tmp_path, 1.0))
+
+    async def reserve_and_crash() -> int:
+        return await budget.reserve(0.3)
+    token = asyncio.run(reserve_and_crash())
+    on_disk = json.loads((tmp_path / BUDGET_FILE).read_text())
+    assert list(on_disk["in_flight_usd"].values()) == [0.3]
+    assert read_budget(tmp_path, 1.0).spent_usd == pytest.approx(0.4)  # a kill now: counted at its maximum
+
+    asyncio.run(budget.settle(token, 0.05))
+    assert json.loads((tmp_path / BUDGET_FILE).read_text())["in_flight_usd"] == {}
+    assert read_budget(tmp_path, 1.0).spent_usd == pytest.approx(0.15)
+
+
+def test_a_journaled_budget_records_the_refusal_that_reached_its_cap(tmp_path):
+    budget = JournaledBudget(tmp_path, read_budget(tmp_path, 0.2))
+    with pytest.raises(BudgetExhausted):
+        asyncio.run(budget.reserve(0.5))
+    assert "reached" in (json.loads((tmp_path / BUDGET_FILE).read_text())["reached"] or "")
