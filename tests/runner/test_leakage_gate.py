@@ -5,6 +5,11 @@ and a clear pass offline (a rule-based model answers "unknown")."""
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -20,7 +25,7 @@ from madbench.runner.batch import LeakageAuditSpec
 from madbench.runner.budget import read_budget
 from madbench.runner.leakage_gate import audit_batch
 from madbench.sim.identify_answers import IdentifyAnswerer
-from madbench.sim.provider import SimProvider
+from madbench.sim.provider import SimConfig, SimProvider
 from tests.runner.test_blind_runs import config
 
 TICKERS = ["AAA", "BBB", "CCC", "DDD", "EEE"]
@@ -76,3 +81,30 @@ def test_a_recognising_model_stops_the_batch_or_is_warned_about(make_pack, tmp_p
         record = audit_batch([on_model(config("causal-debate-3.yaml"), spec)], scenarios, pack, tmp_path / "c",
                              "batch.yaml", LeakageAuditSpec(), None, None)
     assert record.decision == "clear"
+
+
+def _probe_until_killed(pack_dir: str, url: str, root: str) -> None:
+    """A driver's leakage probe (in its own process, so that it can be killed -9 mid-call)."""
+    pack, scenarios = world(lambda **_: Path(pack_dir))
+    spec = ModelSpec(model="openai/madbench-sim", api_base=url, send_context=True,
+                     price={"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0})
+    audit_batch([on_model(config("causal-debate-3.yaml"), spec)], scenarios, pack, Path(root), "batch.yaml",
+                LeakageAuditSpec(), None, 5.0)
+
+
+@pytest.mark.slow  # a spawned driver process (its imports: about 10 s on a loaded 2-core machine)
+def test_a_driver_killed_during_the_probe_leaves_its_call_in_flight_counted(make_pack, tmp_path):
+    pack_dir = make_pack(tickers=tuple(TICKERS))
+    with SimProvider(SimConfig(latency_median_s=600.0, latency_sigma=0.01)) as sim:  # no answer before the kill
+        child = multiprocessing.get_context("spawn").Process(
+            target=_probe_until_killed, args=(str(pack_dir), sim.url, str(tmp_path / "r")))
+        child.start()
+        deadline = time.monotonic() + 300
+        while sim.stats.requests == 0 and child.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sim.stats.requests >= 1, f"the probe sent nothing (exit code {child.exitcode})"
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+    read = read_budget(tmp_path / "r", 5.0)
+    assert read.spent_usd > 0 and read.counted_at_max  # counted at its reserved maximum, not lost with the driver
+    assert "in flight when the last driver stopped" in (read.crash_note or "")
