@@ -160,21 +160,25 @@ def run_with(o: RunOptions) -> BatchRun:
     """``run`` from its options."""
     b = load_checked(o)
     provenance = checked_provenance(b.pack_dir, b.evidence, b.scenario_file, o.require_clean)
+    # What earlier invocations spent, read before this one spends anything (its leakage probe, a first wave).
+    spent_before = read_budget(b.root, b.spec.max_cost_usd).spent_usd
     if b.spec.leakage_audit is not None:  # before any debate: a refusal starts none
         audit_batch(list({r.config.name: r.config for r in b.runs}.values()),
                     list({r.scenario.id: r.scenario for r in b.runs}.values()), b.pack, b.root, o.batch,
-                    b.spec.leakage_audit, None if ray_client(o.address) else Path(b.cache_dir), b.spec.max_cost_usd)
+                    b.spec.leakage_audit, None if ray_client(o.address) else Path(b.cache_dir), b.spec.max_cost_usd,
+                    quiet=not o.progress)
     runs = b.runs
     first, later = split(runs)
     stats = None
     if later:  # runs matched to others' generated tokens wait for them (runner/matching.py)
         stats = run_batch(b.spec, first, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence],
-                          str(b.cache_dir), o.address, o.retry_failed, not o.progress, provenance=provenance)
+                          str(b.cache_dir), o.address, o.retry_failed, not o.progress, provenance=provenance,
+                          spent_before=spent_before)
         runs = first + with_targets(later, b.root)
     if stats is None or stats["state"] == FINISHED:  # a stopped first wave leaves the matched runs to the next run
         stats = run_batch(b.spec, runs, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence],
                           str(b.cache_dir), o.address, o.retry_failed, not o.progress, o.continue_past,
-                          provenance=provenance)
+                          provenance=provenance, spent_before=spent_before)
     manifest_runs = read_manifest(b.root).runs
     submitted, retries = attempt_counts(manifest_runs)
     status = stats["status"]

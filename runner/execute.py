@@ -527,10 +527,11 @@ def _collector_ready(ray, ready, quiet: bool) -> None:
 
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False, continue_past: bool = False,
-              provenance: Provenance | None = None) -> dict[str, Any]:
+              provenance: Provenance | None = None, spent_before: float | None = None) -> dict[str, Any]:
     """Run the batch's pending runs, holding the results directory's lock (runner/lock.py) throughout: a second
     driver on the same directory fails at once, naming this one. ``continue_past``: a sequential batch goes on past
-    its decision (runner/sequential.py)."""
+    its decision (runner/sequential.py). ``spent_before``: what earlier invocations of the command spent, where this
+    one spent some before calling this (a leakage probe, a first wave); None: what budget.json holds now."""
     job_dir = job_working_dir()
     _refuse_paths_in_job(job_dir, layout.root, cache_dir)
     cluster_cache = wants_cluster_cache(address)
@@ -545,10 +546,11 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         # One budget for the batch, across invocations: what earlier ones spent is in budget.json (runner/budget.py),
         # read before the manifest says `running`: a budget.json it cannot read stops the command with nothing written.
         record = _recorded_spend(layout.root, spec.max_cost_usd, quiet)
+        before = record.spent_usd if spent_before is None else min(spent_before, record.spent_usd)
         write_manifest(layout.root, spec_json, list(manifest_runs.values()), "running", provenance)
-        progress = Progress(len(todo), BatchLine(spec.max_cost_usd, record.spent_usd), enabled=not quiet)
+        progress = Progress(len(todo), BatchLine(spec.max_cost_usd, before, record.spent_usd), enabled=not quiet)
         stats = {"runs": len(runs), "skipped": skipped, "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt,
-                 "budget": summary(record.model_dump(), record.spent_usd)}
+                 "budget": summary(record.model_dump(), before)}
         t0, state = time.perf_counter(), FINISHED
         if todo and record.reached:  # stopped at this cap before: nothing more is spent until it is raised
             todo, state = [], BUDGET_STOP
@@ -583,7 +585,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
                     m.in_flight_since = None
                 state = settled_state(state, manifest_runs, monitor)
                 write_manifest(layout.root, spec_json, list(manifest_runs.values()), state, provenance)
-                stats |= _stop_services(ray, budget, record.spent_usd, layout.root, off_cluster, cache, collector)
+                stats |= _stop_services(ray, budget, before, layout.root, off_cluster, cache, collector)
         else:
             state = settled_state(state, manifest_runs, monitor)
             write_manifest(layout.root, spec_json, list(manifest_runs.values()), state, provenance)

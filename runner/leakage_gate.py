@@ -35,6 +35,7 @@ from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
 from madbench.eval.stats.identification import identify_summary
 from madbench.gateway import ModelSpec, ResponseCache
+from madbench.gateway.errors import BudgetExhausted
 from madbench.results.layout import LEAKAGE_AUDIT
 from madbench.results.leakage_record import RECORD, AuditRecord, ModelAudit, leak_line
 from madbench.runner.batch import LeakageAuditSpec
@@ -63,10 +64,12 @@ def model_audits(summary: pd.DataFrame) -> list[ModelAudit]:
 
 
 def audit_batch(configs: list[DebateConfig], scenarios: list[Scenario], pack: Pack, root: Path, where: str,
-                setting: LeakageAuditSpec, cache_dir: Path | None, cap_usd: float | None) -> AuditRecord:
+                setting: LeakageAuditSpec, cache_dir: Path | None, cap_usd: float | None,
+                quiet: bool = False) -> AuditRecord:
     """Audit the blind memos of ``configs``' blind arm on ``scenarios``, record it under ``root``, and refuse (an
     InputError) or warn per ``setting`` when a model beats chance. ``cache_dir`` None:
-    the cache is not on this machine (the Ray client): the probe is sent uncached."""
+    the cache is not on this machine (the Ray client): the probe is sent uncached. ``quiet``: no note of how the
+    calls a crash left in flight were counted (the probe is the first to read them)."""
     blind = [c for c in configs if c.blind.enabled]
     if not blind:
         raise InputError(where, "leakage_audit: no config of the batch is blind, so there is no blind memo to audit",
@@ -78,7 +81,7 @@ def audit_batch(configs: list[DebateConfig], scenarios: list[Scenario], pack: Pa
                          "drop leakage_audit and run `madbench leakage audit` on each")
     (opts,) = options.values()
     with ResultsLock(root, "madbench run (leakage audit)"):
-        record, tables = _audit(blind, scenarios, pack, root, opts, setting, cache_dir, cap_usd)
+        record, tables = _audit(blind, scenarios, pack, root, opts, setting, cache_dir, cap_usd, quiet)
         out = root / LEAKAGE_AUDIT
         for name, frame in tables.items():
             atomic_write(out / f"{name}.parquet", frame_writer(frame))
@@ -94,15 +97,18 @@ def audit_batch(configs: list[DebateConfig], scenarios: list[Scenario], pack: Pa
 
 
 def _audit(blind: list[DebateConfig], scenarios: list[Scenario], pack: Pack, root: Path, options: BlindOptions,
-           setting: LeakageAuditSpec, cache_dir: Path | None, cap_usd: float | None
+           setting: LeakageAuditSpec, cache_dir: Path | None, cap_usd: float | None, quiet: bool
            ) -> tuple[AuditRecord, dict[str, pd.DataFrame]]:
     memos = blind_memos(scenarios, pack, options)
     reference = reference_blocks(pack, options)
     residue = residue_table(memos, reference)
     specs = probe_models(blind)
     spent = read_budget(root, cap_usd)
+    if spent.crash_note and not quiet:
+        print(f"madbench: {spent.crash_note}", file=sys.stderr, flush=True)
     if spent.reached:
-        raise InputError(root, f"leakage_audit: {spent.reached}", "raise max_cost_usd (or remove it) to run the probe")
+        raise InputError(root, f"leakage_audit: the batch stopped at its budget of ${cap_usd:g} (${spent.spent_usd:.4f} "
+                         "spent), so the probe cannot run and no debate starts", "raise max_cost_usd (or remove it)")
     budget = JournaledBudget(root, spent)  # each call journaled in budget.json as it goes: a kill loses none
     cache = ResponseCache(cache_dir) if cache_dir is not None else None
     try:
@@ -114,6 +120,9 @@ def _audit(blind: list[DebateConfig], scenarios: list[Scenario], pack: Pack, roo
     except ProbeFailed as exc:
         raise InputError(root, f"leakage_audit: the identification probe failed: {exc}", "run the same command again "
                          "(answers that came are cached), or drop leakage_audit from the batch") from None
+    except BudgetExhausted as exc:
+        raise InputError(root, f"leakage_audit: the probe stopped at the batch's budget: {exc}; no debate was started",
+                         "raise max_cost_usd (or remove it); the answers that came are cached") from None
     finally:
         if cache is not None:
             cache.close()

@@ -146,12 +146,14 @@ def _dollars(x: float) -> str:
 
 
 class BatchLine:
-    """`madbench run`'s line. The spend is the batch's, over every invocation of the same command: what earlier ones
-    spent (``spent_before``, from budget.json) plus this one's: the budget actor's ledger when the driver polls it
-    (``spent_usd``), else summed from the runs as they settle."""
+    """`madbench run`'s line. The spend is the batch's, over every invocation of the same command: the budget actor's
+    ledger when the driver polls it (``spent_usd``), else what budget.json held when the runs started
+    (``spent_at_start``) plus the runs' as they settle; ``spent_before`` is what earlier invocations spent (less than
+    ``spent_at_start`` by what this one spent before its runs started: its leakage probe, a first wave)."""
 
-    def __init__(self, budget: float | None, spent_before: float = 0.0):
+    def __init__(self, budget: float | None, spent_before: float = 0.0, spent_at_start: float | None = None):
         self.budget, self.spent_before = budget, spent_before
+        self.spent_at_start = spent_before if spent_at_start is None else spent_at_start
 
     def __call__(self, p: Progress, running: int) -> str:
         elapsed, live = p.elapsed_s, p.live()
@@ -161,7 +163,7 @@ class BatchLine:
         rate = f"{calls / elapsed:.2f} calls/s" if calls and elapsed > 0 else "— calls/s"
         hit = f", cache {cached / calls:.0%}" if calls else ""
         invalid = f" ({failed_calls} failed)" if failed_calls else ""
-        spent = live.get("spent_usd", self.spent_before + p.cost)
+        spent = live.get("spent_usd", self.spent_at_start + p.cost)
         budget = f" of {_dollars(self.budget)}" if self.budget else ""
         earlier = f" (${self.spent_before:.4f} before this invocation)" if self.spent_before else ""
         # Its own segment: a terminal's bar shows what follows the first " | " (Progress.show).

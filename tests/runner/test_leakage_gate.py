@@ -5,6 +5,7 @@ and a clear pass offline (a rule-based model answers "unknown")."""
 from __future__ import annotations
 
 import itertools
+import json
 import multiprocessing
 import os
 import signal
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack
@@ -22,11 +24,13 @@ from madbench.debate.config import DebateConfig
 from madbench.gateway import ModelRouting, ModelSpec
 from madbench.results.leakage_record import audit_dir, read_audit
 from madbench.runner.batch import LeakageAuditSpec
-from madbench.runner.budget import read_budget
+from madbench.runner.budget import BudgetRecord, read_budget, write_budget
+from madbench.runner.cli import main
 from madbench.runner.leakage_gate import audit_batch
 from madbench.sim.identify_answers import IdentifyAnswerer
 from madbench.sim.provider import SimConfig, SimProvider
-from tests.runner.test_blind_runs import config
+from tests.runner.test_batch_budget import paid_in_traces
+from tests.runner.test_blind_runs import ROOT, config
 
 TICKERS = ["AAA", "BBB", "CCC", "DDD", "EEE"]
 QUARTERS = ["2020Q3", "2021Q1", "2021Q3", "2022Q1"]
@@ -108,3 +112,43 @@ def test_a_driver_killed_during_the_probe_leaves_its_call_in_flight_counted(make
     read = read_budget(tmp_path / "r", 5.0)
     assert read.spent_usd > 0 and read.counted_at_max  # counted at its reserved maximum, not lost with the driver
     assert "in flight when the last driver stopped" in (read.crash_note or "")
+
+
+@pytest.mark.slow  # one small batch on the session's Ray, its probe and debates on the simulator
+def test_the_probes_spend_is_this_invocations_and_a_crash_before_it_is_told(make_pack, tmp_path, ray_local, capsys):
+    pack_dir = make_pack(tickers=tuple(TICKERS))
+    root = tmp_path / "results" / "probe-spend"
+    with SimProvider() as sim:
+        scenarios = tmp_path / "scenarios.yaml"
+        scenarios.write_text(yaml.safe_dump({"scenarios": [{"id": "s0", "invest_quarter": "2021Q3",
+                                                            "tickers": TICKERS[:3]}]}))
+        batch = tmp_path / "batch.yaml"
+        batch.write_text(yaml.safe_dump({
+            "name": "probe-spend", "scenarios": {"file": str(scenarios)}, "pack": str(pack_dir),
+            "configs": [str(ROOT / "configs" / "debate" / "single-causal.yaml"),
+                        str(ROOT / "configs" / "debate" / "causal-debate-3-blind.yaml")],
+            "model": {"model": "openai/gpt-4o-mini", "api_base": sim.url, "send_context": True},
+            "replicates": 1, "results_dir": str(tmp_path / "results"), "cache_dir": str(tmp_path / "cache"),
+            "retries": 0, "workers": 1, "max_cost_usd": 1.0, "leakage_audit": {"on_leak": "warn"}}))
+        # A crash of an earlier invocation left a paid call in flight: the probe reads it first, and says so.
+        write_budget(root, BudgetRecord(cap_usd=1.0, spent_usd=0.01, in_flight_usd={"earlier-1": 0.02}))
+        assert main(["run", str(batch)]) == 0
+    out, err = capsys.readouterr()
+    assert "1 paid call(s) were in flight when the last driver stopped" in err
+    total = json.loads((root / "budget.json").read_text())["spent_usd"]
+    probe = total - 0.03 - paid_in_traces(root)
+    assert probe > 0  # the probe paid, besides the debates
+    assert f"(${total - 0.03:.4f} in this one)" in out  # the probe's spend, and the debates', are this invocation's
+
+
+def test_a_probe_that_cannot_fit_the_budget_is_one_line_and_recorded(make_pack, tmp_path):
+    pack, scenarios = world(make_pack, n=2)
+    with SimProvider() as sim:
+        spec = ModelSpec(model="openai/madbench-sim", api_base=sim.url, send_context=True,
+                         price={"input_usd_per_mtok": 1.0, "output_usd_per_mtok": 1.0})
+        blind = on_model(config("causal-debate-3.yaml"), spec)
+        with pytest.raises(InputError, match="the probe stopped at the batch's budget: budget of \\$1e-06 reached"):
+            audit_batch([blind], scenarios, pack, tmp_path, "batch.yaml", LeakageAuditSpec(), None, 1e-6)
+        assert sim.stats.requests == 0 and read_budget(tmp_path, 1e-6).reached  # refused before sending, and kept
+        with pytest.raises(InputError, match="the batch stopped at its budget of \\$1e-06 \\(\\$0.0000 spent\\)"):
+            audit_batch([blind], scenarios, pack, tmp_path, "batch.yaml", LeakageAuditSpec(), None, 1e-6)
