@@ -501,12 +501,15 @@ def _todo(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, manifest_ru
     return ([] if monitor.enough() else pair_first(todo, monitor.order)), skipped, monitor
 
 
-def _recorded_spend(root: Path, cap_usd: float | None, quiet: bool) -> BudgetRecord:
-    """What earlier invocations spent (``read_budget``), saying how the calls a crash left in flight were counted."""
+def _recorded_spend(root: Path, cap_usd: float | None, quiet: bool, spent_before: float | None
+                    ) -> tuple[BudgetRecord, float]:
+    """The batch's recorded spend (``read_budget``), saying how the calls a crash left in flight were counted, and
+    what earlier invocations spent: ``spent_before`` where this one spent some already (its leakage probe, a first
+    wave), else all of it."""
     record = read_budget(root, cap_usd)
     if record.crash_note and not quiet:
         print(f"madbench: {record.crash_note}", file=sys.stderr, flush=True)
-    return record
+    return record, record.spent_usd if spent_before is None else min(spent_before, record.spent_usd)
 
 
 def _stop_services(ray, budget, spent_usd: float, root: Path, off_cluster: bool, cache, collector) -> dict[str, Any]:
@@ -530,8 +533,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
               provenance: Provenance | None = None, spent_before: float | None = None) -> dict[str, Any]:
     """Run the batch's pending runs, holding the results directory's lock (runner/lock.py) throughout: a second
     driver on the same directory fails at once, naming this one. ``continue_past``: a sequential batch goes on past
-    its decision (runner/sequential.py). ``spent_before``: what earlier invocations of the command spent, where this
-    one spent some before calling this (a leakage probe, a first wave); None: what budget.json holds now."""
+    its decision (runner/sequential.py). ``spent_before``: earlier invocations' spend (None: budget.json's now)."""
     job_dir = job_working_dir()
     _refuse_paths_in_job(job_dir, layout.root, cache_dir)
     cluster_cache = wants_cluster_cache(address)
@@ -543,10 +545,9 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         spec_json = spec.model_dump(mode="json") | {"cache_dir": str(Path(cache_dir).resolve())}
         if provenance is None or not todo:  # nothing runs now: the provenance of the runs is the earlier invocation's
             provenance = earlier_provenance(layout) or provenance
-        # One budget for the batch, across invocations: what earlier ones spent is in budget.json (runner/budget.py),
-        # read before the manifest says `running`: a budget.json it cannot read stops the command with nothing written.
-        record = _recorded_spend(layout.root, spec.max_cost_usd, quiet)
-        before = record.spent_usd if spent_before is None else min(spent_before, record.spent_usd)
+        # One budget for the batch, across invocations (runner/budget.py), read before the manifest says `running`: a
+        # budget.json it cannot read stops the command with nothing written.
+        record, before = _recorded_spend(layout.root, spec.max_cost_usd, quiet, spent_before)
         write_manifest(layout.root, spec_json, list(manifest_runs.values()), "running", provenance)
         progress = Progress(len(todo), BatchLine(spec.max_cost_usd, before, record.spent_usd), enabled=not quiet)
         stats = {"runs": len(runs), "skipped": skipped, "submitted": 0, "wall_s": 0.0, "parts_rebuilt": rebuilt,
