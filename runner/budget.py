@@ -49,6 +49,13 @@ from madbench.results.layout import BUDGET as BUDGET_FILE
 from madbench.results.layout import BUDGET_SETTLED
 from madbench.runner.lock import WriterGuard
 
+#: The prefix of a ``JournaledBudget``'s call ids: its calls run in the driver and die with it, so no late answer
+#: ever corrects one a crash left in flight (it stays at its maximum).
+PROBE_CALLS = "probe-"
+#: The prefix ``BudgetRecord`` gives an earlier madbench's unnamed reservations: no line can name them either.
+UNNAMED_CALLS = "unnamed-"
+FINAL_AT_MAX = (PROBE_CALLS, UNNAMED_CALLS)
+
 
 class BudgetRecord(BaseModel):
     """What ``budget.json`` holds."""
@@ -77,7 +84,7 @@ class BudgetRecord(BaseModel):
     @classmethod
     def _unnamed(cls, value: Any) -> Any:
         # An earlier madbench journaled bare maxima, which no settlement line can name: each counts at its maximum.
-        return {f"unnamed-{i}": v for i, v in enumerate(value)} if isinstance(value, list) else value
+        return {f"{UNNAMED_CALLS}{i}": v for i, v in enumerate(value)} if isinstance(value, list) else value
 
 
 def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
@@ -107,8 +114,9 @@ def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
         reached = None  # a raised cap, or late answers that made room: the next call is tried again
     if cap_usd is not None and spent >= cap_usd:
         reached = f"budget of ${cap_usd:g} reached: ${spent:.4f} spent by earlier invocations"
-    # An earlier madbench's unnamed reservations can never be named by a line: they stay at their maximum for good.
-    unanswered = {c: m for c, m in awaited.items() if c not in billed and not c.startswith("unnamed-")}
+    # An earlier madbench's unnamed reservations and the probe's calls can never be named by a line: they stay at their
+    # maximum for good.
+    unanswered = {c: m for c, m in awaited.items() if c not in billed and not c.startswith(FINAL_AT_MAX)}
     read = BudgetRecord(cap_usd=cap_usd, spent_usd=spent, reached=reached, counted_at_max=unanswered,
                         updated=record.updated)
     read._crash_note = _crash_note(record, billed, corrected)
@@ -120,10 +128,14 @@ def _crash_note(record: BudgetRecord, billed: dict[str, float], corrected: dict[
     notes = []
     if record.in_flight_usd:
         left = {c: v for c, v in record.in_flight_usd.items() if c not in billed}
+        final = {c: v for c, v in left.items() if c.startswith(PROBE_CALLS)}
+        why = ("no answer of theirs is recorded yet; one that comes later corrects it" if not final else
+               "they died with the driver's leakage probe, so no answer will come" if len(final) == len(left) else
+               f"no answer of theirs is recorded yet; one that comes later corrects it, except for the {len(final)} of "
+               "the driver's leakage probe, which died with it")
         notes.append(f"{len(record.in_flight_usd)} paid call(s) were in flight when the last driver stopped: "
                      f"{len(record.in_flight_usd) - len(left)} counted at what they billed, {len(left)} at their "
-                     f"reserved maximum (${sum(left.values()):.4f}: no answer of theirs is recorded yet; one that "
-                     "comes later corrects it)")
+                     f"reserved maximum (${sum(left.values()):.4f}: {why})")
     if corrected:
         notes.append(f"{len(corrected)} call(s) an earlier start counted at their maximum were answered since: "
                      f"${sum(corrected.values()):.4f} less spent")
@@ -241,7 +253,8 @@ class JournaledBudget(Budget):
     def __init__(self, root: str | Path, record: BudgetRecord):
         super().__init__(record.cap_usd, record.spent_usd)
         self.ledger.reached = record.reached
-        self.root, self.invocation, self.counted_at_max = Path(root), uuid.uuid4().hex[:12], record.counted_at_max
+        self.root, self.counted_at_max = Path(root), record.counted_at_max
+        self.invocation = f"{PROBE_CALLS}{uuid.uuid4().hex[:12]}"
 
     async def _hold(self, amount: float) -> int | None:
         was = self.ledger.reached

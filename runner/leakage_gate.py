@@ -93,6 +93,9 @@ def audit_batch(configs: list[DebateConfig], scenarios: list[Scenario], pack: Pa
                          "leakage_audit.on_leak: warn to run the batch anyway")
     for line in lines:
         print(f"madbench: warning: leakage audit: {line} (on_leak: warn, so the batch runs)", file=sys.stderr)
+    if not lines and not quiet:
+        print(f"madbench: leakage audit: clear, no model identifies the blind memos beyond chance (recorded in "
+              f"{out / RECORD})", file=sys.stderr, flush=True)
     return record
 
 
@@ -110,6 +113,9 @@ def _audit(blind: list[DebateConfig], scenarios: list[Scenario], pack: Pack, roo
         raise InputError(root, f"leakage_audit: the batch stopped at its budget of ${cap_usd:g} (${spent.spent_usd:.4f} "
                          "spent), so the probe cannot run and no debate starts", "raise max_cost_usd (or remove it)")
     budget = JournaledBudget(root, spent)  # each call journaled in budget.json as it goes: a kill loses none
+    if not quiet:
+        print(f"madbench: leakage audit: {', '.join(s.model for s in specs)} asked to identify {len(memos)} blind "
+              "memo(s) before any debate starts", file=sys.stderr, flush=True)
     cache = ResponseCache(cache_dir) if cache_dir is not None else None
     try:
         gateway = build_gateway(cache=cache, budget=budget)
@@ -122,7 +128,7 @@ def _audit(blind: list[DebateConfig], scenarios: list[Scenario], pack: Pack, roo
                          "(answers that came are cached), or drop leakage_audit from the batch") from None
     except BudgetExhausted as exc:
         raise InputError(root, f"leakage_audit: the probe stopped at the batch's budget: {exc}; no debate was started",
-                         "raise max_cost_usd (or remove it); the answers that came are cached") from None
+                         "raise max_cost_usd (or remove it)") from None
     finally:
         if cache is not None:
             cache.close()

@@ -109,9 +109,12 @@ def test_a_driver_killed_during_the_probe_leaves_its_call_in_flight_counted(make
         assert sim.stats.requests >= 1, f"the probe sent nothing (exit code {child.exitcode})"
         os.kill(child.pid, signal.SIGKILL)
         child.join()
+    on_disk = BudgetRecord.model_validate_json((tmp_path / "r" / "budget.json").read_text())
     read = read_budget(tmp_path / "r", 5.0)
-    assert read.spent_usd > 0 and read.counted_at_max  # counted at its reserved maximum, not lost with the driver
-    assert "in flight when the last driver stopped" in (read.crash_note or "")
+    # Counted at its reserved maximum, not lost with the driver; and for good: no late answer can come for it.
+    assert on_disk.in_flight_usd and read.spent_usd == pytest.approx(sum(on_disk.in_flight_usd.values()))
+    assert "they died with the driver's leakage probe, so no answer will come" in (read.crash_note or "")
+    assert not read.counted_at_max
 
 
 @pytest.mark.slow  # one small batch on the session's Ray, its probe and debates on the simulator
@@ -135,6 +138,9 @@ def test_the_probes_spend_is_this_invocations_and_a_crash_before_it_is_told(make
         assert main(["run", str(batch)]) == 0
     out, err = capsys.readouterr()
     assert "1 paid call(s) were in flight when the last driver stopped" in err
+    # The probe says it is running, and what it found, before the debates' lines.
+    assert err.index("openai/gpt-4o-mini asked to identify 1 blind memo(s)") < err.index("leakage audit: clear") < \
+        err.index("/2 runs: ")
     total = json.loads((root / "budget.json").read_text())["spent_usd"]
     probe = total - 0.03 - paid_in_traces(root)
     assert probe > 0  # the probe paid, besides the debates
