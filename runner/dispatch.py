@@ -54,13 +54,22 @@ def _pick_node(ray, load: Counter, avoid: set[str]) -> str:
     return min(nodes, key=lambda n: (load[n], nodes.index(n)))
 
 
+#: Slots of each actor kept beside its units' for the questions the driver asks while they run: at most one ``totals``
+#: (the progress line) and one ``beats`` (the watchdog) at a time. An async actor runs at most ``max_concurrency``
+#: calls at once, so with every unit slot taken they would wait for a unit to end: the line would move per run, and
+#: the watchdog would take a busy actor for a stuck one.
+MONITOR_SLOTS = 2
+
+
 class ActorPool:
-    """``n_workers`` actors of ``actor_class``, spread over the cluster's nodes; a lost actor is replaced."""
+    """``n_workers`` actors of ``actor_class``, spread over the cluster's nodes; a lost actor is replaced.
+    ``max_concurrency``: the units one actor may run at once (the driver's questions have slots of their own)."""
 
     def __init__(self, ray, actor_class: type, args: tuple, n_workers: int, max_concurrency: int):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         self.ray, self._affinity = ray, NodeAffinitySchedulingStrategy
-        self._cls = ray.remote(num_cpus=ACTOR_NUM_CPUS, max_concurrency=max(1, max_concurrency))(actor_class)
+        slots = max(1, max_concurrency) + MONITOR_SLOTS
+        self._cls = ray.remote(num_cpus=ACTOR_NUM_CPUS, max_concurrency=slots)(actor_class)
         self._args = args
         self.node_of: dict[int, str] = {}
         self.lost_nodes: set[str] = set()

@@ -221,8 +221,7 @@ def _run_rescore(job: Job, p: Plan, address: str | None, workers: int, max_in_fl
         return Outcome()
     progress = Progress(len(p.todo), RescoreLine(job.label), enabled=not quiet, interval_s=progress_every_s)
     ray = init_ray(address)
-    # Room for every run in flight plus the progress line's totals polls.
-    pool = ActorPool(ray, RescoreActor, (str(job.cache_dir), concurrency, str(job.root), holder), min(workers, len(p.todo)), max_in_flight + 4)
+    pool = ActorPool(ray, RescoreActor, (str(job.cache_dir), concurrency, str(job.root), holder), min(workers, len(p.todo)), max_in_flight)
     progress.poll = pool.totals
     work = RescoreWork(job)
     work.outcome.interrupted = Dispatch(pool, work, p.todo, max_in_flight, progress).run() == INTERRUPTED

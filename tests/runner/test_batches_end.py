@@ -208,14 +208,17 @@ def test_a_run_without_progress_is_failed_by_the_watchdog_and_its_actor_replaced
     assert pool.actors[0] is not first  # replaced (the stuck unit was retried once, on the new actor, and stalled again)
 
 
-def test_live_counts_are_answered_while_every_slot_of_an_actor_is_taken(ray_local):
+def test_live_counts_and_beats_are_answered_while_every_slot_of_an_actor_is_taken(ray_local):
     # The progress line's calls and tokens move per call: not only when a unit ends and frees a slot.
     pool = ActorPool(ray_local, StuckActor, (), 1, 1)
+    ray_local.get(pool.actors[0].beats.remote())  # the actor is up: the unit below takes its one unit slot at once
     busy = pool.actors[0].run.remote("stuck1")
+    time.sleep(1.0)  # ...before the first question is asked (Ray does not promise the order of an async actor's calls)
     deadline = time.monotonic() + 60
     while (live := pool.totals())["calls"] == 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert live == {"calls": 3, "cached": 1, "failed": 0, "tokens": 25}
+    assert ray_local.get(pool.actors[0].beats.remote(), timeout=30) == {}  # the watchdog's question too
     assert not ray_local.wait([busy], timeout=0)[0]  # the unit still holds its slot
     ray_local.kill(pool.actors[0])
 
