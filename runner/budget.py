@@ -54,6 +54,7 @@ from madbench.runner.lock import WriterGuard
 PROBE_CALLS = "probe-"
 #: The prefix ``BudgetRecord`` gives an earlier madbench's unnamed reservations: no line can name them either.
 UNNAMED_CALLS = "unnamed-"
+#: The call ids a crash may leave in flight that no late settlement line will name: each stays at its maximum.
 FINAL_AT_MAX = (PROBE_CALLS, UNNAMED_CALLS)
 
 

@@ -68,8 +68,8 @@ def audit_batch(configs: list[DebateConfig], scenarios: list[Scenario], pack: Pa
                 quiet: bool = False) -> AuditRecord:
     """Audit the blind memos of ``configs``' blind arm on ``scenarios``, record it under ``root``, and refuse (an
     InputError) or warn per ``setting`` when a model beats chance. ``cache_dir`` None:
-    the cache is not on this machine (the Ray client): the probe is sent uncached. ``quiet``: no note of how the
-    calls a crash left in flight were counted (the probe is the first to read them)."""
+    the cache is not on this machine (the Ray client): the probe is sent uncached. ``quiet``: no lines on stderr but its
+    warnings (none when the probe starts, when it finds nothing, or on how a crash's calls in flight were counted)."""
     blind = [c for c in configs if c.blind.enabled]
     if not blind:
         raise InputError(where, "leakage_audit: no config of the batch is blind, so there is no blind memo to audit",
