@@ -34,6 +34,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -124,16 +125,25 @@ def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
     return read
 
 
+def read_budget_told(root: str | Path, cap_usd: float | None, quiet: bool) -> BudgetRecord:
+    """``read_budget``, and (unless ``quiet``) a line on stderr saying how the calls a crash left in flight were
+    counted: for whichever stage of an invocation reads them first (the leakage probe, else the batch)."""
+    record = read_budget(root, cap_usd)
+    if record.crash_note and not quiet:
+        print(f"madbench: {record.crash_note}", file=sys.stderr, flush=True)
+    return record
+
+
 def _crash_note(record: BudgetRecord, billed: dict[str, float], corrected: dict[str, float]) -> str | None:
     """How the calls a crash left in flight were counted, and which late answers corrected earlier counts."""
     notes = []
     if record.in_flight_usd:
         left = {c: v for c, v in record.in_flight_usd.items() if c not in billed}
         final = {c: v for c, v in left.items() if c.startswith(PROBE_CALLS)}
-        why = ("no answer of theirs is recorded yet; one that comes later corrects it" if not final else
-               "they died with the driver's leakage probe, so no answer will come" if len(final) == len(left) else
-               f"no answer of theirs is recorded yet; one that comes later corrects it, except for the {len(final)} of "
-               "the driver's leakage probe, which died with it")
+        why = "no answer of theirs is recorded yet; one that comes later corrects it"
+        if final:  # the probe's calls died with their driver
+            why = ("they died with the driver's leakage probe, so no answer will come" if len(final) == len(left) else
+                   f"{why}, except for the {len(final)} of the driver's leakage probe, which died with it")
         notes.append(f"{len(record.in_flight_usd)} paid call(s) were in flight when the last driver stopped: "
                      f"{len(record.in_flight_usd) - len(left)} counted at what they billed, {len(left)} at their "
                      f"reserved maximum (${sum(left.values()):.4f}: {why})")

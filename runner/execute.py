@@ -40,7 +40,14 @@ from madbench.gateway.secrets import redact, remember
 from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
 from madbench.results.provenance import Provenance
 from madbench.runner.batch import BatchSpec, RunSpec
-from madbench.runner.budget import BudgetRecord, RayBudget, read_budget, start_budget, stop_budget, summary
+from madbench.runner.budget import (
+    BudgetRecord,
+    RayBudget,
+    read_budget_told,
+    start_budget,
+    stop_budget,
+    summary,
+)
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
 from madbench.runner.dispatch import BUDGET_STOP, FINISHED, ActorPool, Dispatch, Work
 from madbench.runner.lock import ResultsLock, WriterGuard
@@ -506,9 +513,7 @@ def _recorded_spend(root: Path, cap_usd: float | None, quiet: bool, spent_before
     """The batch's recorded spend (``read_budget``), saying how the calls a crash left in flight were counted, and
     what earlier invocations spent: ``spent_before`` where this one spent some already (its leakage probe, a first
     wave), else all of it."""
-    record = read_budget(root, cap_usd)
-    if record.crash_note and not quiet:
-        print(f"madbench: {record.crash_note}", file=sys.stderr, flush=True)
+    record = read_budget_told(root, cap_usd, quiet)
     return record, record.spent_usd if spent_before is None else min(spent_before, record.spent_usd)
 
 

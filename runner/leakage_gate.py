@@ -39,7 +39,7 @@ from madbench.gateway.errors import BudgetExhausted
 from madbench.results.layout import LEAKAGE_AUDIT
 from madbench.results.leakage_record import RECORD, AuditRecord, ModelAudit, leak_line
 from madbench.runner.batch import LeakageAuditSpec
-from madbench.runner.budget import JournaledBudget, read_budget
+from madbench.runner.budget import JournaledBudget, read_budget_told
 from madbench.runner.leakage_audit import ProbeFailed, blind_memos, identify, residue_table
 from madbench.runner.lock import ResultsLock
 from madbench.runner.preflight import reachable_models
@@ -106,9 +106,7 @@ def _audit(blind: list[DebateConfig], scenarios: list[Scenario], pack: Pack, roo
     reference = reference_blocks(pack, options)
     residue = residue_table(memos, reference)
     specs = probe_models(blind)
-    spent = read_budget(root, cap_usd)
-    if spent.crash_note and not quiet:
-        print(f"madbench: {spent.crash_note}", file=sys.stderr, flush=True)
+    spent = read_budget_told(root, cap_usd, quiet)
     if spent.reached:
         raise InputError(root, f"leakage_audit: the batch stopped at its budget of ${cap_usd:g} (${spent.spent_usd:.4f} "
                          "spent), so the probe cannot run and no debate starts", "raise max_cost_usd (or remove it)")
