@@ -315,6 +315,20 @@ def test_calls_in_flight_at_a_crash_are_counted_at_their_reserved_maximum(tmp_pa
     stop_budget(ray_local, again, resumed.spent_usd, root)
 
 
+def gone(ray, handle, deadline_s: float = 60.0) -> None:
+    """Wait until a killed actor is dead: ``ray.kill`` only asks, and a call sent meanwhile may still be served."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(handle.__ray_ready__.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue  # a loaded machine: ask again
+        time.sleep(0.1)
+    raise AssertionError(f"the actor was not dead {deadline_s:g} s after it was killed")
+
+
 @pytest.mark.slow
 def test_a_call_answered_after_its_driver_was_killed_counts_at_what_it_billed(tmp_path, ray_local):
     import ray
@@ -328,6 +342,7 @@ def test_a_call_answered_after_its_driver_was_killed_counts_at_what_it_billed(tm
     async def killed_while_in_flight() -> None:
         answered, cut_off = await budget.reserve(0.3), await budget.reserve(0.2)
         ray_local.kill(budget.handle)  # the driver is killed, and its ledger with it; one answer still comes
+        gone(ray_local, budget.handle)
         with pytest.raises(ray.exceptions.RayActorError):
             await budget.settle(answered, 0.004)
         assert cut_off  # never settles: its actor went before its answer came
