@@ -44,8 +44,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError
-from madbench.gateway.accounting import Budget, Ledger
+from madbench.gateway.accounting import Budget, Ledger, reserving
 from madbench.gateway.errors import BudgetExhausted, DriverGone
+from madbench.gateway.providers.batching import current_party
 from madbench.results.layout import BUDGET as BUDGET_FILE
 from madbench.results.layout import BUDGET_SETTLED
 from madbench.runner.lock import WriterGuard
@@ -57,6 +58,28 @@ PROBE_CALLS = "probe-"
 UNNAMED_CALLS = "unnamed-"
 #: The call ids a crash may leave in flight that no late settlement line will name: each stays at its maximum.
 FINAL_AT_MAX = (PROBE_CALLS, UNNAMED_CALLS)
+
+
+class CallTag(BaseModel):
+    """What the ledger knows of a paid call besides its cost: the run it belongs to (None: the leakage probe's), the
+    model, and the request's cache key (``reserving``); None where a reservation did not say (an earlier madbench)."""
+
+    model_config = ConfigDict(extra="forbid")
+    run_id: str | None = None
+    model: str | None = None
+    key: str | None = None
+
+
+class UntracedCall(CallTag):
+    """A paid call the ledger counts that no run's trace records: one a crash left in flight (``orphaned``), or one of
+    the leakage probe's, which runs before any trace (its ``cost_usd`` known once it settled). calls.parquet gets a row
+    for each (``madbench.runner.store.ledger_rows``), so that its cost sums to the ledger's spend."""
+
+    reserved_usd: float = Field(ge=0)
+    #: What it billed, when known as it was recorded (a probe call that settled); else ``budget-settled.jsonl`` says
+    #: it, or it counts at ``reserved_usd``, as ``read_budget`` counts it.
+    cost_usd: float | None = Field(None, ge=0)
+    orphaned: bool
 
 
 class BudgetRecord(BaseModel):
@@ -74,6 +97,10 @@ class BudgetRecord(BaseModel):
     #: Calls a crash left in flight that no line of ``budget-settled.jsonl`` named when they were counted: ``spent_usd``
     #: holds each at its reserved maximum, and a line that comes later corrects it (``read_budget``).
     counted_at_max: dict[str, float] = Field(default_factory=dict)
+    #: What is known of each call in ``in_flight_usd`` (its run, model and cache key), by call id.
+    in_flight_calls: dict[str, CallTag] = Field(default_factory=dict)
+    #: The paid calls counted in ``spent_usd`` that no trace records, by call id: kept for good, for calls.parquet.
+    untraced: dict[str, UntracedCall] = Field(default_factory=dict)
     updated: str = ""
     #: Set by ``read_budget`` (never written): how the calls a crash left in flight were counted, for the user.
     _crash_note: str | None = PrivateAttr(None)
@@ -120,9 +147,16 @@ def read_budget(root: str | Path, cap_usd: float | None) -> BudgetRecord:
     # maximum for good.
     unanswered = {c: m for c, m in awaited.items() if c not in billed and not c.startswith(FINAL_AT_MAX)}
     read = BudgetRecord(cap_usd=cap_usd, spent_usd=spent, reached=reached, counted_at_max=unanswered,
-                        updated=record.updated)
+                        untraced=record.untraced | orphans(record), updated=record.updated)
     read._crash_note = _crash_note(record, billed, corrected)
     return read
+
+
+def orphans(record: BudgetRecord) -> dict[str, UntracedCall]:
+    """The calls ``record`` journals in flight, as the untraced calls a crash left (``read_budget`` counts them)."""
+    return {call: UntracedCall(**record.in_flight_calls.get(call, CallTag()).model_dump(), reserved_usd=most,
+                               orphaned=True)
+            for call, most in record.in_flight_usd.items()}
 
 
 def read_budget_told(root: str | Path, cap_usd: float | None, quiet: bool) -> BudgetRecord:
@@ -214,9 +248,12 @@ class BudgetActor:
         self.guard = WriterGuard(root, holder) if root is not None and holder is not None else None
         self.ledger = Ledger(rec.cap_usd, rec.spent_usd, rec.reached)
         self.counted_at_max = rec.counted_at_max  # carried through each write, for the next read to correct
+        self.untraced = rec.untraced  # carried through each write, for calls.parquet
+        self.tags: dict[int, CallTag] = {}  # the calls in flight, by token
 
-    def reserve(self, amount: float) -> dict[str, Any]:
-        """{"token": t}, {"token": None} (wait for calls in flight), or {"refused": why}, with the ledger's state."""
+    def reserve(self, amount: float, tag: dict[str, Any] | None = None) -> dict[str, Any]:
+        """{"token": t}, {"token": None} (wait for calls in flight), or {"refused": why}, with the ledger's state.
+        ``tag``: the call's ``CallTag``, journaled with it."""
         # A refusal travels as a value: Ray would wrap a raised BudgetExhausted in its own error.
         was = self.ledger.reached
         try:
@@ -226,17 +263,19 @@ class BudgetActor:
                 self._persist()
             return {"refused": str(exc), **self.state()}
         if token:
+            self.tags[token] = CallTag.model_validate(tag or {})
             self._persist()  # journaled before the request is sent: a crash from here on counts it
         return {"token": token, **self.state()}
 
     def settle(self, token: int | None, cost: float | None) -> dict[str, Any]:
         self.ledger.settle(token, cost)
+        self.tags.pop(token or 0, None)
         if cost or token:
             self._persist()
         return self.state()
 
     def state(self) -> dict[str, Any]:
-        return ledger_state(self.ledger, self.invocation, self.counted_at_max)
+        return ledger_state(self.ledger, self.invocation, self.counted_at_max, self.tags, self.untraced)
 
     def _persist(self) -> None:
         if self.root is None:
@@ -249,11 +288,14 @@ class BudgetActor:
         write_budget(self.root, recorded(self.state()))
 
 
-def ledger_state(ledger: Ledger, invocation: str, counted_at_max: dict[str, float]) -> dict[str, Any]:
-    """What a ledger holds now, its calls in flight named (``call_id``): the state ``recorded`` writes."""
+def ledger_state(ledger: Ledger, invocation: str, counted_at_max: dict[str, float], tags: dict[int, CallTag],
+                 untraced: dict[str, UntracedCall]) -> dict[str, Any]:
+    """What a ledger holds now, its calls in flight named (``call_id``) with what is known of them (``tags``): the
+    state ``recorded`` writes."""
     return {"cap_usd": ledger.cap_usd, "spent_usd": ledger.spent_usd, "reserved_usd": ledger.reserved_usd,
             "reached": ledger.reached, "in_flight_usd": {call_id(invocation, t): v for t, v in ledger.held.items()},
-            "counted_at_max": counted_at_max}
+            "in_flight_calls": {call_id(invocation, t): tags[t].model_dump() for t in ledger.held if t in tags},
+            "counted_at_max": counted_at_max, "untraced": {c: u.model_dump() for c, u in untraced.items()}}
 
 
 class JournaledBudget(Budget):
@@ -265,6 +307,8 @@ class JournaledBudget(Budget):
         super().__init__(record.cap_usd, record.spent_usd)
         self.ledger.reached = record.reached
         self.root, self.counted_at_max = Path(root), record.counted_at_max
+        self.untraced = dict(record.untraced)  # each settled call of the probe is added: no trace records them
+        self.tags: dict[int, CallTag] = {}
         self.invocation = f"{PROBE_CALLS}{uuid.uuid4().hex[:12]}"
 
     async def _hold(self, amount: float) -> int | None:
@@ -276,24 +320,32 @@ class JournaledBudget(Budget):
                 self._persist()
             raise
         if token:
+            self.tags[token] = CallTag(model=(reserving.get() or {}).get("model"), key=(reserving.get() or {}).get("key"))
             self._persist()  # journaled before the request is sent
         return token
 
     async def settle(self, token: int | None, cost: float | None) -> None:
+        with self._lock:
+            reserved = self.ledger.held.get(token or 0)
         await super().settle(token, cost)
+        if token and reserved is not None:
+            tag = self.tags.pop(token, CallTag())
+            self.untraced[call_id(self.invocation, token)] = UntracedCall(
+                **tag.model_dump(), reserved_usd=reserved, cost_usd=cost or 0.0, orphaned=False)
         if token or cost:
             self._persist()
 
     def _persist(self) -> None:
         with self._lock:
-            state = ledger_state(self.ledger, self.invocation, self.counted_at_max)
+            state = ledger_state(self.ledger, self.invocation, self.counted_at_max, self.tags, self.untraced)
         write_budget(self.root, recorded(state))
 
 
 def recorded(state: dict[str, Any]) -> BudgetRecord:
     """The budget.json record of a ledger's ``state``."""
     return BudgetRecord(cap_usd=state["cap_usd"], spent_usd=state["spent_usd"], reached=state["reached"],
-                        in_flight_usd=state["in_flight_usd"], counted_at_max=state["counted_at_max"])
+                        in_flight_usd=state["in_flight_usd"], counted_at_max=state["counted_at_max"],
+                        in_flight_calls=state["in_flight_calls"], untraced=state["untraced"])
 
 
 def call_id(invocation: str, token: int) -> str:
@@ -325,7 +377,8 @@ class RayBudget(Budget):
         if amount <= 0:
             self.check()
             return 0
-        reply = self._mirror(await self.handle.reserve.remote(amount))
+        tag = {"run_id": current_party.get(), **(reserving.get() or {})}
+        reply = self._mirror(await self.handle.reserve.remote(amount, tag))
         if "refused" in reply:
             raise BudgetExhausted(reply["refused"])
         return reply["token"]

@@ -31,7 +31,7 @@ from madbench.results import TABLES, BatchDirs, ResultsDir, ScoreDirs, read_comm
 from madbench.results.layout import ORIGINAL
 from madbench.results.reader import read_scores
 from madbench.results.table_schemas import concat, read_table, to_table, write_table
-from madbench.runner.store import part_rows
+from madbench.runner.store import ledger_calls, part_rows
 from madbench.runner.wiring import build_gateway
 from madbench.scoring import rescore as rs
 from madbench.scoring.rubric import load_rubric
@@ -118,6 +118,8 @@ def _rebuild_tables(results: ResultsDir, rebuilt: BatchDirs, batch: str, nodes: 
         rows = part_rows(batch, result, start.config, start.scenario, nodes.get(result.run_id) or "", history)
         for name, table_rows in rows.items():
             parts[name].append(to_table(table_rows, name, rebuilt.part(name, result.run_id)))
+    # the ledger's paid calls that no trace records, as the runner's compaction adds them
+    parts["calls"].append(to_table(ledger_calls(results.dirs), "calls", rebuilt.table("calls")))
     for name, tables in parts.items():
         write_table(rebuilt.table(name), concat(tables, name))
     return len(parts["runs"])

@@ -10,6 +10,14 @@ included, is budget.json's ``spent_usd`` (runner/budget.py).
 
 Parts are keyed by run id and written atomically, so a resumed batch can
 never hold a row twice; the top-level tables are rebuilt from the parts.
+
+calls.parquet also holds a row for each paid call the ledger counts that no trace records (``ledger_rows``): a call a
+kill left in flight (``orphaned``), and the leakage probe's calls. Its ``cost_usd`` then sums to budget.json's spend
+(``read_budget``) when every paid call of the batch's runs answered and their runs were committed: a traced row counts
+what its answer cost when first paid for, an answer from the cache included (a resumed run's answers its earlier
+attempts paid for), so a call a kill left in flight whose answer reached the cache and a committed run's row is
+counted there, and gets no row of its own. A settlement line that comes after the tables were built is in them at the
+next compaction (the next `madbench run` of the batch).
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ from madbench.debate.events import AnyEvent, Crit, Divergence, LLMCall, LLMFailu
 from madbench.debate.grading import PILLARS
 from madbench.eval.dynamics import ROUND_COLUMNS, position, round_dynamics, run_dynamics
 from madbench.results import TABLES, BatchDirs, RunResult, read_history, read_result, read_table, write_rows
-from madbench.results.table_schemas import BASELINE_METRICS, BASELINES, METRICS, concat, write_table
+from madbench.results.table_schemas import BASELINE_METRICS, BASELINES, CALLS, METRICS, concat, to_table, write_table
+from madbench.runner.budget import PROBE_CALLS, UntracedCall, read_budget, read_settlements
 from madbench.runner.cutoffs import run_post_cutoff
 from madbench.runner.pipeline import RunLayout
 
@@ -186,8 +195,53 @@ def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[d
              "provider_batch": any(a.get("provider_batch") for a in e.attempts),
              "latency_s": e.latency_s, "overhead_ms": e.overhead_ms,
              "retries": sum(1 for a in e.attempts if a["kind"] != "ok"), "validation_retries": e.validation_retries,
-             "node_id": node_id}
+             "node_id": node_id, "call_id": None, "orphaned": False}
             for e in events if isinstance(e, LLMCall)]
+
+
+#: The phase of the leakage probe's rows in calls.parquet.
+PROBE_PHASE = "leakage_probe"
+
+
+def ledger_rows(untraced: dict[str, UntracedCall], billed: dict[str, float],
+                traced: dict[tuple[str, str], dict[str, Any]], counted: set[tuple[str, str]]) -> list[dict]:
+    """calls.parquet's rows of the paid calls the ledger counts that no trace records, each at what the ledger counts
+    it: its recorded cost, else what ``billed`` (budget-settled.jsonl) says, else its reserved maximum. ``traced``: what
+    a run's trace says of a call with the same cache key (agent, phase, round, label), by (run id, key); ``counted``:
+    the (run id, key) of the orphaned calls whose answer reached the cache and a committed run's row, which counts
+    its cost (they get no row). ``seq`` is negative (-1, -2, …): these rows have no trace event."""
+    rows = []
+    for call, u in sorted(untraced.items()):
+        where = (u.run_id or "", u.key or "")
+        if u.orphaned and where in counted:
+            continue
+        cost = u.cost_usd if u.cost_usd is not None else billed.get(call, u.reserved_usd)
+        rows.append(dict.fromkeys(CALLS.names) | traced.get(where, {}) | {
+            "run_id": u.run_id, "seq": -len(rows) - 1, "model_requested": u.model, "is_llm": True, "cached": False,
+            "cost_usd": cost, "list_cost_usd": cost,  # no token counts: no prompt-cache discount is known
+            "provider_batch": False, "call_id": call, "orphaned": u.orphaned,
+            **({"phase": PROBE_PHASE} if call.startswith(PROBE_CALLS) else {})})
+    return rows
+
+
+def ledger_calls(layout: BatchDirs) -> list[dict]:
+    """``ledger_rows`` of the batch at ``layout``: its budget.json, settlement journal and committed runs' traces."""
+    untraced = read_budget(layout.root, None).untraced
+    billed = read_settlements(layout.budget_settled, set(untraced))
+    traced: dict[tuple[str, str], dict[str, Any]] = {}
+    counted: set[tuple[str, str]] = set()
+    for run_id in sorted({u.run_id for u in untraced.values() if u.orphaned and u.run_id and u.key}):
+        if not (layout.result_path(run_id).is_file() and layout.trace_path(run_id).is_file()):
+            continue  # not committed: no row of the run counts any of its calls
+        history = read_history(layout.trace_path(run_id))
+        calls = [e for e in history if isinstance(e, LLMCall)]
+        paid = {e.key for e in calls if not e.cached}
+        for e in calls:
+            traced[(run_id, e.key)] = {"agent": e.agent, "phase": e.phase, "round": e.round, "label": e.label}
+        # Served from the cache in the committed attempt and paid by no attempt: the answer the kill's call paid for.
+        counted |= {(run_id, e.key) for e in last_attempt(history) if isinstance(e, LLMCall) and e.cached
+                    and e.key not in paid}
+    return ledger_rows(untraced, billed, traced, counted)
 
 
 def part_rows(batch: str, result: RunResult, config: dict, scenario: dict, node_id: str,
@@ -206,10 +260,14 @@ def write_parts(layout: BatchLayout, batch: str, result: RunResult, config: dict
 
 
 def compact(layout: BatchDirs) -> dict[str, int]:
-    """Rebuild runs/rounds/calls.parquet from the per-run parts."""
+    """Rebuild runs/rounds/calls.parquet from the per-run parts, and calls.parquet's rows of the ledger's untraced
+    calls (``ledger_calls``)."""
     counts = {}
     for name in TABLES:
-        table = concat([read_table(p, name) for p in sorted(layout.parts(name).glob("*.parquet"))], name)
+        tables = [read_table(p, name) for p in sorted(layout.parts(name).glob("*.parquet"))]
+        if name == "calls":
+            tables.append(to_table(ledger_calls(layout), name, layout.table(name)))
+        table = concat(tables, name)
         write_table(layout.table(name), table)
         counts[name] = table.num_rows
     return counts

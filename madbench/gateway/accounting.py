@@ -13,6 +13,7 @@ import asyncio
 import json
 import threading
 import time
+from contextvars import ContextVar
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -209,6 +210,11 @@ class Ledger:
 HOLD_PATIENCE_S = 600.0
 #: Seconds between two tries of a waiting reservation.
 HOLD_POLL_S = 0.25
+
+
+#: The request a reservation is for (its cache key and model), set by the gateway before it reserves: a ledger that
+#: journals its calls names them with it, so that a call a crash left in flight can be told apart later.
+reserving: ContextVar[dict[str, str] | None] = ContextVar("madbench_reserving", default=None)
 
 
 class Budget:

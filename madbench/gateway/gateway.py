@@ -34,7 +34,7 @@ from typing import Any
 
 from madbench.data.errors import InputError
 
-from .accounting import Attempt, Budget, Completion, Totals, max_tokens, total_cost
+from .accounting import Attempt, Budget, Completion, Totals, max_tokens, reserving, total_cost
 from .cache import ResponseCache, answer_sha256
 from .errors import (
     CallCancelled,
@@ -181,6 +181,7 @@ class Gateway:
             cand_spec, cand_provider = (spec, provider) if candidate is spec else self.prepare(as_spec(candidate))
             if candidate is not spec:
                 attempts.append(Attempt(model=cand_spec.model, kind="fallback", reason=f"moving to {cand_spec.model}"))
+            reserving.set({"key": key, "model": cand_spec.model})  # the ledger's name for the calls it reserves
             try:
                 raw, value, rounds, w = await self._validated(request, cand_spec, cand_provider, validate, attempts)
             except _Exhausted:

@@ -70,6 +70,9 @@ CALLS = pa.schema([
     *_cols("prompt_tokens completion_tokens cached_tokens cache_write_tokens", INT), *_cols("cost_usd list_cost_usd", FLOAT),
     *_cols("provider_batch", BOOL), *_cols("latency_s overhead_ms", FLOAT), *_cols("retries validation_retries", INT),
     *_cols("node_id", STR),
+    # A paid call the ledger (budget.json) counts that no trace records: its call id there; ``orphaned``, one a kill
+    # left in flight (runner/store.py: ``ledger_rows``). Null and False for a traced call.
+    *_cols("call_id", STR), *_cols("orphaned", BOOL),
 ])
 SCORES = pa.schema([
     *_cols("run_id scenario_id config label", STR), *_cols("round", INT), *_cols("agent_id role scorer", STR),
@@ -87,6 +90,7 @@ ADDED: dict[int, dict[str, tuple[str, ...]]] = {
     2: {"runs": ("oracle_agents", "oracle_gap_null_pct", "oracle_gap_excess_pct", "oracle_gap_excess_reason"),
         "rounds": ("adopted_evidence_ids",)},
     3: {"calls": ("model_served",)},
+    4: {"calls": ("call_id", "orphaned")},
 }
 
 

@@ -16,6 +16,9 @@ Versions:
 3. the model name the provider reported serving (calls: ``model_served``, beside ``model_requested`` and
    ``model_used``) and the manifest's ``provenance`` (code revision, data hashes, price table, machine). Version-2
    calls tables read ``model_served`` as null; version-2 manifests have no provenance.
+4. calls.parquet's rows of the paid calls the ledger counts that no trace records (calls: ``call_id``, ``orphaned``):
+   the calls a kill left in flight and the leakage probe's, so that the table's ``cost_usd`` sums to budget.json's
+   spend. Version-3 calls tables read both as null and hold no such rows; manifests and traces are unchanged.
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 #: The versions this code reads: each is the current one or is taught here (see the version list above).
-READABLE = (1, 2, 3)
+READABLE = (1, 2, 3, 4)
 
 
 def check_version(version: object, where: str | Path, what: str) -> None:
