@@ -204,21 +204,31 @@ PROBE_PHASE = "leakage_probe"
 
 
 def ledger_rows(untraced: dict[str, UntracedCall], billed: dict[str, float],
-                traced: dict[tuple[str, str], dict[str, Any]], counted: set[tuple[str, str]]) -> list[dict]:
+                traced: dict[tuple[str, str], dict[str, Any]], counted: dict[tuple[str, str], float]) -> list[dict]:
     """calls.parquet's rows of the paid calls the ledger counts that no trace records, each at what the ledger counts
     it: its recorded cost, else what ``billed`` (budget-settled.jsonl) says, else its reserved maximum. ``traced``: what
     a run's trace says of a call with the same cache key (agent, phase, round, label), by (run id, key); ``counted``:
-    the (run id, key) of the orphaned calls whose answer reached the cache and a committed run's row, which counts
-    its cost (they get no row). ``seq`` is negative (-1, -2, …): these rows have no trace event."""
-    rows = []
+    the cost a committed run's row counts for an answer from the cache that no attempt of the run paid for, by (run
+    id, key): one orphaned call of that key (the one at that cost: two kills may each have left one) paid for it, and
+    gets no row. ``seq`` is negative (-1, -2, …): these rows have no trace event."""
+    def cost(call: str, u: UntracedCall) -> float:
+        return u.cost_usd if u.cost_usd is not None else billed.get(call, u.reserved_usd)
+
+    answered = {}  # (run id, key) -> the orphaned call whose answer the row counts
     for call, u in sorted(untraced.items()):
         where = (u.run_id or "", u.key or "")
         if u.orphaned and where in counted:
+            best = answered.get(where)
+            if best is None or abs(cost(call, u) - counted[where]) < abs(cost(best, untraced[best]) - counted[where]):
+                answered[where] = call
+    rows: list[dict] = []
+    for call, u in sorted(untraced.items()):
+        if call in answered.values():
             continue
-        cost = u.cost_usd if u.cost_usd is not None else billed.get(call, u.reserved_usd)
+        where = (u.run_id or "", u.key or "")
         rows.append(dict.fromkeys(CALLS.names) | traced.get(where, {}) | {
             "run_id": u.run_id, "seq": -len(rows) - 1, "model_requested": u.model, "is_llm": True, "cached": False,
-            "cost_usd": cost, "list_cost_usd": cost,  # no token counts: no prompt-cache discount is known
+            "cost_usd": cost(call, u), "list_cost_usd": cost(call, u),  # no token counts: no prompt-cache discount is known
             "provider_batch": False, "call_id": call, "orphaned": u.orphaned,
             **({"phase": PROBE_PHASE} if call.startswith(PROBE_CALLS) else {})})
     return rows
@@ -229,7 +239,7 @@ def ledger_calls(layout: BatchDirs) -> list[dict]:
     untraced = read_budget(layout.root, None).untraced
     billed = read_settlements(layout.budget_settled, set(untraced))
     traced: dict[tuple[str, str], dict[str, Any]] = {}
-    counted: set[tuple[str, str]] = set()
+    counted: dict[tuple[str, str], float] = {}
     for run_id in sorted({u.run_id for u in untraced.values() if u.orphaned and u.run_id and u.key}):
         if not (layout.result_path(run_id).is_file() and layout.trace_path(run_id).is_file()):
             continue  # not committed: no row of the run counts any of its calls
@@ -239,8 +249,8 @@ def ledger_calls(layout: BatchDirs) -> list[dict]:
         for e in calls:
             traced[(run_id, e.key)] = {"agent": e.agent, "phase": e.phase, "round": e.round, "label": e.label}
         # Served from the cache in the committed attempt and paid by no attempt: the answer the kill's call paid for.
-        counted |= {(run_id, e.key) for e in last_attempt(history) if isinstance(e, LLMCall) and e.cached
-                    and e.key not in paid}
+        counted |= {(run_id, e.key): e.cost_usd or 0.0 for e in last_attempt(history)
+                    if isinstance(e, LLMCall) and e.cached and e.key not in paid}
     return ledger_rows(untraced, billed, traced, counted)
 
 

@@ -32,7 +32,7 @@ def test_an_orphaned_call_is_a_row_at_its_settled_cost_else_at_its_reserved_maxi
     untraced = {"inv-1": _orphan(0.5), "inv-2": _orphan(0.25, key="other"), "probe-x-1": _orphan(0.3, None, None, 0.01,
                                                                                                   orphaned=False)}
     traced = {(RUN, KEY): {"agent": "a1", "phase": "propose", "round": 0, "label": "propose"}}
-    rows = ledger_rows(untraced, {"inv-1": 0.02}, traced, set())
+    rows = ledger_rows(untraced, {"inv-1": 0.02}, traced, {})
     by_call = {r["call_id"]: r for r in rows}
     assert by_call["inv-1"]["cost_usd"] == 0.02 and by_call["inv-1"]["orphaned"] is True  # its settlement line
     assert by_call["inv-2"]["cost_usd"] == 0.25  # no line: its reserved maximum, as the ledger counts it
@@ -46,8 +46,15 @@ def test_an_orphaned_call_is_a_row_at_its_settled_cost_else_at_its_reserved_maxi
 
 
 def test_an_orphaned_call_whose_answer_a_committed_row_counts_gets_no_row_of_its_own():
-    rows = ledger_rows({"inv-1": _orphan(0.5), "inv-2": _orphan(0.5, key="other")}, {"inv-1": 0.02}, {}, {(RUN, KEY)})
+    rows = ledger_rows({"inv-1": _orphan(0.5), "inv-2": _orphan(0.5, key="other")}, {"inv-1": 0.02}, {},
+                       {(RUN, KEY): 0.02})
     assert [r["call_id"] for r in rows] == ["inv-2"]
+
+
+def test_of_two_kills_orphans_of_one_request_only_the_one_whose_answer_the_row_counts_is_left_out():
+    untraced = {"first-1": _orphan(0.5), "second-1": _orphan(0.5)}  # each kill left the same request in flight
+    rows = ledger_rows(untraced, {"first-1": 0.03, "second-1": 0.02}, {}, {(RUN, KEY): 0.02})
+    assert [(r["call_id"], r["cost_usd"]) for r in rows] == [("first-1", 0.03)]
 
 
 def test_the_calls_a_crash_left_in_flight_are_kept_as_untraced_calls_across_reads(tmp_path):
@@ -73,7 +80,7 @@ def test_the_probes_settled_calls_are_untraced_calls_at_what_they_billed(tmp_pat
     record = read_budget(tmp_path, 1.0)
     [(call, probe)] = record.untraced.items()
     assert call.startswith("probe-") and probe.cost_usd == 0.03 and not probe.orphaned
-    assert sum(r["cost_usd"] for r in ledger_rows(record.untraced, {}, {}, set())) == pytest.approx(record.spent_usd)
+    assert sum(r["cost_usd"] for r in ledger_rows(record.untraced, {}, {}, {})) == pytest.approx(record.spent_usd)
 
 
 @pytest.mark.slow
