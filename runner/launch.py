@@ -34,7 +34,13 @@ from madbench.runner.batch import (
 from madbench.runner.execute import HEAD_DIRS, ray_client
 from madbench.runner.lock import refuse_if_held
 from madbench.runner.options import RunOptions
-from madbench.runner.preflight import preflight, preflight_error, reachable_models
+from madbench.runner.preflight import (
+    config_endpoints,
+    endpoint_problems,
+    preflight,
+    preflight_error,
+    reachable_models,
+)
 from madbench.runner.provider_batches import batch_problems
 from madbench.runner.ray_address import check_address, split_address
 from madbench.runner.sequential import check_sequential
@@ -63,6 +69,9 @@ def load(o: RunOptions) -> Launch:
     if o.address or os.environ.get("RAY_ADDRESS"):  # its syntax now; whether it answers, last (check_address)
         split_address(o.address or os.environ["RAY_ADDRESS"], "--address" if o.address else "RAY_ADDRESS")
     spec, base = load_batch(o.batch)
+    if o.continue_past and spec.sequential is None:
+        raise InputError("--continue", f"{o.batch} has no `sequential:` block, so there is no decision to go past",
+                         "leave --continue out")
     spec, name = with_routing(spec, o)
     if o.provider_batch and spec.provider_batches is None:
         spec = spec.model_copy(update={"execution": "batch"})
@@ -172,4 +181,8 @@ def load_checked(o: RunOptions, dry_run: bool = False) -> Launch:
         raise preflight_error(problems, o.batch)
     if not dry_run:
         check_address(o.address)
+        if not ray_client(o.address):  # through the Ray client the cluster, not this machine, reaches the endpoints
+            dead = endpoint_problems(config_endpoints({r.config.name: r.config for r in todo}.values()))
+            if dead:
+                raise preflight_error(dead, o.batch)
     return replace(b, warnings=tuple(warnings))

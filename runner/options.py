@@ -12,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from madbench.data.errors import InputError, format_validation_error
 
+#: The flag of a field whose name is not the flag's.
+FLAGS = {"settings": "--set", "continue_past": "--continue", "results_dir": "--results-dir"}
+
 
 class RunOptions(BaseModel):
     """A batch file and the overrides `madbench run` accepts (each field is the flag of the same name)."""
@@ -66,6 +69,16 @@ class RunOptions(BaseModel):
             raise ValueError("is empty")
         return value
 
+    @field_validator("settings")
+    @classmethod
+    def _each_key_once(cls, value: list[str]) -> list[str]:
+        # the last would win silently, and the run record would not say which one was meant
+        keys = [item.partition("=")[0].strip() for item in value]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} is set more than once")
+        return value
+
     @field_validator("evidence", mode="before")
     @classmethod
     def _path_texts(cls, value: Any) -> Any:
@@ -93,9 +106,10 @@ class RunOptions(BaseModel):
             return cls(**fields)
         except ValidationError as exc:
             first = exc.errors()[0]
-            flag = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "madbench run"
-            raise InputError(flag, first["msg"].removeprefix("Value error, "), "give a value, or leave the option out")  \
-                from None
+            field = str(first["loc"][0]) if first["loc"] else None
+            flag = FLAGS.get(field, f"--{field}".replace("_", "-")) if field else "madbench run"
+            fix = "give each TIER.FIELD once" if field == "settings" else "give a value, or leave the option out"
+            raise InputError(flag, first["msg"].removeprefix("Value error, "), fix) from None
 
     def retry_command(self) -> str:
         """The exact command that re-runs this batch's failed runs (these options, plus --retry-failed)."""

@@ -9,15 +9,22 @@ names them all, each with where it comes from:
   and the history each baseline needs;
 * every prompt template a config uses renders on a real memo, in the sandbox and within the render limits;
 * the cache and results directories are writable;
-* under a ``max_cost_usd``, every model has a known price (else the cap could not hold).
+* under a ``max_cost_usd``, every model has a known price (else the cap could not hold);
+* last, once everything else holds, every configured ``api_base`` answers at all (``endpoint_problems``).
 """
 
 from __future__ import annotations
 
 import difflib
 import os
+import socket
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
 
 from madbench.data.blind import blind_memo, pack_companies
 from madbench.data.errors import InputError
@@ -349,6 +356,81 @@ def preflight(runs: list[RunSpec], pack: Pack, where: str, cache_dir: Path | Non
         problems += prompt_problems(configs, largest, memos[largest.id])
     problems += writable_problems(({} if cache_dir is None else {"LLM cache": Path(cache_dir)}) | {"results": Path(results_root)})
     return problems
+
+
+#: Seconds the endpoint probe waits for an endpoint (name lookup, connection and answer together): a dead endpoint is
+#: named at once instead of after the gateway's minutes of retries and outage patience.
+PROBE_TIMEOUT_S = 5.0
+
+
+def endpoint_name(api_base: str) -> str:
+    """``api_base`` as a message shows it: without a user part or a query, where a key could sit."""
+    parts = urlsplit(api_base)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
+
+
+def endpoint_problem(api_base: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+    """Why nothing OpenAI-compatible answers at ``api_base``: its host name does not resolve, the connection is
+    refused or times out, or ``GET {api_base}/models`` is a 404 (a wrong path: every call would be one too). One
+    unbilled request, sent without a key; any other answer (200, 401, 500) shows an endpoint there. None when it
+    answers."""
+    parts = urlsplit(api_base)
+    host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+    name = endpoint_name(api_base)
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror:
+        return f"{name}: its host name {host} does not resolve (DNS)"
+    try:
+        status = httpx.get(f"{api_base.rstrip('/')}/models", timeout=timeout_s).status_code
+    except httpx.TimeoutException:
+        return f"{name}: no answer within {timeout_s:g} s"
+    except httpx.HTTPError as exc:
+        refused = isinstance(exc, httpx.ConnectError) and "refused" in str(exc).lower()
+        return f"{name}: " + ("the connection is refused (nothing listens there)" if refused else f"cannot connect ({exc})")
+    if status == 404:
+        return f"{name}: answers 404 Not Found at {name.rstrip('/')}/models, so its chat completions path is not there " \
+               "either (a missing or extra /v1?)"
+    return None
+
+
+def endpoint_problems(endpoints: dict[str, set[str]], timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
+    """``endpoint_problem`` of each api_base (to the users named beside it, e.g. models and configs), probed side by
+    side in daemon threads: a name lookup that hangs is given up after ``timeout_s`` too."""
+    found: dict[str, str | None] = {}
+
+    def probe(base: str) -> None:
+        found[base] = endpoint_problem(base, timeout_s)
+
+    threads = [threading.Thread(target=probe, args=(b,), daemon=True) for b in endpoints]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s + 1)
+    problems = []
+    for base, users in sorted(endpoints.items()):
+        problem = found.get(base, f"{endpoint_name(base)}: no answer within {timeout_s:g} s (name lookup)")
+        if problem:
+            problems.append(f"{problem} ({'; '.join(sorted(users))}): every call to it would fail; start the server "
+                            "there, or correct api_base")
+    return problems
+
+
+def spec_problems(spec: ModelSpec) -> list[str]:
+    """What makes every call to ``spec`` fail, as a batch's preflight names it (a provider litellm cannot route, a
+    missing key, a model name it does not list), for the commands that call one model outside a batch."""
+    return [str(p) for p in build_providers().for_model(spec.model).preflight(spec, None, None)]
+
+
+def config_endpoints(configs: Iterable[DebateConfig]) -> dict[str, set[str]]:
+    """Each api_base a run of ``configs`` can reach (fallbacks too), with the models and configs that reach it."""
+    out: dict[str, set[str]] = {}
+    for config in configs:
+        for _, _, spec in reachable_models(config):
+            if spec.api_base and not spec.model.startswith("rules/"):
+                out.setdefault(spec.api_base, set()).add(f"{spec.model}, config {config.name}")
+    return out
 
 
 def preflight_error(problems: list[str], where: str) -> InputError:

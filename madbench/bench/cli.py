@@ -8,6 +8,8 @@ import json
 import os
 import typing
 
+import psutil
+
 from madbench.bench.cluster_cache import bench_cluster_cache
 from madbench.bench.cost import JSON_KEYS, PRICE_MODEL, bench_cost, format_cost
 from madbench.bench.reliability import bench_ends, bench_kills
@@ -15,9 +17,10 @@ from madbench.bench.scale import bench_scale
 from madbench.bench.sequential_designs import bench_sequential, format_rows
 from madbench.bench.stages import run_bench
 from madbench.data.errors import InputError
+from madbench.eval.stats.group_sequential import planned_looks
 from madbench.gateway.models import SchemaScope, StructuredMode
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import ROOT, add_pack_args, number
+from madbench.runner.cli.common import ROOT, add_pack_args, check_out, number
 
 WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost", "cluster-cache", "scale", "sequential", "ends",
         "kills"]
@@ -31,8 +34,8 @@ def register(sub) -> None:
     p.add_argument("what", choices=WHAT, help="which benchmark: " + ", ".join(WHAT))
     p.add_argument("--scenarios", default=str(ROOT / "configs" / "scenarios" / "market-35.yaml"),
                    help="scenario file for `bench memo`, `throughput` and `cache` (default configs/scenarios/market-35.yaml)")
-    p.add_argument("--n", type=number(int, ge=1), default=10_000, help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (at most 2000)")
-    p.add_argument("--runs", type=number(int), help="runs for `throughput` and `cache` (3-agent, 1-round debates with CRIT; default 100); "
+    p.add_argument("--n", type=number(int, ge=1, le=10_000_000), default=10_000, help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (at most 2000)")
+    p.add_argument("--runs", type=number(int, ge=1, le=1_000_000), help="runs for `throughput` and `cache` (3-agent, 1-round debates with CRIT; default 100); "
                    "for `cost`, scenarios of the paper's A7 treatment (default 3); for `scale`, single-agent runs on 3 "
                    "raylets (default 1000); for `cluster-cache`, cached answers asked for (default 500); for `kills`, scenarios "
                    "of market-35 in the capped batch (default 12)")
@@ -40,7 +43,7 @@ def register(sub) -> None:
     p.add_argument("--tpm", type=number(gt=0), help="`throughput`: tokens/min the simulated provider allows (default: none)")
     p.add_argument("--latency-median", type=number(ge=0, le=3600), default=2.0, help="`throughput`: median provider latency in s, lognormal (default 2)")
     p.add_argument("--concurrency", type=number(int, ge=1, le=10_000), default=32, help="`throughput`: runs in flight (default 32)")
-    p.add_argument("--serial-runs", type=number(int, ge=1), default=3, help="`throughput`: runs measured one at a time for the speed-up (default 3)")
+    p.add_argument("--serial-runs", type=number(int, ge=1, le=10_000), default=3, help="`throughput`: runs measured one at a time for the speed-up (default 3)")
     p.add_argument("--json", action="store_true", help="`throughput` and `cost`: print only the headline JSON record")
     p.add_argument("--price-model", default=PRICE_MODEL,
                    help=f"`cost`: the model whose list prices (litellm's cost map) every call is priced at (default {PRICE_MODEL})")
@@ -52,14 +55,14 @@ def register(sub) -> None:
                         "cached prefix) or per turn (turn: each turn's own, and far fewer cache hits)")
     p.add_argument("--results-dir", help="`cost`: keep the simulated batch's results there (calls.parquet has every call's "
                    "prompt, completion and cached tokens); default: a temporary directory")
-    p.add_argument("--experiments", type=number(int, ge=100), default=4000,
+    p.add_argument("--experiments", type=number(int, ge=100, le=100_000_000), default=4000,
                    help="`sequential`: simulated experiments per design and cell (default 4000)")
-    p.add_argument("--max-scenarios", type=number(int, ge=4), default=70,
+    p.add_argument("--max-scenarios", type=number(int, ge=4, le=1_000_000), default=70,
                    help="`sequential`: the designs' maximum of scenarios (default 70)")
     p.add_argument("--looks", type=number(int, ge=1, le=20), default=5, help="`sequential`: looks (default 5)")
     p.add_argument("--effect", type=number(gt=0, le=5), default=0.39,
                    help="`sequential`: the standardised effect d_z of the alternative and of the plan (default 0.39)")
-    p.add_argument("--seed", type=number(int), default=0, help="`sequential`: the simulation's seed (default 0)")
+    p.add_argument("--seed", type=number(int, ge=0), default=0, help="`sequential`: the simulation's seed (default 0)")
     p.add_argument("--tries", type=number(int, ge=1, le=1000), default=20,
                    help="`ends`: how many times the all-invalid batch is run (default 20)")
     p.add_argument("--blind", action="store_true",
@@ -74,14 +77,43 @@ def register(sub) -> None:
     p.add_argument("--restart-after", type=number(ge=0, le=600), default=0.0,
                    help="`kills`: seconds between each kill and the next driver's start (default 0: at once, before "
                         "the killed driver's actors have their answers)")
-    p.add_argument("--every", type=number(int, ge=1), default=1,
+    p.add_argument("--every", type=number(int, ge=1, le=1_000_000), default=1,
                    help="`kills`: requests into each invocation at which its driver is killed (default 1: its first "
                         "phase's calls are in flight, and each invocation spends little of the cap)")
     add_pack_args(p)
     p.set_defaults(func=_run)
 
 
+#: Bytes of one float64 per simulated scenario difference, times the arrays a cell of `bench sequential` holds at once
+#: (the draws, their squares and the two running sums: ``sequential_designs.simulate``).
+CELL_BYTES_PER_DRAW = 8 * 4
+
+
+def available_memory() -> int:
+    """Bytes this machine can give a new allocation without swapping."""
+    return int(psutil.virtual_memory().available)
+
+
+def check_sequential_options(experiments: int, max_scenarios: int, looks: int) -> None:
+    """The looks fit in the scenarios and a cell's arrays fit in memory, before anything is drawn: one line instead
+    of numpy's traceback minutes (or terabytes) later."""
+    try:
+        planned_looks(max_scenarios, looks)
+    except ValueError as exc:
+        raise InputError("--looks", str(exc), "give fewer --looks or more --max-scenarios") from None
+    need, have = CELL_BYTES_PER_DRAW * experiments * max_scenarios, available_memory()
+    if need > have:
+        raise InputError("--experiments", f"{experiments:,} experiments of {max_scenarios:,} scenarios need about "
+                         f"{need / 2**30:,.1f} GiB at once, and {have / 2**30:,.1f} GiB is available",
+                         "give fewer --experiments or --max-scenarios")
+
+
 def _run(args) -> int:
+    for flag, value in (("--results-dir", args.results_dir), ("--keep", args.keep)):
+        if value is not None:
+            check_out(value, flag)
+    if args.what == "sequential":
+        check_sequential_options(args.experiments, args.max_scenarios, args.looks)
     if args.runs is None:
         args.runs = DEFAULT_RUNS.get(args.what, 100)
     if args.what in ("scale", "cluster-cache"):  # a local multi-node cluster: madbench/bench/local_cluster.py

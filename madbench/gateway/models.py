@@ -7,9 +7,11 @@ never part of a spec; a spec only names the environment variable holding one.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, cast
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator, model_validator
 
 Phase = Literal["propose", "critique", "revise", "judge", "crit", "rca"]
 PHASES: tuple[str, ...] = ("propose", "critique", "revise", "judge", "crit", "rca")
@@ -21,6 +23,32 @@ SchemaScope = Literal["turn", "run"]
 #: The ModelSpec fields that say where a model is reached and how fast, not what it answers: a run's identity sees
 #: them at their defaults, and a batch or the command line may override them (``madbench.gateway.routing_profiles``).
 DEPLOYMENT_FIELDS: tuple[str, ...] = ("api_base", "api_key_env", "limits")
+#: What an environment variable's name may be (POSIX): anything else given as ``api_key_env`` is most likely the key.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_api_base(value: str | None) -> str | None:
+    """``value`` when it is an http(s) URL with a host; else a ValueError that does not repeat it (a URL may carry a
+    key in its query or user part). Without this, a typo reaches the provider as a path and fails every call only
+    after minutes of retries."""
+    if value is None:
+        return None
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - parsing it raises for a port that is not a number in range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
+        raise ValueError("is not an http(s) URL with a host (write e.g. http://127.0.0.1:8000/v1 or "
+                         "https://api.openai.com/v1)")
+    return value
+
+
+def check_api_key_env(value: str | None) -> str | None:
+    """``value`` when it names an environment variable; else a ValueError that does not repeat it (it is likely a key)."""
+    if value is not None and not ENV_NAME.fullmatch(value):
+        raise ValueError("must name an environment variable (e.g. OPENAI_API_KEY), not hold a key")
+    return value
 
 
 class RateLimits(BaseModel):
@@ -111,11 +139,15 @@ class ModelSpec(BaseModel):
     def provider(self) -> str:
         return self.model.split("/", 1)[0] if "/" in self.model else "openai"
 
-    @model_validator(mode="after")
-    def _no_key_material(self) -> ModelSpec:
-        if self.api_key_env is not None and not self.api_key_env.replace("_", "").isalnum():
-            raise ValueError("api_key_env must name an environment variable (e.g. OPENAI_API_KEY), not hold a key")
-        return self
+    @field_validator("api_base")
+    @classmethod
+    def _http_endpoint(cls, value: str | None) -> str | None:
+        return check_api_base(value)
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _no_key_material(cls, value: str | None) -> str | None:
+        return check_api_key_env(value)
 
     def limit_key(self) -> str:
         """Limits are shared per (provider, model, api_base)."""

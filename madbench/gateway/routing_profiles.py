@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from madbench.data.errors import InputError, format_validation_error
 from madbench.data.paths import CONFIGS_DIR
 from madbench.data.templates import load_yaml_model
-from madbench.gateway.models import ModelRouting, ModelSpec, RateLimits, as_spec
+from madbench.gateway.models import ModelRouting, ModelSpec, RateLimits, as_spec, check_api_base, check_api_key_env
 
 ROUTING_DIR = CONFIGS_DIR / "routing"
 #: The tables of a routing that a config's ``models:`` merges into its profile's entry by entry.
@@ -76,6 +76,16 @@ class Deployment(BaseModel):
     api_base: str | None = None
     api_key_env: str | None = None
     limits: RateLimits | None = None
+
+    @field_validator("api_base")
+    @classmethod
+    def _http_endpoint(cls, value: str | None) -> str | None:
+        return check_api_base(value)  # also for a tier no config has, which never becomes a ModelSpec
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _no_key_material(cls, value: str | None) -> str | None:
+        return check_api_key_env(value)
 
     def changes(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_unset=True, exclude={"limits"})

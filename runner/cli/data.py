@@ -16,7 +16,16 @@ from madbench.data.memo import build_memo
 from madbench.data.scenario import dump_scenarios, find_scenario, load_scenarios
 from madbench.data.scenario_gen import draw_scenarios, draw_stats
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import add_blind_options, add_pack_args, blind_options, csv_list, load_pack, number
+from madbench.runner.cli.common import (
+    add_blind_options,
+    add_pack_args,
+    blind_options,
+    check_out,
+    csv_list,
+    given_blind_options,
+    load_pack,
+    number,
+)
 
 
 def register(sub) -> None:
@@ -67,12 +76,15 @@ def cmd_data_check(args) -> int:
 
 
 def cmd_data_fetch(args) -> int:
+    check_out(args.out, "--out")
     out = fetch_pack(csv_list(args.tickers) or [], args.start, args.end, args.out, args.cache_dir)
     print(f"wrote pack {out}")
     return 0
 
 
 def cmd_scenarios_make(args) -> int:
+    if args.out is not None:
+        check_out(args.out, "--out", kind="file")
     pack = load_pack(args)
     scenarios = draw_scenarios(pack, quarter_range(args.quarters), args.count, args.min_tickers, args.max_tickers, args.seed)
     stats = draw_stats(scenarios, pack.sector)
@@ -87,6 +99,9 @@ def cmd_scenarios_make(args) -> int:
 
 
 def cmd_memo(args) -> int:
+    if not args.blind and given_blind_options(args):
+        raise InputError(given_blind_options(args)[0], "sets how a blind memo is built, and without --blind the memo is "
+                         "not blind", "add --blind, or leave the option out")
     scenarios = load_scenarios(args.scenarios)
     i, scenario = find_scenario(scenarios, args.scenario_id, args.scenarios)
     pack = load_pack(args)

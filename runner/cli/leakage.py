@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 
 from madbench.data.atomic import atomic_write, frame_writer
 from madbench.data.errors import InputError
@@ -17,7 +16,7 @@ from madbench.data.residue import RESIDUE_KINDS
 from madbench.data.scenario import find_scenario, load_scenarios
 from madbench.eval.stats.frame import json_safe
 from madbench.eval.stats.identification import identify_summary
-from madbench.gateway import ModelSpec, RateLimits, ResponseCache, RetryPolicy, resolve_cache_dir
+from madbench.gateway import ModelSpec, ResponseCache, resolve_cache_dir
 from madbench.runner.batch import load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import (
@@ -25,12 +24,16 @@ from madbench.runner.cli.common import (
     add_blind_options,
     add_pack_args,
     blind_options,
-    csv_list,
+    check_out,
+    flag_spec,
+    given_blind_options,
+    id_list,
     load_pack,
     number,
 )
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
 from madbench.runner.leakage_audit import ProbeFailed, blind_memos, identify, macro_k_line, masked_share, residue_table
+from madbench.runner.preflight import endpoint_problems, spec_problems
 from madbench.runner.recall_probe import check_model
 from madbench.runner.wiring import build_gateway
 
@@ -74,39 +77,67 @@ def register(sub) -> None:
 
 
 def batch_memo_inputs(args):
-    """(scenarios, pack, blind options of its first blind config or None) of the batch ``args.batch``, as its runs
-    resolve them (--pack and --evidence, when given, win as they do for `madbench run`)."""
-    if args.ids:
-        raise InputError("--ids", "selects from a --scenarios file", "drop it, or edit the batch's scenarios.ids")
+    """(scenarios, pack, blind options of its first blind config) of the batch ``args.batch``, as its runs resolve
+    them (--pack and --evidence, when given, win as they do for `madbench run`); a batch without a blind config has
+    no blind memo to audit."""
     spec, base = load_batch(args.batch)
+    blind = [c.blind for c in resolve_configs(spec, base, args.batch) if c.blind.enabled]
+    if not blind:
+        raise InputError(args.batch, "no config of this batch is blind (blind.enabled), so its runs send no blind memo "
+                         "to audit", "give a batch with a blind config, or audit a scenario file with --scenarios")
     pack_dir = resolve_pack_dir(args.pack or (str(base / spec.pack) if spec.pack else None))
     evidence = resolve_evidence_dirs(args.evidence or [str(base / e) for e in spec.evidence] or None)
     pack = load_pack_dir(pack_dir, evidence)
-    blind = [c.blind for c in resolve_configs(spec, base, args.batch) if c.blind.enabled]
-    return resolve_scenarios(spec, base, pack, args.batch), pack, (blind[0] if blind else None)
+    return resolve_scenarios(spec, base, pack, args.batch), pack, blind[0]
+
+
+def probe_spec(args) -> ModelSpec | None:
+    """The model --model and its flags describe (None without --model), refused here when no call to it could
+    succeed (an unknown provider, a missing key), as `madbench run`'s preflight refuses it."""
+    if not args.model:
+        for flag, value in (("--api-base", args.api_base), ("--api-key-env", args.api_key_env), ("--rpm", args.rpm)):
+            if value is not None:
+                raise InputError(flag, "is for the identification probe, which only --model asks for",
+                                 "give --model, or leave the option out")
+        return None
+    check_model(args.model)
+    spec = flag_spec(model=args.model, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
+                     retry={"timeout_s": args.timeout}, limits={"rpm": args.rpm} if args.rpm is not None else {})
+    problems = spec_problems(spec)
+    if problems:
+        raise InputError("--model", "; ".join(problems), "give a model that can be called")
+    return spec
 
 
 def cmd_leakage_audit(args) -> int:
-    if args.model:
-        check_model(args.model)
+    out = check_out(args.out, "--out")
+    spec = probe_spec(args)
+    if args.batch:
+        if args.ids is not None:
+            raise InputError("--ids", "selects from a --scenarios file", "drop it, or edit the batch's scenarios.ids")
+        if given_blind_options(args):
+            raise InputError(given_blind_options(args)[0], "the batch's blind config sets the blind options",
+                             "leave it out, or edit the config's `blind:` block")
+        ids = None
+    else:
+        ids = None if args.ids is None else id_list(args.ids, "--ids")
+    if spec is not None and spec.api_base:  # a dead endpoint now, not after the memos and minutes of retries
+        dead = endpoint_problems({spec.api_base: {spec.model}})
+        if dead:
+            raise InputError("--api-base", dead[0], "start the server, or correct --api-base")
     options = blind_options(args)
     if args.batch:
-        scenarios, pack, batch_options = batch_memo_inputs(args)
-        options = batch_options or options
+        scenarios, pack, options = batch_memo_inputs(args)
     else:
         scenarios = load_scenarios(args.scenarios)
-        if args.ids:
-            scenarios = [find_scenario(scenarios, i, args.scenarios)[1] for i in csv_list(args.ids) or []]
+        if ids is not None:
+            scenarios = [find_scenario(scenarios, i, args.scenarios)[1] for i in ids]
         pack = load_pack(args)
     memos = blind_memos(scenarios, pack, options)
     reference = reference_blocks(pack, options)
     residue = residue_table(memos, reference)
-    out = Path(args.out)
     tables = {"residue": residue}
-    if args.model:
-        spec = ModelSpec(model=args.model, api_base=args.api_base, api_key_env=args.api_key_env,
-                         send_context=args.send_context, retry=RetryPolicy(timeout_s=args.timeout),
-                         limits=RateLimits(**({"rpm": args.rpm} if args.rpm is not None else {})))
+    if spec is not None:
         cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
         gateway = build_gateway(cache=cache)
         try:

@@ -32,10 +32,7 @@ from madbench.gateway import (
     GatewayFailure,
     LLMRequest,
     Message,
-    ModelSpec,
-    RateLimits,
     ResponseCache,
-    RetryPolicy,
     resolve_cache_dir,
 )
 from madbench.gateway.cache import answer_sha256
@@ -45,7 +42,7 @@ from madbench.results import BatchDirs, read_manifest, run_files
 from madbench.results.layout import run_id_of
 from madbench.results.traces import check_attempts
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import CACHE_DIR_HELP, number
+from madbench.runner.cli.common import CACHE_DIR_HELP, flag_spec, number
 from madbench.runner.wiring import build_gateway
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -152,8 +149,8 @@ def schema_validator(schema: dict | None):
 def cmd_llm_ask(args) -> int:
     schema = _read_schema(args.schema) if args.schema else None
     limits = {k: v for k, v in (("rpm", args.rpm), ("tpm", args.tpm)) if v is not None}
-    spec = ModelSpec(model=args.model, api_base=args.api_base, api_key_env=args.api_key_env,
-                     limits=RateLimits(**limits), retry=RetryPolicy(timeout_s=args.timeout))
+    spec = flag_spec(model=args.model, api_base=args.api_base, api_key_env=args.api_key_env, limits=limits,
+                     retry={"timeout_s": args.timeout})
     messages = ([Message(role="system", content=args.system)] if args.system else []) + [Message(role="user", content=args.prompt)]
     request = LLMRequest(model=args.model, messages=messages, temperature=args.temperature, max_tokens=args.max_tokens,
                          response_schema=schema, sample_index=args.sample_index)

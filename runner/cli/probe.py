@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 
 import pandas as pd
 
+from madbench.data.errors import InputError
 from madbench.data.markdown import markdown_table
 from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.scenario import load_scenarios
 from madbench.eval.stats.frame import json_safe
-from madbench.gateway import ModelSpec, RateLimits, ResponseCache, RetryPolicy, resolve_cache_dir
+from madbench.gateway import ModelSpec, ResponseCache, resolve_cache_dir
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import CACHE_DIR_HELP, number
+from madbench.runner.cli.common import CACHE_DIR_HELP, check_out, flag_spec, number
 from madbench.runner.cutoffs import CUTOFFS_FILE, load_cutoffs
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
+from madbench.runner.preflight import endpoint_problems, spec_problems
 from madbench.runner.recall_probe import PROBE_FILE, ProbeFailed, check_model, load_recall_prompt, probe_recall, write_recall
 from madbench.runner.wiring import build_gateway
 
@@ -58,11 +59,21 @@ def register(sub) -> None:
 
 
 def _specs(args) -> list[ModelSpec]:
+    """One spec per --model (given twice, once), each refused here when no call to it could succeed, as `madbench
+    run`'s preflight refuses it; a dead --api-base is named before the probe's minutes of retries."""
     for model in args.model:
         check_model(model)
-    limits = RateLimits(**({"rpm": args.rpm} if args.rpm is not None else {}))
-    return [ModelSpec(model=m, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
-                      limits=limits, retry=RetryPolicy(timeout_s=args.timeout)) for m in dict.fromkeys(args.model)]
+    limits = {"rpm": args.rpm} if args.rpm is not None else {}
+    specs = [flag_spec(model=m, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
+                       limits=limits, retry={"timeout_s": args.timeout}) for m in dict.fromkeys(args.model)]
+    for spec in specs:
+        problems = spec_problems(spec)
+        if problems:
+            raise InputError("--model", "; ".join(problems), "give a model that can be called")
+    dead = endpoint_problems({args.api_base: {s.model for s in specs}}) if args.api_base else []
+    if dead:
+        raise InputError("--api-base", dead[0], "start the server, or correct --api-base")
+    return specs
 
 
 def shown(summary: pd.DataFrame) -> pd.DataFrame:
@@ -75,6 +86,7 @@ def shown(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def cmd_probe_recall(args) -> int:
+    out = check_out(args.out, "--out")
     specs = _specs(args)
     prompt = load_recall_prompt(args.prompt)
     registry = load_cutoffs(args.cutoffs)
@@ -91,7 +103,7 @@ def cmd_probe_recall(args) -> int:
     finally:
         if cache:
             cache.close()
-    files = write_recall(Path(args.out), observations, summary)
+    files = write_recall(out, observations, summary)
     if args.json:
         print(json.dumps(json_safe(summary.to_dict(orient="records")), indent=1, default=str))
         return 0

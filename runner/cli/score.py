@@ -9,12 +9,12 @@ from pathlib import Path
 from madbench.data.errors import InputError
 from madbench.data.markdown import markdown_table
 from madbench.data.paths import MAX_NAME_LENGTH
-from madbench.gateway import ModelSpec, RateLimits, resolve_cache_dir
+from madbench.gateway import ModelSpec, resolve_cache_dir
 from madbench.results import BatchDirs, check_results_dir, read_manifest, read_scores
 from madbench.results.layout import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL
 from madbench.runner.batch import MAX_IN_FLIGHT, MAX_WORKERS
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import number
+from madbench.runner.cli.common import flag_spec, number
 from madbench.runner.ray_address import check_address, split_address
 from madbench.runner.rescore_job import Job, Outcome, Plan, dry_run, failure_reasons, plan, run_rescore
 from madbench.scoring.rescore import agreement_tables
@@ -51,11 +51,8 @@ def _scorer_spec(args) -> ModelSpec:
     if "/" not in scorer:
         raise InputError("--scorer", f"{args.scorer!r} is not a model", "write rules, local/gemma3-270m or a litellm model string")
     limits = {k: v for k, v in (("rpm", args.rpm), ("tpm", args.tpm), ("max_concurrency", args.max_concurrency)) if v is not None}
-    try:
-        return ModelSpec(model=scorer, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
-                         limits=RateLimits(**limits))
-    except ValueError as exc:
-        raise InputError("--scorer", str(exc).splitlines()[-1], "check --api-key-env, --rpm, --tpm and --max-concurrency") from None
+    return flag_spec(model=scorer, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
+                     limits=limits)
 
 
 def _batch_cache_dir(root: Path) -> str | None:

@@ -1,13 +1,17 @@
 """Preflight: every problem a batch would hit is named before Ray starts and before any model call."""
 
+import http.server
+import threading
 from pathlib import Path
 
+import pytest
 import yaml
 
 from madbench.runner.cli import main
 from madbench.runner.progress import BatchLine, Progress, eta_s
 from madbench.runner.run_report import RunReport
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
+from tests.runner.test_input_checks import _Counting
 
 
 def test_missing_key_bad_parameter_and_unbacktestable_scenario_are_all_named_before_anything_starts(
@@ -56,11 +60,21 @@ def test_an_unwritable_results_directory_is_a_preflight_problem(make_pack, tmp_p
     assert "results directory's path runs through a file" in capsys.readouterr().err
 
 
-def test_failed_runs_exit_1_with_their_reasons_grouped_and_the_retry_command(make_pack, tmp_path, capsys, monkeypatch):
-    # A priced model with its key passes preflight, but nothing answers at its api_base (a closed port, no retries
+@pytest.fixture
+def failing_endpoint():
+    """An endpoint that answers every request with a 500: there, but failing every call."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_failed_runs_exit_1_with_their_reasons_grouped_and_the_retry_command(make_pack, failing_endpoint, tmp_path,
+                                                                            capsys, monkeypatch):
+    # A priced model with its key passes preflight and its endpoint answers, but every call there is a 500 (no retries
     # and no outage patience): every call fails, a run failure.
     monkeypatch.setenv("MADBENCH_TEST_KEY", "sk-test-not-a-key")
-    dead = {"model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:1/v1", "api_key_env": "MADBENCH_TEST_KEY",
+    dead = {"model": "openai/gpt-4o-mini", "api_base": failing_endpoint, "api_key_env": "MADBENCH_TEST_KEY",
             "retry": {"max_transient_retries": 0, "outage_patience_s": 0}}
     batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), model=dead, replicates=1,
                         configs=[str(ROOT / "configs/debate/single-causal.yaml")], retries=0)
