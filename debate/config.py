@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from madbench.data.blind import BlindOptions
 from madbench.data.errors import InputError, format_validation_error
-from madbench.data.paths import MAX_NAME_LENGTH
+from madbench.data.names import Name
 from madbench.data.scenario import Constraints
 from madbench.debate.control import PIDConfig
 from madbench.debate.schemas import Tier
@@ -57,7 +57,7 @@ class PhaseTokens(BaseModel):
 
 class DebateConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH)
+    name: Name
     description: str = ""
     protocol: str = "paper"
     #: The debating agents of the `paper` protocol (the staged protocols name their own roles).

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, f
 
 from madbench.data.errors import InputError, format_validation_error
 from madbench.data.market.calendar import quarter_range
-from madbench.data.paths import MAX_NAME_LENGTH
+from madbench.data.names import Name, safe_name_text
 from madbench.data.scenario import Scenario, load_scenarios
 from madbench.data.scenario_gen import draw_scenarios
 from madbench.data.templates import read_yaml
@@ -133,7 +133,7 @@ class BatchRouting(BaseModel):
 
 class BatchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=MAX_NAME_LENGTH)
+    name: Name
     description: str = ""
     scenarios: ScenarioSource
     configs: list[str] = Field(min_length=1)
@@ -345,7 +345,8 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
             override = dict(zip(keys, values, strict=True))
             data = cfg.model_dump(mode="json") | override
             if override:
-                data["name"] = cfg.name + "".join(f"+{k}={v}" for k, v in override.items())
+                # a grid value's text is kept to a name's characters: the config's name becomes a file name
+                data["name"] = cfg.name + "".join(safe_name_text(f"+{k}={v}") for k, v in override.items())
             c = parse_debate_config(data, f"{where}: configs[{i}] with grid {override}" if override else f"{where}: configs[{i}]")
             c = c.model_copy(update={"models": batch_routing(spec, c.models, where)})
             if c.protocol == "self_consistency":

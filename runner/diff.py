@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from madbench.data.errors import InputError
+from madbench.data.names import check_name
 from madbench.debate.events import Event, LLMCall, RunStart, last_attempt
-from madbench.results import BatchDirs, DebateDirs, RunResult, read_committed_history, read_manifest, read_result
+from madbench.results import BatchDirs, DebateDirs, RunResult, read_committed_history, read_result
 from madbench.results.layout import MANIFEST
 from madbench.results.provenance import Provenance
 from madbench.results.records import read_debate_manifest
+from madbench.runner.committed import read_committed
 
 #: The outcome fields compared per paired run.
 OUTCOME = ("status", "weights", "cash", "total_return_pct", "rho_bar")
@@ -67,11 +69,13 @@ def load_side(where: str | Path) -> Side:
         provenance = read_debate_manifest(run_manifest).provenance if run_manifest.is_file() else None
         return Side(text, "run", provenance, None, [_run(path.name, path / DebateDirs.RESULT, path / DebateDirs.TRACE)])
     root, _, run_id = text.rpartition(":") if not path.exists() and ":" in text else (text, "", "")
+    if run_id:
+        check_name(run_id, where, "run id")  # a run id names a file inside RESULTS/runs/: never a path
     dirs = BatchDirs(root)
-    if not dirs.manifest.is_file():
+    if not dirs.manifest.is_file() and not dirs.manifest.is_symlink():
         raise InputError(where, "neither a batch results directory (manifest.json) nor a run directory (trace.jsonl)",
                          "give a batch's results directory, RESULTS:RUN_ID, or a run directory of `madbench debate --out`")
-    manifest = read_manifest(root)
+    manifest = read_committed(root, "diff", reads_table=False).manifest
     if run_id:
         if not dirs.result_path(run_id).is_file():
             raise InputError(where, f"no committed run {run_id} in {root}", "take a run id from its runs.parquet")

@@ -26,10 +26,12 @@ import pandas as pd
 
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError
+from madbench.data.names import inside
 from madbench.debate.events import Event, LLMCall, RunStart, last_attempt
 from madbench.debate.grading import PILLARS
 from madbench.results import FORMAT_VERSION, ResultsDir, read_committed_history
 from madbench.results.table_schemas import METRICS
+from madbench.runner.committed import read_committed
 
 #: The runs.parquet columns an exported sample carries as its scores.
 SCORES = ("total_return_pct", "excess_return_pct", "sharpe", "sortino", "volatility", "max_drawdown_pct", "rho_bar",
@@ -115,7 +117,9 @@ def inspect_logs(results: ResultsDir, out: Path) -> list[Path]:
             "stats": {"started_at": created, "completed_at": created, "model_usage": {}},
             "samples": [_sample(results, r) for r in rows],
         }
-        logs[out / f"{config}.json"] = json.dumps(log, indent=1, allow_nan=False)
+        # a config's name becomes the log's file name: it must stay a file of OUT, whatever runs.parquet says
+        path = inside(out, str(config), results.dirs.table("runs"), "config name", ".json")
+        logs[path] = json.dumps(log, indent=1, allow_nan=False)
     for path, text in logs.items():  # every log built before the first is written: none half-exported
         atomic_write_text(path, text)
     return list(logs)
@@ -144,8 +148,10 @@ FORMATS: dict[str, Callable[[ResultsDir, Path], list[Path]]] = {"inspect": inspe
 def export(root: str | Path, fmt: str, out: str | Path | None = None) -> list[Path]:
     if fmt not in FORMATS:
         raise InputError("--format", f"unknown format {fmt!r}", f"give one of {', '.join(FORMATS)}")
-    results = ResultsDir(root)
-    target = Path(out) if out else results.root / "export" / fmt
+    if out is not None and not str(out).strip():
+        raise InputError("--out", "is empty", "give the export directory, or leave --out out for RESULTS/export/FORMAT")
+    results = read_committed(root, "export")
+    target = Path(out) if out is not None else results.root / "export" / fmt
     _writable(target, out is not None)
     return FORMATS[fmt](results, target)
 

@@ -17,6 +17,7 @@ from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError, format_validation_error
 from madbench.data.market.calendar import Quarter
 from madbench.data.market.pack import Pack
+from madbench.data.names import Name
 from madbench.data.templates import read_yaml
 
 WEIGHT_TOL = 1e-6
@@ -58,7 +59,7 @@ class Constraints(BaseModel):
 class Scenario(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(min_length=1)
+    id: Name
     invest_quarter: str
     tickers: list[str] = Field(min_length=1)
     sectors: dict[str, str] | None = None

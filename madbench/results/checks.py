@@ -59,3 +59,41 @@ def linked_folder(root: Path, depth: int = DEPTH) -> Path | None:
             if level + 1 < depth and e.is_dir(follow_symlinks=False) and e.name not in ("traces", "runs"):
                 todo.append((Path(e.path), level + 1))  # traces/ and runs/ hold only files: not listed twice
     return None
+
+
+def _link_error(path: Path, what: str) -> InputError:
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return InputError(path, f"{what} is a symbolic link{target}; madbench never reads a results file through one, so "
+                      "a reader cannot report a file from elsewhere as the batch's",
+                      "replace the link with the file itself (or copy the results whole with `cp -rL`)")
+
+
+def read_unlinked(path: str | Path, what: str) -> bytes:
+    """The bytes of a results file (a run's commit point, a manifest), never read through a symbolic link at ``path``
+    itself (O_NOFOLLOW, as a trace is read: no check-then-open race); a missing file raises as ``open`` does."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        if path.is_symlink():
+            raise _link_error(path, what) from None
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def check_unlinked_files(root: str | Path) -> None:
+    """An ``InputError`` naming the first file a reader of ``root`` takes as the batch's that is a symbolic link: its
+    manifest, budget and tables, and each commit point in ``runs/`` (traces are refused when read, ``read_trace``)."""
+    root = Path(root)
+    for name in FILES:
+        if (root / name).is_symlink():
+            raise _link_error(root / name, f"the results file {name}")
+    runs = root / "runs"
+    if runs.is_dir():
+        for e in sorted(os.scandir(runs), key=lambda e: e.name):
+            if e.is_symlink():
+                raise _link_error(Path(e.path), "the run's commit point")

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from madbench.data.names import inside
+
 TABLES = ("runs", "rounds", "calls")
 SCORES = "scores"
 ORIGINAL = "original"  # the label of the debate's own scores, extracted from its traces
@@ -47,14 +49,17 @@ class DebateDirs:
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
+    def run_dir(self, run_id: str) -> Path:
+        return inside(self.root, run_id, self.root, "run id")
+
     def trace_path(self, run_id: str) -> Path:
-        return self.root / run_id / self.TRACE
+        return self.run_dir(run_id) / self.TRACE
 
     def result_path(self, run_id: str) -> Path:
-        return self.root / run_id / self.RESULT
+        return self.run_dir(run_id) / self.RESULT
 
     def manifest_path(self, run_id: str) -> Path:
-        return self.root / run_id / MANIFEST
+        return self.run_dir(run_id) / MANIFEST
 
 
 class BatchDirs:
@@ -87,21 +92,26 @@ class BatchDirs:
     def traces(self) -> Path:
         return self.root / "traces"
 
+    @property
+    def commits(self) -> Path:
+        """``runs/``: each run's commit point."""
+        return self.root / "runs"
+
     def trace_path(self, run_id: str) -> Path:
-        return self.traces / f"{run_id}.jsonl"
+        return inside(self.traces, run_id, self.root, "run id", ".jsonl")
 
     def result_path(self, run_id: str) -> Path:
-        return self.root / "runs" / f"{run_id}.json"
+        return inside(self.commits, run_id, self.root, "run id", ".json")
 
     def result_files(self) -> list[Path]:
         """Every committed result's file."""
-        return sorted((self.root / "runs").glob("*.json"))
+        return sorted(self.commits.glob("*.json"))
 
     def parts(self, table: str) -> Path:
         return self.root / "parts" / table
 
     def part(self, table: str, run_id: str) -> Path:
-        return self.parts(table) / f"{run_id}.parquet"
+        return inside(self.parts(table), run_id, self.root, "run id", ".parquet")
 
     def table(self, name: str) -> Path:
         return self.root / f"{name}.parquet"
@@ -118,20 +128,20 @@ class ScoreDirs:
         self.root = Path(root)
 
     def label(self, label: str) -> Path:
-        return self.root / label
+        return inside(self.root, label, self.root, "score label")
 
     def part(self, label: str, run_id: str) -> Path:
-        return self.root / label / f"{run_id}.parquet"
+        return inside(self.label(label), run_id, self.root, "run id", ".parquet")
 
     def scorer(self, label: str) -> Path:
         """The scorer's model spec and rubric a label was graded with (what `madbench replay` grades it again with)."""
-        return self.root / label / SCORER
+        return self.label(label) / SCORER
 
     def failure(self, label: str, run_id: str) -> Path:
-        return self.root / label / FAILED / f"{run_id}.json"
+        return inside(self.label(label) / FAILED, run_id, self.root, "run id", ".json")
 
     def failures(self, label: str) -> list[Path]:
-        return sorted((self.root / label / FAILED).glob("*.json"))
+        return sorted((self.label(label) / FAILED).glob("*.json"))
 
     def labels(self) -> list[str]:
         """The labels that hold at least one part, ``original`` first."""

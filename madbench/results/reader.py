@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from madbench.data.errors import InputError
 from madbench.debate.events import AnyEvent
-from madbench.results.checks import check_results_dir
+from madbench.results.checks import check_results_dir, check_unlinked_files
 from madbench.results.layout import TABLES, BatchDirs, ScoreDirs
 from madbench.results.records import Manifest, RunResult, read_manifest, read_result
 from madbench.results.table_schemas import SPECS, concat, read_table
@@ -28,6 +28,7 @@ class ResultsDir:
             raise InputError(root, "not a directory" if self.root.exists() else "not found",
                              "give a batch results directory (written by `madbench run`)")
         check_results_dir(self.root)
+        check_unlinked_files(self.root)  # a reader takes no file from elsewhere as the batch's
 
     @cached_property
     def manifest(self) -> Manifest | None:
@@ -64,6 +65,15 @@ class ResultsDir:
         """The run's committed result, or None when it has none yet."""
         path = self.dirs.result_path(run_id)
         return read_result(path, run_id) if path.exists() else None
+
+    def committed_ids(self) -> list[str]:
+        """The runs a commit point (``runs/<id>.json``, written last) vouches for: the only runs a reader reports."""
+        return [p.stem for p in self.dirs.result_files()]
+
+    def uncommitted(self, name: str) -> list[str]:
+        """The run ids in table ``name`` that no commit point vouches for (rows of runs whose result is gone)."""
+        committed = set(self.committed_ids())
+        return sorted({str(r) for r in getattr(self, name)["run_id"]} - committed)
 
     def results(self) -> list[RunResult]:
         """Every committed result, each read (a damaged one is an InputError naming it, with what to do)."""

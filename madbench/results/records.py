@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError, format_validation_error
+from madbench.results.checks import read_unlinked
 from madbench.results.layout import MANIFEST
 from madbench.results.provenance import Provenance, package_versions
 from madbench.results.version import FORMAT_VERSION, check_version
@@ -54,7 +55,7 @@ def read_result(p: Path, run_id: str | None = None) -> RunResult:
     """The committed result in ``p`` (of ``run_id`` when given). A file that is not one (madbench writes it atomically,
     so it was truncated or edited by something else) is an InputError naming it: deleting it re-runs the run."""
     try:
-        result = RunResult.model_validate_json(Path(p).read_bytes())
+        result = RunResult.model_validate_json(read_unlinked(p, "the run's commit point"))
     except ValidationError as exc:
         raise InputError(p, f"not a valid run result ({format_validation_error(exc)[:300]})", _RERUN) from None
     if run_id is not None and result.run_id != run_id:
@@ -133,7 +134,7 @@ def read_manifest(root: str | Path) -> Manifest:
     fix = ("delete it and run the batch's `madbench run` command again: it rebuilds the manifest from the committed "
            "runs (their results are kept)")
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads(read_unlinked(path, "the manifest").decode())
     except json.JSONDecodeError as exc:  # truncated by hand or by a copy (madbench itself writes it atomically)
         raise InputError(path, f"not valid JSON (line {exc.lineno}: {exc.msg})", fix) from None
     check_version(raw.get("format_version") if isinstance(raw, dict) else None, path, "the manifest")

@@ -6,6 +6,7 @@ from madbench.eval.report.page import build_report
 from madbench.runner.batch_view import check_committed
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import csv_list, number
+from madbench.runner.committed import read_committed
 
 
 def register(sub) -> None:
@@ -20,6 +21,7 @@ def register(sub) -> None:
 
 
 def cmd_report(args) -> int:
+    read_committed(args.results_dir, "report")  # only committed runs' rows; a running batch said to be a snapshot
     check_committed(args.results_dir)
     path = build_report(args.results_dir, args.out, csv_list(args.compare), args.correction, args.max_traces)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, opens offline)")

@@ -19,6 +19,7 @@ from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.batch_view import check_committed
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import csv_list, number
+from madbench.runner.committed import read_committed
 
 
 def register(sub) -> None:
@@ -66,6 +67,7 @@ def _source(args) -> tuple[Path, Path | None, Path]:
     root = Path(args.results_dir)
     if not root.is_dir():
         raise InputError(str(root), "is not a results directory", "give the folder `madbench run` wrote (it holds runs.parquet)")
+    read_committed(root, "stats", needs_manifest=False)  # only committed runs' rows; a running batch said to be a snapshot
     check_committed(root)  # a corrupt committed result is named, with what to do
     dirs = BatchDirs(root)
     rounds = dirs.table("rounds")

@@ -42,7 +42,7 @@ def write_batch(tmp_path, pack, quarters=QUARTERS, **over) -> Path:
     ({"replicatez": 2}, "replicatez: unknown key"),
     ({"scenarios": {}}, "give `file`, `make`, or both"),
     ({"configs": ["does-not-exist.yaml"]}, "does-not-exist.yaml: debate config not found"),
-    ({"name": "bad name!"}, "name: String should match pattern"),
+    ({"name": "bad name!"}, "name: 'bad name!' is not a plain name: a name is letters, digits and _ . + = -"),
 ])
 def test_bad_batch_specs_are_named(make_pack, tmp_path, capsys, over, message):
     batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), **over)

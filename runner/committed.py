@@ -1,0 +1,62 @@
+"""A batch as a reader command (export, replay, diff, report, stats) takes it: only what commit points vouch for.
+
+A run is in a batch once its ``runs/<id>.json`` is written (last, atomically): its trace, table parts and rows may
+exist before that, and a row whose commit point is gone is not a run of the batch. So a reader needs the batch's
+manifest, refuses a ``runs.parquet`` holding a run no commit point vouches for (one line, before it writes anything),
+takes no results file through a symbolic link (``madbench.results.checks``), and says on stderr when the batch is
+still running, or was left unfinished, that what it reads is a snapshot of the runs committed so far.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from madbench.data.errors import InputError
+from madbench.results import ResultsDir
+from madbench.runner.lock import lock_holder
+
+_FIX_UNCOMMITTED = ("restore their runs/<id>.json from a copy of the results, or run the batch's `madbench run` command "
+                    "again: it runs them again and rebuilds the tables from the committed runs")
+
+
+def read_committed(root: str | Path, command: str, reads_table: bool = True, needs_manifest: bool = True) -> ResultsDir:
+    """``root`` as ``command`` reads it: a batch directory with its manifest (unless not ``needs_manifest``: `madbench
+    stats` reads a folder of tables alone), every row of its ``runs.parquet`` vouched for by a commit point (a folder
+    of tables copied without their runs, no ``runs/`` nor ``traces/``, is read as its tables), and a snapshot said on
+    stderr (``snapshot_note``), counting the runs ``command`` sees: those in ``runs.parquet`` when it ``reads_table``,
+    else every commit point."""
+    results = ResultsDir(root)
+    if results.manifest is None and needs_manifest:
+        raise InputError(results.root, "no manifest.json here: not a batch results directory (or one copied without "
+                         "it), so nothing says which runs it holds",
+                         "give the folder `madbench run` wrote, manifest.json included")
+    table = results.dirs.table("runs").exists() and (results.dirs.traces.is_dir() or results.dirs.commits.is_dir())
+    if table:
+        stray = results.uncommitted("runs")  # a table that cannot be read is an InputError naming it
+        if stray:
+            raise InputError(results.dirs.table("runs"), f"holds {len(stray)} run(s) no commit point vouches for "
+                             f"(no runs/<id>.json), e.g. {stray[0]}", _FIX_UNCOMMITTED)
+    note = snapshot_note(results, command, lambda: results.runs["run_id"].nunique() if table and reads_table
+                         else len(results.committed_ids()))
+    if note:
+        print(f"madbench: warning: {note}", file=sys.stderr)
+    return results
+
+
+def snapshot_note(results: ResultsDir, command: str, committed: Callable[[], int]) -> str | None:
+    """What ``command`` says of a batch it reads before the batch is done (``committed``: how many committed runs it
+    sees): its driver still holding the lock, or a manifest saying ``running`` with no driver left; None for a batch
+    that finished or stopped."""
+    manifest = results.manifest
+    holder = lock_holder(results.root)
+    if holder is None and (manifest is None or manifest.state != "running"):
+        return None
+    n = committed()
+    total = len(manifest.runs) if manifest is not None else n
+    if holder is not None:
+        return (f"{results.root}: the batch is still running ({holder}): {command} reads a snapshot of its {n} "
+                f"committed run(s) of {total}")
+    return (f"{results.root}: the batch's driver stopped before it finished (the manifest still says running): "
+            f"{command} reads its {n} committed run(s) of {total}")
