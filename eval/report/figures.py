@@ -44,7 +44,7 @@ def distributions(ok: pd.DataFrame, configs: list[str], metric: str, baselines: 
 
 
 def paired_differences(pairs: list[PairedComparison], metric: str) -> go.Figure:
-    """Forest plot: mean paired difference a − b with its 95% t interval."""
+    """Forest plot: mean paired difference a − b with its 95% interval (quarter-clustered where the test is)."""
     import plotly.graph_objects as go
     rows = [p for p in pairs if p.metric == metric and p.n >= 2]
     labels = [f"{p.a} − {p.b} (n={p.n})" for p in rows]
@@ -53,8 +53,9 @@ def paired_differences(pairs: list[PairedComparison], metric: str) -> go.Figure:
         x=diff, y=labels, mode="markers", marker=dict(size=10, color="#3366cc"),
         error_x=dict(type="data", symmetric=False, array=np.array([p.ci_high for p in rows]) - diff,
                      arrayminus=diff - np.array([p.ci_low for p in rows])),
-        customdata=np.array([[p.p, p.d, p.wilcoxon_p] for p in rows]).reshape(-1, 3),
-        hovertemplate="diff %{x:.3f}<br>p %{customdata[0]:.4f}<br>d_z %{customdata[1]:.3f}<br>Wilcoxon p %{customdata[2]:.4f}<extra></extra>"))
+        customdata=np.array([[p.p, p.d, p.wilcoxon_p, p.p_unclustered] for p in rows]).reshape(-1, 4),
+        hovertemplate="diff %{x:.3f}<br>p %{customdata[0]:.4f}<br>d_z %{customdata[1]:.3f}<br>Wilcoxon p %{customdata[2]:.4f}"
+                      "<br>p (unclustered) %{customdata[3]:.4f}<extra></extra>"))
     fig.add_vline(x=0, line_dash="dash", line_color="#888")
     return _layout(fig, f"Paired differences in {metric} (95% CI)", height=max(250, 90 + 45 * len(rows)))
 

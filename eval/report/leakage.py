@@ -21,7 +21,7 @@ from madbench.eval.stats.identification import identify_summary
 from madbench.eval.stats.split import split_by
 from madbench.results.leakage_record import AuditRecord, audit_dir, read_audit
 
-PAIR_COLUMNS = ["metric", "a", "b", "n", "diff", "ci_low", "ci_high", "p", "p_adj"]
+PAIR_COLUMNS = ["metric", "a", "b", "n", "diff", "ci_low", "ci_high", "p", "p_adj", "p_unclustered", "n_clusters"]
 PROBE_COLUMNS = ["model", "target", "memos", "trials", "hits", "rate", "cp_low", "cp_high", "chance", "above_chance"]
 SPLIT = "post_cutoff"
 

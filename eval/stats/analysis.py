@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from madbench.data.atomic import atomic_write
+from madbench.data.errors import InputError
 from madbench.data.markdown import markdown_table
 from madbench.eval.stats.beats import PAPER_SHARE, beats_baseline
 from madbench.eval.stats.correlate import agent_rho_correlations, computed, delta_correlations, not_computed, quality_correlations
@@ -16,11 +17,18 @@ from madbench.eval.stats.describe import summarise
 from madbench.eval.stats.dynamics_table import DYNAMICS_LEGEND, dynamics_table
 from madbench.eval.stats.family import DEFAULT_CORRECTION, adjust_family, family_line
 from madbench.eval.stats.frame import check_runs, ok_runs, ordered_configs
-from madbench.eval.stats.paired import PairedComparison, choose_pairs, chosen_pairs
+from madbench.eval.stats.paired import (
+    PairedComparison,
+    choose_pairs,
+    chosen_pairs,
+    clustering_line,
+    repeated_columns,
+    scenario_clusters,
+)
 from madbench.eval.stats.planning import plan_pairs
 from madbench.eval.stats.regress import RankDeficient, Regression, build_formula, ols
 from madbench.eval.stats.tables import ComparisonTable, comparison_table
-from madbench.eval.stats.units import SCENARIO, replicated, scenario_means
+from madbench.eval.stats.units import QUARTER, SCENARIO, replicated, scenario_means
 
 DEFAULT_METRICS = ["sharpe", "total_return_pct", "excess_return_pct", "sortino", "volatility", "max_drawdown_pct", "rho_bar"]
 PILLAR_COLUMNS = ["crit_logical_validity", "crit_evidential_support", "crit_alternative_consideration", "crit_causal_alignment"]
@@ -88,7 +96,7 @@ class Analysis:
             spread = pd.DataFrame(self.summaries)[["config", "metric", "n", "n_runs", "within_sd"]]
             parts += ["## Replicates (spread within scenario; not counted as scenarios)", "", _md(spread), ""]
         parts += ["## Paired differences", "", f"Comparisons: {self.pairs_shown}.", "", f"{self.family}.", "",
-                  _md(self.paired_frame()), ""]
+                  *([f"{self.clustering}.", ""] if self.clustering else []), _md(self.paired_frame()), ""]
         if self.beats:
             share = self.beats[0]["share_h0"]
             parts += [f"## Beats 1/N (sign test on scenario-level wins, two-sided: against 1/2 and against {share:.3g})", "",
@@ -122,12 +130,19 @@ class Analysis:
             frame = frame.drop(columns="note")
         if not self.replicated:
             frame = frame.drop(columns=[c for c in ("n_runs", "within_sd_a", "within_sd_b", "mixed_diff", "mixed_p") if c in frame])
+        frame = frame.drop(columns=[c for c in repeated_columns(self.pairs) if c in frame])
         return frame
+
+    @property
+    def clustering(self) -> str:
+        """How the paired tests' p was computed (``paired.clustering_line``)."""
+        return clustering_line(self.pairs)
 
     def record(self) -> dict:
         """Everything `madbench stats --json` prints (NaN as null through ``frame.json_safe``)."""
         return {"unit": "scenario", "n_scenarios": self.n_scenarios, "n_runs": self.n_runs, "replicated": self.replicated,
                 "comparisons": self.pairs_shown, "correction": self.correction, "family": self.family,
+                "clustering": self.clustering,
                 "paired": [p.record() for p in self.pairs], "summaries": self.summaries, "beats_1n": self.beats,
                 "regression": self.regression.record() if self.regression else {"formula": self.ols_formula, "note": self.ols_note},
                 **({"power": self.power} if self.power else {}),
@@ -185,6 +200,11 @@ def analyse(runs: pd.DataFrame, where: str, compare: list[str] | None = None, me
     configs = ordered_configs(runs, compare, where)
     runs = runs[runs["config"].isin(configs)]
     ok = ok_runs(runs)
+    try:  # the quarter-clustered tests need one quarter per scenario: said here, before any test
+        scenario_clusters(ok, pd.Index(ok[SCENARIO].unique()))
+    except ValueError as exc:
+        raise InputError(where, str(exc), f"give every run of a scenario its {QUARTER}, or drop the column (the paired "
+                         "tests then take the scenarios as independent)") from None
     which, only_declared, shown = choose_pairs(configs, declared)
     pairs = adjust_family(chosen_pairs(ok, which, metrics), correction)
     summaries = summarise(runs, configs, metrics)

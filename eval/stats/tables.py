@@ -3,8 +3,10 @@
 Configurations are columns (lettered A, B, …) and metrics are rows. Each cell is the mean (SEM) over scenarios
 [n scenarios], with a superscript listing the columns it differs from in a paired test on scenario means. By
 default the superscript marks the *adjusted* p (``family``: every pair × metric of the analysis one family, Holm
-unless asked otherwise): p_adj < 0.05 plain, p_adj < 0.01 bold. The paper's own convention, raw p < 0.15 plain and
-p < 0.01 bold, is kept only for reproducing its tables (``style="paper"``), and labelled as such wherever printed.
+unless asked otherwise) of the primary test, quarter-clustered where the runs carry quarters (``paired``):
+p_adj < 0.05 plain, p_adj < 0.01 bold, and the note says how p was computed. The paper's own convention, the raw
+p of the ordinary (unclustered) paired t < 0.15 plain and < 0.01 bold, is kept only for reproducing its tables
+(``style="paper"``), and labelled as such wherever printed.
 A comparison not tested (no spread, or equal up to rounding: ``madbench.eval.stats.degenerate``) marks nothing.
 """
 
@@ -17,10 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from madbench.eval.stats.family import ALPHA, CORRECTIONS, adjust, check_correction  # noqa: F401  (adjust: re-exported)
-from madbench.eval.stats.paired import PairedComparison
+from madbench.eval.stats.paired import PairedComparison, clustering_line
 
 #: style → (p column marked, plain threshold, bold threshold)
-STYLES = {"adjusted": ("p_adj", ALPHA, 0.01), "paper": ("p", 0.15, 0.01)}
+STYLES = {"adjusted": ("p_adj", ALPHA, 0.01), "paper": ("p_unclustered", 0.15, 0.01)}
 
 
 @dataclass
@@ -40,15 +42,18 @@ class ComparisonTable:
     #: Which pairs were tested when not every pair ("the declared pairs only"), for the note under the table.
     scope: str = ""
     style: str = "adjusted"
+    #: How the tests' p was computed (``paired.clustering_line``), said under the table.
+    clustering: str = ""
 
     def note(self) -> str:
         scope = f" ({self.scope})" if self.scope else ""
         if self.style == "paper":
-            return (f"Paper-table reproduction: superscripts follow the paper's convention, uncorrected paired p < 0.15 "
+            return (f"Paper-table reproduction: superscripts follow the paper's convention, uncorrected and unclustered paired p < 0.15 "
                     f"(bold: p < 0.01){scope}; not a significance claim. Cells: mean (SEM) [n scenarios].")
         family = "no correction" if self.correction == "none" else f"{self.correction}-adjusted over every pair × metric"
+        clustering = f" {self.clustering}." if self.clustering else ""
         return (f"Superscripts: columns that differ in a paired test on scenario means{scope}, adjusted p < {ALPHA} "
-                f"(bold: < 0.01; {family}). Cells: mean (SEM) [n scenarios].")
+                f"(bold: < 0.01; {family}).{clustering} Cells: mean (SEM) [n scenarios].")
 
     @property
     def letters(self) -> dict[str, str]:
@@ -108,4 +113,4 @@ def comparison_table(summaries: list[dict], pairs: list[PairedComparison], confi
         cells[(comp.metric, comp.b)].differs.append((letters[comp.a], p < strong))
     for cell in cells.values():
         cell.differs.sort()
-    return ComparisonTable(configs, metrics, cells, correction, scope, style)
+    return ComparisonTable(configs, metrics, cells, correction, scope, style, clustering_line(pairs))

@@ -55,7 +55,12 @@ def test_paired_tests_count_scenarios_and_equal_ttest_rel_on_scenario_means():
     da, db = by_hand_means(runs, "debate", "sharpe"), by_hand_means(runs, "single", "sharpe")
     ref = stats.ttest_rel(da, db)
     assert pair.n == 12 and pair.n_runs == 36
-    assert pair.p == pytest.approx(ref.pvalue) and pair.t == pytest.approx(ref.statistic)
+    assert pair.p_unclustered == pytest.approx(ref.pvalue) and pair.t_unclustered == pytest.approx(ref.statistic)
+    # the primary test is clustered by quarter: 4 quarters of 3 scenarios, which balanced is the t on the quarter means
+    quarter_means = (da - db).groupby(lambda s: int(s[1:]) // 3).mean()
+    by_quarter = stats.ttest_1samp(quarter_means, 0)
+    assert (pair.cluster_by, pair.n_clusters, pair.df) == ("invest_quarter", 4, pytest.approx(3))
+    assert pair.p == pytest.approx(by_quarter.pvalue) and pair.t == pytest.approx(by_quarter.statistic)
     assert pair.wilcoxon_p == pytest.approx(stats.wilcoxon(da - db).pvalue)
     pooled = stats.ttest_rel(runs[runs.config == "debate"].sharpe, runs[runs.config == "single"].sharpe)
     assert pair.p != pytest.approx(pooled.pvalue)  # what counting the 36 runs as scenarios gave
@@ -110,4 +115,4 @@ def test_identical_replicates_fit_no_mixed_model_and_say_why():
     runs["sharpe"] = [first[(c, s)] for c, s in zip(runs.config, runs.scenario_id, strict=True)]
     pair = next(p for p in analyse(runs, "t", metrics=["sharpe"]).pairs if (p.a, p.b) == ("debate", "single"))
     assert np.isnan(pair.mixed_p) and pair.within_sd_a == 0 and "replicates are identical" in pair.note
-    assert pair.n == 12 and pair.p == pytest.approx(stats.ttest_rel(first["debate"], first["single"]).pvalue)
+    assert pair.n == 12 and pair.p_unclustered == pytest.approx(stats.ttest_rel(first["debate"], first["single"]).pvalue)
