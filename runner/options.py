@@ -74,9 +74,9 @@ class RunOptions(BaseModel):
     def _each_key_once(cls, value: list[str]) -> list[str]:
         # the last would win silently, and the run record would not say which one was meant
         keys = [item.partition("=")[0].strip() for item in value]
-        twice = sorted({k for k in keys if keys.count(k) > 1})
+        twice = sorted({k for k in keys if keys.count(k) > 1 or any(o.startswith(f"{k}.") for o in keys)})
         if twice:
-            raise ValueError(f"{', '.join(twice)} is set more than once")
+            raise ValueError(f"{', '.join(twice)} is set more than once (alone or within another setting)")
         return value
 
     @field_validator("evidence", mode="before")

@@ -222,10 +222,13 @@ def test_bench_sequential_refuses_a_size_past_the_memory_it_has(monkeypatch, cap
 # -- 2. options that contradict or repeat each other
 
 
-def test_the_same_setting_given_twice_is_refused_naming_it(make_pack, tmp_path, capsys):
+@pytest.mark.parametrize("first,second,named", [("agents.limits.rpm=5", "agents.limits.rpm=6", "agents.limits.rpm"),
+                                                ("agents.limits={rpm: 5}", "agents.limits.rpm=6", "agents.limits")])
+def test_the_same_setting_given_twice_is_refused_naming_it(first, second, named, make_pack, tmp_path, capsys):
     batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), replicates=1)
-    assert main(["run", str(batch), "--dry-run", "--set", "agents.limits.rpm=5", "--set", "agents.limits.rpm=6"]) == 2
-    assert "--set: agents.limits.rpm is set more than once (fix: give each TIER.FIELD once)" in one_line(capsys)
+    assert main(["run", str(batch), "--dry-run", "--set", first, "--set", second]) == 2
+    assert f"--set: {named} is set more than once (alone or within another setting) (fix: give each TIER.FIELD once)" \
+        in one_line(capsys)
     assert not (tmp_path / "results").exists()
 
 
