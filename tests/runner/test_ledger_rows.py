@@ -87,7 +87,7 @@ def test_the_probes_settled_calls_are_untraced_calls_at_what_they_billed(tmp_pat
 def test_after_two_kills_of_the_driver_calls_parquet_sums_to_the_ledger(tmp_path, monkeypatch):
     """A priced batch against the simulator, its driver killed with SIGKILL twice with requests in flight, resumed to
     its end: the orphaned calls are rows, and calls.parquet's cost_usd sums to budget.json's spend."""
-    monkeypatch.setenv("MADBENCH_CACHE_DIR", str(tmp_path / "no-cache"))  # never the user's
+    monkeypatch.setenv("MADBENCH_CACHE_DIR", str(tmp_path / "cache"))  # never the user's
     log = tmp_path / "driver.log"
     with SimProvider(SimConfig(latency_median_s=0.5, seed=7)) as sim:
         batch = priced_batch(tmp_path, sim.url, 5.0, 2, resolve_pack_dir(None))
