@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import signal
 import threading
+from pathlib import Path
 
 from madbench.data.errors import InputError
 from madbench.runner.cli.commands import command_parser
@@ -66,6 +67,9 @@ def register(sub) -> None:
     p.add_argument("--recognise", type=number(ge=0, le=1), default=0.0,
                    help="share of memos the simulated model recognises in `madbench leakage audit` (naming every asset's "
                         "company and the quarter), chosen by memo digest; the others get uniform guesses (default 0)")
+    p.add_argument("--record-recognised", type=Path, metavar="FILE",
+                   help="append a JSON line per memo asked about, saying whether the simulated model recognised it (the "
+                        "truth an audit's estimate is checked against)")
     p.set_defaults(func=cmd_sim_serve)
 
 
@@ -107,7 +111,8 @@ def _server(args, config: SimConfig) -> SimProvider | ApiDouble:
     try:
         if args.api == "sim":
             sim = SimProvider(config, host=args.host, port=args.port,
-                              identify=IdentifyAnswerer(share=args.recognise, seed=args.seed))
+                              identify=IdentifyAnswerer(share=args.recognise, seed=args.seed,
+                                                        record_path=args.record_recognised))
             batches = sim.batches.config
             batches.completion_delay_s, batches.fail_rate, batches.expire_next = (args.batch_delay, args.batch_fail_rate,
                                                                                    args.batch_expire)

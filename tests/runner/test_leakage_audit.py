@@ -46,11 +46,41 @@ def test_the_audit_recovers_a_30_percent_recognition_within_its_interval(make_pa
     summary = pd.read_parquet(tmp_path / "out" / "identify_summary.parquet").set_index(["group", "target"])
     obs = pd.read_parquet(tmp_path / "out" / "identify.parquet")
     assert len(obs) == 50 and (obs["assets"] == 3).all()
+    truth = sim.identify.recorded_share()  # what the draw recognised: about 0.30, not exactly
+    assert len(sim.identify.recorded) == 50
     for target in ("asset", "quarter"):
         row = summary.loc[("all", target)]
-        assert row["recognised_low"] <= 0.30 <= row["recognised_high"], target  # the share the simulator was set to
+        assert row["recognised_low"] <= truth <= row["recognised_high"], (target, truth)
         assert row["cp_low"] > row["chance"], target  # and it beats a uniform guess
     assert summary.loc[("all", "quarter"), "memos"] == 50 and len(summary) == 2 * (1 + len(QUARTERS))
+
+
+@pytest.mark.slow  # five audits of 35 memos, about a minute on a loaded 2-core machine
+def test_recognition_beyond_chance_covers_what_the_simulator_recognised_for_every_seed(make_pack, tmp_path, capsys):
+    """A model that recognises nothing still guesses some quarters right, so the raw hit rate overstates recognition;
+    (hit rate − chance)/(1 − chance) is the estimate, and its interval must cover the share the simulator recorded."""
+    pack_dir = make_pack(tickers=tuple(TICKERS))
+    universes = list(itertools.combinations(TICKERS, 3))
+    scenarios = [{"id": f"s{i}", "invest_quarter": QUARTERS[i % len(QUARTERS)], "tickers": list(universes[i % len(universes)])}
+                 for i in range(35)]
+    path = tmp_path / "scenarios.yaml"
+    path.write_text(yaml.safe_dump({"scenarios": scenarios}))
+    lucky = []
+    with SimProvider() as sim:
+        for seed in range(5):
+            record = tmp_path / f"recognised-{seed}.jsonl"
+            sim.identify = IdentifyAnswerer(share=0.30, seed=seed, record_path=record)
+            out = tmp_path / f"out-{seed}"
+            assert main(["leakage", "audit", "--scenarios", str(path), "--pack", str(pack_dir), "--model",
+                         "openai/madbench-sim", "--api-base", sim.url, "--send-context", "--no-cache", "--out", str(out)]) == 0
+            lines = [json.loads(line) for line in record.read_text().splitlines()]
+            assert len(lines) == 35 and {line["memo"] for line in lines} == set(sim.identify.recorded)
+            truth = sum(line["recognised"] for line in lines) / len(lines)
+            row = pd.read_parquet(out / "identify_summary.parquet").set_index(["group", "target"]).loc[("all", "quarter")]
+            assert row["recognised_low"] <= truth <= row["recognised_high"], (seed, truth, row.to_dict())
+            lucky.append(row["rate"] - truth)
+    assert min(lucky) >= 0 and max(lucky) > 0, lucky  # the raw hit rate counts lucky guesses as recognition
+    capsys.readouterr()
 
 
 def test_memo_blind_prints_what_a_blind_run_sends(make_pack, tmp_path, capsys):
