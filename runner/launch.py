@@ -182,7 +182,8 @@ def load_checked(o: RunOptions, dry_run: bool = False) -> Launch:
     if not dry_run:
         check_address(o.address)
         if not ray_client(o.address):  # through the Ray client the cluster, not this machine, reaches the endpoints
-            dead = endpoint_problems(config_endpoints({r.config.name: r.config for r in todo}.values()))
+            users, models = config_endpoints({r.config.name: r.config for r in todo}.values())
+            dead = endpoint_problems(users, models=models)
             if dead:
                 raise preflight_error(dead, o.batch)
     return replace(b, warnings=tuple(warnings))

@@ -370,11 +370,12 @@ def endpoint_name(api_base: str) -> str:
     return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
 
 
-def endpoint_problem(api_base: str, timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+def endpoint_problem(api_base: str, timeout_s: float = PROBE_TIMEOUT_S, openai_route: bool = True) -> str | None:
     """Why nothing OpenAI-compatible answers at ``api_base``: its host name does not resolve, the connection is
     refused or times out, or ``GET {api_base}/models`` is a 404 (a wrong path: every call would be one too). One
     unbilled request, sent without a key; any other answer (200, 401, 500) shows an endpoint there. None when it
-    answers."""
+    answers. The 404 is a problem only on OpenAI's route (``openai_route``), where ``/models`` is part of the API the
+    calls use: Anthropic's, Azure's or Gemini's paths lie elsewhere, so their 404 there says nothing."""
     parts = urlsplit(api_base)
     host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
     name = endpoint_name(api_base)
@@ -389,19 +390,23 @@ def endpoint_problem(api_base: str, timeout_s: float = PROBE_TIMEOUT_S) -> str |
     except httpx.HTTPError as exc:
         refused = isinstance(exc, httpx.ConnectError) and "refused" in str(exc).lower()
         return f"{name}: " + ("the connection is refused (nothing listens there)" if refused else f"cannot connect ({exc})")
-    if status == 404:
+    if status == 404 and openai_route:
         return f"{name}: answers 404 Not Found at {name.rstrip('/')}/models, so its chat completions path is not there " \
                "either (a missing or extra /v1?)"
     return None
 
 
-def endpoint_problems(endpoints: dict[str, set[str]], timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
+def endpoint_problems(endpoints: dict[str, set[str]], timeout_s: float = PROBE_TIMEOUT_S,
+                      models: dict[str, set[str]] | None = None) -> list[str]:
     """``endpoint_problem`` of each api_base (to the users named beside it, e.g. models and configs), probed side by
-    side in daemon threads: a name lookup that hangs is given up after ``timeout_s`` too."""
+    side in daemon threads: a name lookup that hangs is given up after ``timeout_s`` too. ``models``: the models
+    reached at each api_base (default: the users' names, when they are model names), which say whether its 404 counts
+    (``openai_route``)."""
     found: dict[str, str | None] = {}
+    models = endpoints if models is None else models
 
     def probe(base: str) -> None:
-        found[base] = endpoint_problem(base, timeout_s)
+        found[base] = endpoint_problem(base, timeout_s, all(openai_route(m) for m in models.get(base, ())))
 
     threads = [threading.Thread(target=probe, args=(b,), daemon=True) for b in endpoints]
     for t in threads:
@@ -417,20 +422,28 @@ def endpoint_problems(endpoints: dict[str, set[str]], timeout_s: float = PROBE_T
     return problems
 
 
+def openai_route(model: str) -> bool:
+    """Whether litellm sends ``model``'s calls on OpenAI's chat-completions route (``openai/…``, or no provider)."""
+    return "/" not in model or model.split("/", 1)[0] in ("openai", "hosted_vllm", "openai_like")
+
+
 def spec_problems(spec: ModelSpec) -> list[str]:
     """What makes every call to ``spec`` fail, as a batch's preflight names it (a provider litellm cannot route, a
     missing key, a model name it does not list), for the commands that call one model outside a batch."""
     return [str(p) for p in build_providers().for_model(spec.model).preflight(spec, None, None)]
 
 
-def config_endpoints(configs: Iterable[DebateConfig]) -> dict[str, set[str]]:
-    """Each api_base a run of ``configs`` can reach (fallbacks too), with the models and configs that reach it."""
-    out: dict[str, set[str]] = {}
+def config_endpoints(configs: Iterable[DebateConfig]) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Each api_base a run of ``configs`` can reach (fallbacks too), with the models and configs that reach it, and
+    with the models alone (``endpoint_problems``' two mappings)."""
+    users: dict[str, set[str]] = {}
+    models: dict[str, set[str]] = {}
     for config in configs:
         for _, _, spec in reachable_models(config):
             if spec.api_base and not spec.model.startswith("rules/"):
-                out.setdefault(spec.api_base, set()).add(f"{spec.model}, config {config.name}")
-    return out
+                users.setdefault(spec.api_base, set()).add(f"{spec.model}, config {config.name}")
+                models.setdefault(spec.api_base, set()).add(spec.model)
+    return users, models
 
 
 def preflight_error(problems: list[str], where: str) -> InputError:

@@ -129,6 +129,15 @@ def test_an_endpoint_that_answers_passes_the_probe_with_one_unbilled_request(mak
     assert endpoint_problems({url: {"m"}}) == [] and server.hits == ["GET"]
 
 
+def test_a_404_at_models_refuses_only_an_endpoint_on_openais_route(endpoint):
+    """Anthropic's, Azure's and Gemini's calls do not go to ``{api_base}/models``' API: its 404 says nothing there."""
+    from madbench.runner.preflight import endpoint_problems
+    url, server = endpoint
+    assert endpoint_problems({url: {"anthropic/claude-x"}}) == []
+    assert "answers 404 Not Found" in endpoint_problems({url: {"openai/gpt-x"}})[0]
+    assert server.hits == ["GET", "GET"]
+
+
 def test_a_dead_endpoint_is_one_line_for_the_probing_commands_too(make_pack, tmp_path, capsys):
     pack, scenarios = make_pack(tickers=tuple(TICKERS)), scenarios_file(tmp_path)
     api_base = f"http://127.0.0.1:{closed_port()}/v1"
