@@ -15,6 +15,7 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 from madbench.results import ResultsDir
+from madbench.results.records import Manifest
 from madbench.runner.lock import lock_holder
 
 _FIX_UNCOMMITTED = ("restore their runs/<id>.json from a copy of the results, or run the batch's `madbench run` command "
@@ -28,10 +29,8 @@ def read_committed(root: str | Path, command: str, reads_table: bool = True, nee
     stderr (``snapshot_note``), counting the runs ``command`` sees: those in ``runs.parquet`` when it ``reads_table``,
     else every commit point."""
     results = ResultsDir(root)
-    if results.manifest is None and needs_manifest:
-        raise InputError(results.root, "no manifest.json here: not a batch results directory (or one copied without "
-                         "it), so nothing says which runs it holds",
-                         "give the folder `madbench run` wrote, manifest.json included")
+    if needs_manifest:
+        manifest_of(results)
     table = results.dirs.table("runs").exists() and (results.dirs.traces.is_dir() or results.dirs.commits.is_dir())
     if table:
         stray = results.uncommitted("runs")  # a table that cannot be read is an InputError naming it
@@ -43,6 +42,15 @@ def read_committed(root: str | Path, command: str, reads_table: bool = True, nee
     if note:
         print(f"madbench: warning: {note}", file=sys.stderr)
     return results
+
+
+def manifest_of(results: ResultsDir) -> Manifest:
+    """The batch's manifest, or an InputError saying the folder is no batch results directory without it."""
+    if results.manifest is None:
+        raise InputError(results.root, "no manifest.json here: not a batch results directory (or one copied without "
+                         "it), so nothing says which runs it holds",
+                         "give the folder `madbench run` wrote, manifest.json included")
+    return results.manifest
 
 
 def snapshot_note(results: ResultsDir, command: str, committed: Callable[[], int]) -> str | None:

@@ -31,7 +31,7 @@ from madbench.results import TABLES, BatchDirs, ResultsDir, ScoreDirs, read_comm
 from madbench.results.layout import ORIGINAL
 from madbench.results.reader import read_scores
 from madbench.results.table_schemas import concat, read_table, to_table, write_table
-from madbench.runner.committed import read_committed
+from madbench.runner.committed import manifest_of, read_committed
 from madbench.runner.store import ledger_calls, part_rows
 from madbench.runner.wiring import build_gateway
 from madbench.scoring import rescore as rs
@@ -75,7 +75,7 @@ def replay(root: str | Path, cache_dir: str | Path | None = None, scratch: str |
     """Rebuild and compare everything ``root`` (a batch's results directory) derives; ``cache_dir``: the response
     cache (default: the one its manifest names, else ``<root>/../cache`` is not guessed: give it)."""
     results = read_committed(root, "replay", reads_table=False)
-    manifest = results.manifest
+    manifest = manifest_of(results)
     answers = _traced_answers(results)
     cache = _open_cache(root, cache_dir, manifest.spec.get("cache_dir"))
     if cache is None and any(answers.values()):

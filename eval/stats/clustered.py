@@ -52,8 +52,8 @@ def cr2_mean_test(diffs, clusters, confidence: float = 0.95) -> ClusteredMean:
     d = np.asarray(diffs, float)
     if d.ndim != 1:
         raise ValueError(f"cr2_mean_test needs one row of differences; got shape {d.shape}")
-    mean, se, df, n_clusters = cr2_se_df(d, clusters)
-    mean, se = float(mean), float(se)
+    means, ses, dfs, n_clusters = cr2_se_df(d, clusters)
+    mean, se, df = float(means), float(ses), float(dfs)
     nan = float("nan")
     if not se > 0:
         return ClusteredMean(len(d), n_clusters, mean, se, df, nan, nan, nan, nan)
