@@ -33,7 +33,8 @@ def audit_part(residue: pd.DataFrame, identified: pd.DataFrame, scenarios: set[s
     probe = pd.concat([identify_summary(g).assign(model=m) for m, g in obs.groupby("model", sort=True)],
                       ignore_index=True) if len(obs) else pd.DataFrame(columns=[*PROBE_COLUMNS[:-1], "group"])
     probe = probe[probe["group"] == "all"].assign(above_chance=lambda d: d["cp_low"] > d["chance"])
-    return {"memos": len(res), "residue": {k: int(res[k].sum()) for k in RESIDUE_KINDS},
+    # an audit recorded before a residue kind existed has no column for it: the report shows the kinds it counted
+    return {"memos": len(res), "residue": {k: int(res[k].sum()) for k in RESIDUE_KINDS if k in res.columns},
             "macro_k_min": int(res["macro_k"].min()) if len(res) else None,
             "macro_k_median": float(res["macro_k"].median()) if len(res) else None,
             "probe": probe[PROBE_COLUMNS].reset_index(drop=True)}

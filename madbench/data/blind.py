@@ -13,8 +13,10 @@ options give the same blind memo):
   the pack (``OTHER_COMPANIES``) become "another company". Names match in any case ("Nvidia" is NVIDIA) as whole
   words; tickers and forms of three characters or fewer (FB, GE, Lam) only as written;
 - calendar dates become relative to the as-of date ``t`` (``t−20d``, calendar days), months to its month
-  (``M−1``), years to its year (``Y−1``, fiscal years ``FY−1``), calendar quarters to the invest quarter (``Q0``;
-  ``Q−1`` ends at ``t``); fiscal quarters keep their number (``Q4 FY−1``);
+  (``M−1``), years to its year (``Y−1``, fiscal years ``FY−1``, by the calendar year they end in), calendar quarters
+  to the invest quarter (``Q0``; ``Q−1`` ends at ``t``), and so do fiscal quarters, each by the calendar quarter it
+  ends in on its issuer's calendar (``calendar_positions``: MSFT's "Q2 FY2022", ended December 2021, is ``Q−2``
+  from 2022Q2; a fiscal number would say where the issuer's year ends);
 - price levels (the close and its moving averages) are rebased so that the close at ``t`` is 100, and dollar
   volume becomes a share of the universe's (its absolute size names the company as surely as a ticker);
 - every other name in the evidence's own words (products, segments, people, places, deals, events) is masked by a
@@ -25,14 +27,23 @@ options give the same blind memo):
 - absolute amounts in every text become their order of magnitude ("$394.3 billion" -> "$[100–1000 billion]", "41.9
   million shares" -> "[10–100 million] shares": ``madbench.data.amounts``), in the memo and in every prompt of a
   blind run;
+- percentages, percentage points and basis points in the evidence's texts become their bin in the 1–2.5–5 series
+  ("71.5%" -> "[50–100%]", "-12%" -> "−[10–25%]": ``madbench.data.percents``), in the memo; the rest of a blind
+  run's prompts keep theirs (they are madbench's own thresholds and features, "holdings above 10%", and the models'
+  allocations), and every evidence figure they quote comes from the blind memo, binned;
+- a number right after a company's name, which its pseudonym would keep ("Microsoft 365" -> "ASSET_A 365"), is
+  masked as a product (``ASSET_A [PRODUCT_4]``: ``unfuse``);
 - options: sector labels shown or dropped; macro as three regime bands with every other series withheld (the
   default, ``MACRO_REGIME``: each quarter's block is shared by at least four quarters of 2018-2025), rounded to a
   coarse grid with quarterly changes as directions (``macro: bucket``, which still dates almost every quarter) or
   exact as published (``macro: exact``, only when asked: an exact Fed funds rate dates the quarter); company texts
   redacted or dropped.
 
-Not masked: the relative figures inside the texts (growth rates, margins, percentages). ``madbench leakage audit``
-counts what is left in each blind memo and asks a model to name its companies and quarter.
+Not masked: ratios and multiples inside the texts ("2.5x", "1.70 to 1.76"), the relative position of a fiscal year
+(``FY+1`` results in the past tense hint at a year that does not end in December), bare quarter numbers without a
+year ("guidance for Q3"), and the days between a quarter's end and ``t`` ("quarter ended t−61d"). ``madbench leakage
+audit`` counts what is left in each blind memo (fiscal quarter labels, exact percentages and numbers fused to a
+pseudonym among it) and asks a model to name its companies and quarter.
 """
 
 from __future__ import annotations
@@ -50,8 +61,9 @@ from pydantic import BaseModel, ConfigDict
 
 from madbench.data.amounts import bucket_amounts
 from madbench.data.market.calendar import Quarter
-from madbench.data.memo import EvidenceItem, Memo, Section
+from madbench.data.memo import CALENDAR_YEAR, FISCAL_CALENDARS, EvidenceItem, FiscalCalendar, Memo, Section
 from madbench.data.neuter import MaskedTerm, Masker, yearless_units
+from madbench.data.percents import bucket_percents
 from madbench.data.scenario import Scenario
 
 MINUS = "\u2212"
@@ -226,15 +238,19 @@ def _date_rules(a: Anchor) -> list[tuple[re.Pattern[str], Callable[[re.Match[str
         rule(rf"\b{_MONTH} (?P<d>\d{{1,2}}),? {_Y4}\b", lambda m: _day(a, m["y"], _month_no(m["mon"]), m["d"])),
         rule(rf"\b(?P<d>\d{{1,2}}) {_MONTH} {_Y4}\b", lambda m: _day(a, m["y"], _month_no(m["mon"]), m["d"])),
         rule(rf"(?<![\d/])(?P<m>\d{{1,2}})/(?P<d>\d{{1,2}})/{_Y4}(?!\d)", lambda m: _day(a, m["y"], int(m["m"]), m["d"])),
-        # fiscal quarters keep their number: their year is the issuer's fiscal year
+        # fiscal quarters as the issuer numbers them (``calendar_positions`` then places them with its calendar)
+        # the filings table's "fiscal period 2022-Q2" is the calendar quarter the filed period ended in (AAPL's 10-Q
+        # of the quarter ended 2022-06-25, NVDA's of 2022-07-31 is "2022-Q3"), unlike the calls' "fiscal 2022Q3"
+        rule(rf"\bfiscal period {_Y4}-Q(?P<q>[1-4])\b", lambda m: "period " + a.quarter(Quarter(int(m["y"]), int(m["q"])))),
         rule(rf"\b(?P<pre>fiscal (?:period )?){_Y4}-?Q(?P<q>[1-4])\b", lambda m: f"{m['pre']}Q{m['q']} {a.fiscal_year(int(m['y']))}"),
-        rule(rf"(?<![\d-]){_Y4}-Q(?P<q>[1-4])\b", lambda m: f"Q{m['q']} {a.fiscal_year(int(m['y']))}"),
+        rule(rf"\b(?P<pre>fiscal )Q(?P<q>[1-4]),? {_Y4}\b", lambda m: f"{m['pre']}Q{m['q']} {a.fiscal_year(int(m['y']))}"),
         rule(rf"\bQ(?P<q>[1-4])[ -]?(?P<of>(?:of )?(?:FY|fiscal(?: year)?) ?){_YY}\b",
              lambda m: f"Q{m['q']} {a.fiscal_year(_year(m['y']))}"),
         rule(rf"\bFY ?{_YY}\b", lambda m: a.fiscal_year(_year(m["y"]))),
         rule(rf"\bfiscal (?:year )?{_Y4}\b", lambda m: a.fiscal_year(int(m["y"]))),
         # calendar quarters, months and years
-        rule(rf"(?<![\d-]){_Y4} ?Q(?P<q>[1-4])\b", lambda m: a.quarter(Quarter(int(m["y"]), int(m["q"])))),
+        # "2021-Q3" alone is a calendar quarter: the filings table's period, the quarter the filed period ended in
+        rule(rf"(?<![\d-]){_Y4}(?: ?|-)Q(?P<q>[1-4])\b", lambda m: a.quarter(Quarter(int(m["y"]), int(m["q"])))),
         rule(rf"\bQ(?P<q>[1-4]),? {_Y4}\b", lambda m: a.quarter(Quarter(int(m["y"]), int(m["q"])))),
         rule(r"\bQ(?P<q>[1-4]) ?'(?P<y>\d\d)\b", lambda m: a.quarter(Quarter(2000 + int(m["y"]), int(m["q"])))),
         rule(rf"\b{_MONTH},? {_Y4}\b", lambda m: a.month(int(m["y"]), n) if (n := _month_no(m["mon"])) else None),
@@ -353,6 +369,53 @@ class Redactor:
         return self.done[text]
 
 
+# ---------------------------------------------------------------- fiscal periods and fused names
+
+_FY = r"FY(?P<fy>0|[+\u2212]\d+)"
+_ORDINALS = {"first": 1, "second": 2, "third": 3, "fourth": 4}
+#: The fiscal labels the date rules leave ("Q4 FY0", "fiscal period Q1 FY+1", "the fourth quarter of FY0", "H1 FY+1"),
+#: then the bare fiscal years ("FY+1").
+_FISCAL_QUARTER = re.compile(rf"\b(?:fiscal (?:period )?)?Q(?P<q>[1-4]) (?:of )?{_FY}\b")
+_FISCAL_ORDINAL = re.compile(rf"\b(?:the )?(?:fiscal )?(?P<ord>first|second|third|fourth)[ -](?:fiscal )?quarter,? "
+                             rf"(?:of )?(?:the )?{_FY}\b")
+_FISCAL_HALF = re.compile(rf"\b(?:fiscal )?H(?P<h>[12]) (?:of )?{_FY}\b")
+_FISCAL_YEAR = re.compile(rf"\b{_FY}\b")
+
+
+def _fy(text: str) -> int:
+    return int(text.replace(MINUS, "-"))
+
+
+def calendar_positions(text: str, fiscal: FiscalCalendar, anchor: Anchor) -> str:
+    """``text`` (redacted already) with each fiscal quarter of an issuer on ``fiscal`` relabelled by the calendar
+    quarter it ends in, relative to the invest quarter as calendar quarters are ("Q2 FY+1" of a June year ending
+    -> "Q−1"): a fiscal number beside the calendar says where the issuer's year ends, and so, with the sector, which
+    issuer it is. A fiscal half is its two quarters ("H1 FY+1" -> "Q−1–Q0"); a fiscal year is counted from the
+    calendar year it ends in (a year named by its start, as HD's, moves up one)."""
+    def position(fy: int, q: int) -> str:
+        end = fiscal.quarter_end(Quarter(anchor.as_of.year + fy, q))
+        return anchor.quarter(Quarter(end.year, (end.month - 1) // 3 + 1))
+
+    text = _FISCAL_QUARTER.sub(lambda m: position(_fy(m["fy"]), int(m["q"])), text)
+    text = _FISCAL_ORDINAL.sub(lambda m: position(_fy(m["fy"]), _ORDINALS[m["ord"]]), text)
+    text = _FISCAL_HALF.sub(lambda m: f"{position(_fy(m['fy']), 2 * int(m['h']) - 1)}\u2013"
+                                      f"{position(_fy(m['fy']), 2 * int(m['h']))}", text)
+    if fiscal.named_by_start:
+        text = _FISCAL_YEAR.sub(lambda m: anchor.fiscal_year(anchor.as_of.year + _fy(m["fy"]) + 1), text)
+    return text
+
+
+#: A company (its pseudonym, or another company) right before a number: what followed the name in the evidence
+#: ("Microsoft 365", a model number), which the name's replacement would otherwise keep.
+_FUSED = re.compile(rf"(?P<name>\b{PSEUDONYM_PREFIX}[A-Z]+|\b{OTHER_COMPANY})(?P<gap>\s+)(?P<num>\d+(?:[.\-]?\w+)*)")
+
+
+def unfuse(text: str, masker: Masker) -> str:
+    """``text`` with the number after a company masked as a product ("ASSET_A 365" -> "ASSET_A [PRODUCT_4]"): the
+    same number after the same company has the same mask throughout the memo."""
+    return _FUSED.sub(lambda m: m["name"] + m["gap"] + masker.mask_of(f"{m['name']} {m['num']}", "PRODUCT"), text)
+
+
 # ---------------------------------------------------------------- the memo
 
 @dataclass(frozen=True)
@@ -436,7 +499,7 @@ def _ticker_item(item: EvidenceItem, field: str, px: object, dollar_volume: floa
 Scrub = Callable[[str | None], str | None]
 
 
-def _scrub(item: EvidenceItem, redact: Redactor, words: Scrub | None = None, names: Scrub | None = None) -> EvidenceItem:
+def _scrub(item: EvidenceItem, redact: Scrub, words: Scrub | None = None, names: Scrub | None = None) -> EvidenceItem:
     """Names, tickers and dates out of every field; ``words`` (masking every other name and every term outside the
     generic vocabulary) over the evidence's own words, a text's value; ``names`` (names only) over its note, which
     madbench writes. Labels and units are madbench's ("60-day Sharpe ratio"), masked of nothing."""
@@ -450,30 +513,40 @@ def blind_memo(memo: Memo, scenario: Scenario, companies: list[Company], options
     """The blind counterpart of ``memo`` (built for ``scenario``); ``companies``: every stock of the pack."""
     shuffled = pseudonyms(list(scenario.tickers))
     mapping = {t: shuffled[t] for t in scenario.tickers}  # in the scenario's order: ``to_real`` keeps it
-    redact = Redactor(mapping, companies, Anchor(memo.as_of, scenario.quarter), OTHER_COMPANIES)
+    anchor = Anchor(memo.as_of, scenario.quarter)
+    redact = Redactor(mapping, companies, anchor, OTHER_COMPANIES)
     masker = Masker(seed=memo.sha256)  # masks numbered per memo: [PRODUCT_7] here is not [PRODUCT_7] elsewhere
-
-    def neuter(text: str | None) -> str | None:
-        return None if text is None else masker(redact(text))
-
-    def neuter_names(text: str | None) -> str | None:
-        return None if text is None else masker(redact(text), terms=False)
     values = {it.id: it.value for it in memo.items}
     volumes = [v for t in scenario.tickers if isinstance(v := values.get(f"{t}-ADVOL"), float)]
     total_volume = sum(volumes) or None
     sections: list[Section] = []
     for sec in memo.sections:
+        if sec.ticker is None:
+            items = [_scrub(_macro_item(it, options), redact) for it in sec.items]  # as blind_macro, with the memo's redactor
+            if items:
+                sections.append(replace(sec, items=items, header=redact(sec.header)))
+            continue
+        fiscal = FISCAL_CALENDARS.get(sec.ticker, CALENDAR_YEAR)
+
+        def placed(text: str | None, fiscal: FiscalCalendar = fiscal) -> str | None:
+            return None if text is None else calendar_positions(redact(text), fiscal, anchor)
+
+        def neuter(text: str | None, fiscal: FiscalCalendar = fiscal) -> str | None:
+            """The evidence's own words: names, dates, amounts, percentages, fiscal labels, every name and term."""
+            if text is None:
+                return None
+            return masker(unfuse(calendar_positions(bucket_percents(redact(text)), fiscal, anchor), masker))
+
+        def neuter_names(text: str | None, fiscal: FiscalCalendar = fiscal) -> str | None:
+            return None if text is None else masker(calendar_positions(redact(text), fiscal, anchor), terms=False)
         items = []
         for it in sec.items:
-            if sec.ticker is None:
-                items.append(_scrub(_macro_item(it, options), redact))  # as blind_macro, with the memo's redactor
-            elif not (options.text == "drop" and it.unit == "text"):
+            if not (options.text == "drop" and it.unit == "text"):
                 field = it.id[len(sec.ticker) + 1:]
                 it = _ticker_item(it, field, values.get(f"{sec.ticker}-PX"), total_volume)
-                items.append(_scrub(it, redact, neuter, neuter_names).model_copy(update={"id": f"{mapping[sec.ticker]}-{field}"}))
+                items.append(_scrub(it, placed, neuter, neuter_names).model_copy(update={"id": f"{mapping[sec.ticker]}-{field}"}))
         if items:
-            sections.append(replace(sec, items=items, ticker=mapping[sec.ticker] if sec.ticker else None,
-                                    header=(neuter_names if sec.ticker else redact)(sec.header)))
+            sections.append(replace(sec, items=items, ticker=mapping[sec.ticker], header=neuter_names(sec.header)))
     blind_tickers = sorted(mapping.values())
     order = {p: i for i, p in enumerate(blind_tickers)}
     sections.sort(key=lambda s: -1 if s.ticker is None else order[s.ticker])  # stable: a ticker's sections keep their order
@@ -485,7 +558,7 @@ def blind_memo(memo: Memo, scenario: Scenario, companies: list[Company], options
     blind_scenario = Scenario(id=blind_id, invest_quarter=scenario.invest_quarter, tickers=blind_tickers,
                               constraints=scenario.constraints)
     own = [c for c in companies if c.ticker in mapping]
-    return Blinded(blind, blind_scenario, mapping, masker.masked, Redactor(mapping, own, Anchor(memo.as_of, scenario.quarter)))
+    return Blinded(blind, blind_scenario, mapping, masker.masked, Redactor(mapping, own, anchor))
 
 
 def blind_macro(section: Section, as_of: pd.Timestamp, quarter: Quarter, options: BlindOptions) -> Section:
@@ -498,12 +571,14 @@ def _header_notes(options: BlindOptions) -> list[str]:
     """What a blind memo's reader is told about the transformation, below its header."""
     notes = [
         f"Dates are relative: t{MINUS}20d is 20 calendar days before the as-of date t; M{MINUS}1 the month before t's; "
-        f"Q0 the invest quarter and Q{MINUS}1 the calendar quarter ending at t; Y{MINUS}1 the year before t's; a fiscal "
-        f"quarter keeps its number, with its fiscal year counted from t's year (Q4 FY{MINUS}1).",
+        f"Q0 the invest quarter and Q{MINUS}1 the calendar quarter ending at t, a company's fiscal quarter too, by the "
+        f"calendar quarter it ends in; Y{MINUS}1 the year before t's; a fiscal year is counted from t's year by the "
+        f"calendar year it ends in (FY{MINUS}1).",
         "Companies are pseudonyms (ASSET_A, ...), in their texts too; a company outside the universe is 'another company'; "
         "other names (products, segments, people, places, events) are masked as [PRODUCT_1], [PERSON_2], ..., and "
         "words of the texts that are not generic as [TERM_3], the same name or word with the same mask throughout; month "
-        "names and dates without a year are [MONTH] and [DATE]; amounts are orders of magnitude ($[10\u2013100 billion]). "
+        "names and dates without a year are [MONTH] and [DATE]; amounts are orders of magnitude ($[10\u2013100 billion]) and percentages in the texts bins of the 1-2.5-5 "
+        "series ([25\u201350%]); a number that followed a company's name is masked as a product. "
         "Prices and moving averages are rebased so that the close at t is 100; dollar volume is a share of the universe's.",
     ]
     if options.macro == "regime":

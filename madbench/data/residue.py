@@ -13,7 +13,15 @@ examples of
 - ``term``: lower-case words of the texts outside the generic vocabulary ("bitcoin", "metaverse", a word new
   evidence brings): the company's own vocabulary or an era's;
 - ``amount``: exact absolute amounts in the evidence's words (currency amounts, counts with a scale word or
-  thousands separators: "$394.3 billion", "41.9 million shares"), where an order of magnitude should stand.
+  thousands separators: "$394.3 billion", "41.9 million shares"), where an order of magnitude should stand;
+- ``fiscal_label``: fiscal quarters named by their number ("Q2 FY+1", "fiscal Q4", "the fourth quarter of FY0",
+  "H1 FY+1") in the texts, notes, headers and periods, where a calendar position should stand (``Q−1``). Every
+  one counts, on a calendar year or not: the audit cannot tell an issuer's fiscal year from the memo, and one of an
+  off-calendar year says where that year ends;
+- ``percent``: exact percentages, percentage points and basis points in the evidence's texts ("71.5%", "45
+  percent", "230 basis points"), where a bin should stand (``[50–100%]``: ``madbench.data.percents``);
+- ``fused_name``: a pseudonym right before a number ("ASSET_A 365", what followed "Microsoft"), anywhere in the
+  evidence's words.
 
 Target: zero of each. The rules that mask are in ``madbench.data.neuter``; this pass reads their output with the
 same vocabulary but its own patterns, so a gap in one shows in the other.
@@ -31,7 +39,7 @@ from madbench.data.blind import MACRO_STEPS
 from madbench.data.memo import Memo
 from madbench.data.neuter import MASK, PROTECTED, is_lower_word, load_vocabulary
 
-RESIDUE_KINDS = ("name", "year", "month", "exact_level", "term", "amount")
+RESIDUE_KINDS = ("name", "year", "month", "exact_level", "term", "amount", "fiscal_label", "percent", "fused_name")
 EXAMPLES = 5
 _YEAR = re.compile(r"(?<![\d.,$\u20ac\u00a3\u2212+-])(?:19[5-9]\d|20[0-4]\d)(?![\d%]|[.,]\d|-[A-Z])")
 _MONTH = re.compile(r"\b(?:January|February|March|April|May|June|July|August|September|October|November|December|"
@@ -39,6 +47,14 @@ _MONTH = re.compile(r"\b(?:January|February|March|April|May|June|July|August|Sep
 _WORD = re.compile(r"\[[A-Z]+(?:_\d+)?\]|[A-Za-z0-9_]+(?:[&'\u2019.\-/\u2212+][A-Za-z0-9_]+)*")
 # any script's letters: an accented word ("zürich") is one word, not a "z" and a "rich"
 _ANY_WORD = re.compile(r"\[[A-Z]+(?:_\d+)?\]|\w+(?:[&'\u2019.\-/\u2212+]\w+)*")
+_FY = r"FY(?:0|[+\u2212]\d+)"
+_FISCAL_LABEL = re.compile(rf"\bQ[1-4][ -](?:of )?{_FY}\b|\bfiscal (?:period )?Q[1-4]\b|\bH[12] (?:of )?{_FY}\b"
+                           rf"|\b(?:first|second|third|fourth)[ -](?:fiscal )?quarter,? (?:of )?(?:the )?{_FY}\b"
+                           r"|\bfiscal (?:first|second|third|fourth)[ -]quarter\b", re.IGNORECASE)
+# a figure not inside a bin ("[10–25%]", "[0%]") and not the tail of a word or of another figure
+_PERCENT = re.compile(r"(?<![\w.,\[\u2013])\d[\d,]*(?:\.\d+)?\s?-?"
+                      r"(?:%|percent\b|per cent\b|pct\b|percentage points?\b|basis points?\b|bps\b)", re.IGNORECASE)
+_FUSED = re.compile(r"\bASSET_[A-Z]+\s+\d[\w.]*")
 _HEAD = re.compile(r"(?:^|[.!?:;]\s*|[\(\"\u201c]\s*|\s[-\u2013\u2014]\s*)$")
 
 
@@ -110,6 +126,10 @@ def memo_residue(memo: Memo) -> MemoResidue:
         "exact_level": list(_exact_levels(memo)),
         "term": [t for s in _texts(memo) for t in _terms(s)],
         "amount": [a for s in _strings(memo) for a in residue_amounts(s)],
+        "fiscal_label": [f for s in (*_strings(memo), *(it.period for it in memo.items if it.period))
+                         for f in _FISCAL_LABEL.findall(s)],
+        "percent": [p for s in _texts(memo) for p in _PERCENT.findall(s)],
+        "fused_name": [f for s in _strings(memo) for f in _FUSED.findall(s)],
     }
     return MemoResidue(memo=memo.scenario_id, counts={k: len(v) for k, v in found.items()},
                        examples={k: list(dict.fromkeys(v))[:EXAMPLES] for k, v in found.items() if v})

@@ -131,7 +131,9 @@ def redactor():
     ("intellectual property, a gem and ge", "intellectual property, a gem and ge"),  # words, and GE only as written
     ("On April 28, 2021 and 2021-12-31 and 2022-01-03", f"On t{MINUS}247d and t and t+3d"),
     ("in Q4 FY2021, Q2 fiscal 2022 and FY23", "in Q4 FY0, Q2 FY+1 and FY+2"),
-    ("fiscal 2021Q4; fiscal period 2022-Q1; 2021-Q3", "fiscal Q4 FY0; fiscal period Q1 FY+1; Q3 FY0"),
+    # the calls' fiscal quarters keep their number here (``calendar_positions`` places them); the filings table's
+    # "fiscal period 2022-Q1" and a bare "2021-Q3" are calendar quarters
+    ("fiscal 2021Q4; fiscal Q2 2022; fiscal period 2022-Q1; 2021-Q3", f"fiscal Q4 FY0; fiscal Q2 FY+1; period Q0; Q{MINUS}2"),
     ("Q3 2021, Q4'21, 2021Q2 and 2022Q1", f"Q{MINUS}2, Q{MINUS}1, Q{MINUS}3 and Q0"),
     ("March 2021, 2021-11 and Sept. 2020", f"M{MINUS}9, M{MINUS}1 and M{MINUS}15"),
     ("between 2019 and 2030; 2021.", f"between Y{MINUS}2 and Y+9; Y0."),
@@ -170,7 +172,7 @@ def test_blind_memo_keeps_the_numbers_and_drops_the_names(make_pack):
         assert after[f"{p}-SMA200"].value / 100.0 == pytest.approx(ratio)  # rebased, not changed
         for key in ("RET60", "VOL20", "BETA", "MOM200", "SENT"):
             assert after[f"{p}-{key}"].value == before[f"{t}-{key}"].value
-        assert after[f"{p}-F1"].value.startswith(f"{p} grew revenue 12% in Q{MINUS}2 against {OTHER_COMPANY}; {p} shares")
+        assert after[f"{p}-F1"].value.startswith(f"{p} grew revenue [10\u201325%] in Q{MINUS}2 against {OTHER_COMPANY}; {p} shares")
     assert sum(after[f"{p}-ADVOL"].value for p in m.values()) == pytest.approx(100.0)
     # the default macro: three bands, the rest withheld, no release date (its distance to t follows the weekday)
     assert after["L1-CPI"].value == ("4 percent or more" if before["L1-CPI"].value >= 4 else "below 4 percent")

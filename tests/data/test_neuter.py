@@ -77,7 +77,8 @@ def test_residue_of_the_paper_memos_is_nothing():
         memo = blind_memo(build_memo(scenario, pack), scenario, companies, BlindOptions()).memo
         for kind, n in memo_residue(memo).counts.items():
             totals[kind] = totals.get(kind, 0) + n
-    assert totals == {"name": 0, "year": 0, "month": 0, "exact_level": 0, "term": 0, "amount": 0}
+    assert totals == {"name": 0, "year": 0, "month": 0, "exact_level": 0, "term": 0, "amount": 0, "fiscal_label": 0,
+                      "percent": 0, "fused_name": 0}
 
 
 def test_accented_full_width_and_nonbreaking_forms_of_a_name_leave_no_letters_behind():
