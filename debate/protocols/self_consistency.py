@@ -10,16 +10,28 @@ critique, CRIT or a judge.
 How many draws:
 
 * ``samples: N``: N draws, all at once.
-* ``targets`` (scenario id → generated tokens; the batch loader derives it from a pilot with ``match_generated_of``):
-  draw until the run's generated (completion) tokens come nearest the matched debate's on the same scenario. The
+* ``targets`` (scenario id → the matched debate's spend on it, in ``match``'s unit; the batch derives it from the
+  matched config's runs with ``match_generated_of``): draw until the run's spend comes nearest that target. The
   unit is the scenario: a fixed N matches a debate only on average (a debate's length varies by scenario and so
   does a proposal's, by 0.91–1.21x of the tokens in a measured case), while stopping on the scenario's own count
   leaves an error of at most half a draw. Draws go in waves (``next_wave``): as many as the tokens still owed would
   take at the mean draw so far, halved (a short first draw must not send a wave past the target), so that
   the last draws go one by one and the run stops where one more
-  draw would take it further from the target than stopping does. Generated tokens, not prompt tokens, are matched:
-  they are what sampling buys (a proposal's prompt is the memo, the same for every draw); prompt tokens and dollars
-  are reported beside them (runs.parquet, ``madbench stats``).
+  draw would take it further from the target than stopping does.
+
+What the spend is measured in (``match``), on both sides: the debate's is every call of its run (calls.parquet:
+proposals, critiques, revisions, and its judge and CRIT scoring calls, which steer its revisions), the baseline's
+every draw (it calls nothing else).
+
+* ``generated`` (the default): completion tokens, what sampling buys (a proposal's prompt is the memo, the same
+  for every draw).
+* ``total``: prompt + completion tokens. A draw's prompt is the memo, so a total-matched baseline draws far fewer
+  samples than a generated-matched one, but sees as many tokens as the debate read and wrote.
+* ``cost``: dollars, what the answers cost at the model's price (a cached answer at what it cost when first asked:
+  the draws the debate already made count, as they do in the debate's own cost). A model without a price cannot be
+  matched on cost: the run fails naming the call.
+
+Each way, the other two are reported beside it (runs.parquet, ``madbench stats``).
 
 Sample ``j`` of agent ``a`` at replicate ``k`` asks with sample index ``k + j·SAMPLE_STRIDE``: each agent's draw 0 is
 its own proposal in the debate at replicate k (the same request, one cache entry), and no two samples of two
@@ -52,7 +64,7 @@ import copy
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from madbench.data.errors import InputError
 from madbench.data.scenario import Constraints
@@ -65,29 +77,38 @@ from madbench.debate.protocols.paper import mean_allocation
 from madbench.debate.protocols.plan import Call, Plan, Step
 from madbench.debate.task import AgentTask
 from madbench.debate.validation import Validated, cap_weights
+from madbench.gateway.accounting import Completion, Totals
 
 #: Sample i of replicate k asks with sample index k + i·SAMPLE_STRIDE (replicate indices stay below it).
 SAMPLE_STRIDE = 1_000_000
 #: The most samples one run may draw (a bound on cost; a debate of 20 rounds is about 60 calls per agent).
 MAX_SAMPLES = 200
+#: What a matched run's spend is measured in (``Options.match``), and the name its target has in the run's extras
+#: (``Outcome.extras``: runs.parquet's ``x_target_…`` column).
+MATCH_UNITS = {"generated": "target_generated_tokens", "total": "target_total_tokens", "cost": "target_cost_usd"}
+MatchUnit = Literal["generated", "total", "cost"]
 
 
 class Options(BaseModel):
     """How many draws: ``samples`` N; ``match_tokens_of`` a debate config with a ``pilot`` results dir (the batch
-    resolves N from mean tokens per run); or ``match_generated_of`` with a ``pilot`` (the batch resolves ``targets``,
-    each scenario's generated tokens in the pilot's runs of that config)."""
+    resolves N from mean tokens per run); or ``match_generated_of`` (the batch resolves ``targets``, each scenario's
+    spend in ``match``'s unit in that config's runs, in this batch or, generated tokens only, in a ``pilot``)."""
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     samples: int | None = Field(None, ge=1, le=MAX_SAMPLES)
     combine: Literal["mean", "majority", "median"] = "mean"
     #: A config name in the pilot's runs.parquet: N = its mean tokens per run ÷ its mean tokens per proposal.
     match_tokens_of: str | None = None
-    #: A config name: each scenario's draws stop at its generated tokens in that config's run on the scenario (the
-    #: same replicate) in this batch (``madbench run`` runs it first: runner/matching.py), or in ``pilot`` if given.
+    #: A config name: each scenario's draws stop at that config's run's spend on the scenario (the same replicate; in
+    #: ``match``'s unit, every call of the run) in this batch (``madbench run`` runs it first: runner/matching.py), or
+    #: its generated tokens in ``pilot`` if given.
     match_generated_of: str | None = None
     #: The pilot's results directory (relative to this config file), read when the batch is loaded.
     pilot: str | None = None
-    #: Scenario id → the generated tokens a run on it draws up to (resolved from the pilot, or given).
-    targets: dict[str, int] | None = None
+    #: What the draws are matched on: the matched run's generated (completion) tokens, its total (prompt +
+    #: completion) tokens, or its cost in dollars; ``targets`` are in this unit.
+    match: MatchUnit = "generated"
+    #: Scenario id → the spend (in ``match``'s unit) a run on it draws up to (resolved from the pilot, or given).
+    targets: dict[str, int | float] | None = None
 
     @model_validator(mode="after")
     def _one_way(self):
@@ -101,6 +122,12 @@ class Options(BaseModel):
         if len(ways) != 1:
             raise ValueError("give one of samples (N), match_tokens_of or match_generated_of with pilot, or targets "
                              f"(got {', '.join(ways) or 'none'})")
+        if self.match != "generated" and self.match_generated_of is None and self.targets is None:
+            raise ValueError(f"match: {self.match} says what match_generated_of or targets are measured in: give one "
+                             "of them")
+        if self.match != "generated" and self.pilot is not None:
+            raise ValueError(f"match: {self.match} is matched within the batch (runner/matching.py); a pilot gives "
+                             "generated tokens only: drop pilot, or match: generated")
         return self
 
 
@@ -157,18 +184,53 @@ def medoid(samples: list[dict[str, float]], cash: list[float], universe: list[st
     return min(range(len(vec)), key=lambda i: (total[i], i))
 
 
-def next_wave(target: int, generated: int, drawn: int, cap: int) -> int:
-    """Draws to ask next toward ``target`` generated tokens, ``generated`` spent on ``drawn`` draws so far: 0 once one
-    more draw (at the mean so far, m) would land further from the target than stopping, i.e. when
-    generated + m/2 ≥ target; else ⌊0.5 · (target − generated)/m⌋, at least 1 and at most ``cap`` − ``drawn``."""
+def next_wave(target: float, spent: float, drawn: int, cap: int) -> int:
+    """Draws to ask next toward a ``target`` spend (generated tokens, total tokens or dollars), ``spent`` on ``drawn``
+    draws so far: 0 once one more draw (at the mean so far, m) would land further from the target than stopping, i.e.
+    when spent + m/2 ≥ target; else ⌊0.5 · (target − spent)/m⌋, at least 1 and at most ``cap`` − ``drawn``."""
     if drawn >= cap:
         return 0
     if drawn == 0:
         return 1
-    m = generated / drawn
-    if m <= 0 or generated + m / 2 >= target:
+    m = spent / drawn
+    if m <= 0 or spent + m / 2 >= target:
         return 0
-    return max(1, min(cap - drawn, int(0.5 * (target - generated) / m)))
+    return max(1, min(cap - drawn, int(0.5 * (target - spent) / m)))
+
+
+class DrawSpend(Totals):
+    """The draws' own account, which credits the run's as well (the run's totals stay what the gateway counts), and
+    keeps what their answers cost, a cached answer at its first cost (``Totals.cost_usd`` counts only what was paid
+    now): the same measure as the matched run's calls.parquet ``cost_usd``."""
+    answered_usd: float = 0.0
+    unpriced: list[str] = []
+    _run: Totals = PrivateAttr()
+
+    @classmethod
+    def crediting(cls, run: Totals) -> DrawSpend:
+        spend = cls()
+        spend._run = run
+        return spend
+
+    def add(self, c: Completion) -> None:
+        super().add(c)
+        self._run.add(c)
+        if c.cost_usd is None:
+            self.unpriced.append(c.model_used)
+        else:
+            self.answered_usd += c.cost_usd
+
+    def add_failure(self, attempts) -> None:
+        super().add_failure(attempts)
+        self._run.add_failure(attempts)
+
+    def spent(self, match: MatchUnit) -> float:
+        """What the draws spent so far, in ``match``'s unit."""
+        if match == "generated":
+            return self.completion_tokens
+        if match == "total":
+            return self.prompt_tokens + self.completion_tokens
+        return self.answered_usd
 
 
 def median_allocation(samples: list[dict[str, float]], cash: list[float], universe: list[str],
@@ -222,33 +284,38 @@ def plan(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
                 steps=(Step("propose", tuple(d for d in draws if d.count)),))
 
 
-async def _draw(ctx: RunContext, i: int) -> Validated:
+async def _draw(ctx: RunContext, i: int, spend: DrawSpend) -> Validated:
     agents = ctx.config.agents
     agent = agents[i % len(agents)]
     index = sample_index(ctx.sample_index, i // len(agents))
     base = ctx.base_task(agent.agent_id, agent.role, "propose", 0, ctx.config.pid.beta0)
     task = SampledTask(**dict(base), sample=SampleDraw(index=index, temperature=ctx.config.temperature))
-    # The same run (trace, account, gateway, profiles: a shallow copy, nothing re-initialised), asking with this
-    # sample's index: its own cache key.
+    # The same run (trace, gateway, profiles: a shallow copy, nothing re-initialised; its account credits the run's),
+    # asking with this sample's index: its own cache key.
     sampled = copy.copy(ctx)
-    sampled.sample_index = index
+    sampled.sample_index, sampled.account = index, spend
     return await sampled.ask(agent, "propose", 0, task, {}, label=f"propose:sample{i}")
 
 
-async def _draw_all(ctx: RunContext, opt: Options) -> tuple[list[Validated], int | None]:
-    """The run's draws, and the generated-token target they were matched to (None with a fixed N)."""
+async def _draw_all(ctx: RunContext, opt: Options) -> tuple[list[Validated], int | float | None]:
+    """The run's draws, and the target (in ``opt.match``'s unit) they were matched to (None with a fixed N)."""
+    spend = DrawSpend.crediting(ctx.account)
     if opt.samples is not None:
-        return await gather_turns(*[_draw(ctx, i) for i in range(opt.samples)]), None
+        return await gather_turns(*[_draw(ctx, i, spend) for i in range(opt.samples)]), None
     assert opt.targets is not None
     if ctx.scenario.id not in opt.targets:
-        raise InputError(f"config {ctx.config.name}", f"options.targets has no generated-token target for scenario "
+        raise InputError(f"config {ctx.config.name}", f"options.targets has no {opt.match} target for scenario "
                          f"{ctx.scenario.id} (it has: {', '.join(sorted(opt.targets)) or 'none'})",
-                         "run the matched config's pilot on this scenario, or add its target")
+                         "run the matched config on this scenario to completion (with match: cost, on a model with a "
+                         "price), or add its target")
     target = opt.targets[ctx.scenario.id]
     outs: list[Validated] = []
-    start = ctx.account.completion_tokens  # the run calls nothing else: its completion tokens are the draws'
-    while n := next_wave(target, ctx.account.completion_tokens - start, len(outs), MAX_SAMPLES):
-        outs += await gather_turns(*[_draw(ctx, len(outs) + i) for i in range(n)])
+    while n := next_wave(target, spend.spent(opt.match), len(outs), MAX_SAMPLES):
+        outs += await gather_turns(*[_draw(ctx, len(outs) + i, spend) for i in range(n)])
+        if opt.match == "cost" and spend.unpriced:
+            raise InputError(f"config {ctx.config.name}", f"match: cost, but model {spend.unpriced[0]} has no price (its "
+                             "answer's cost is unknown)", "match on generated or total tokens, or give the model a "
+                             "price (a model in litellm's cost map)")
     return outs, target
 
 
@@ -279,5 +346,6 @@ async def run(ctx: RunContext) -> Outcome:
     return Outcome(weights=final, cash=final_cash, method=f"self_consistency:{opt.combine}", rounds_run=0, rho_bar=None,
                    js={"propose": spread}, notes=notes,
                    extras={"samples": len(outs), "combine": opt.combine, "distinct_samples": distinct,
-                           "generated_tokens": generated, "target_generated_tokens": target,
+                           "generated_tokens": generated, MATCH_UNITS["generated"]: None,
+                           **({MATCH_UNITS[opt.match]: target} if target is not None else {}),
                            "vote_share": vote_shares(weights, ctx.universe)})

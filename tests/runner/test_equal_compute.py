@@ -1,7 +1,10 @@
 """The equal-compute axis: configs/batches/equal-compute.yaml offline to completion with its paired table of tokens
-and cost per run; against the simulator, each matched baseline within 5% of the debate's generated tokens per
-scenario; and `match_tokens_of` choosing N from a pilot's calls.parquet (a pilot over real HTTP)."""
+and cost per run, and its run ids as they were before `match` existed; against the simulator, each matched baseline
+within 5% of the debate's spend per scenario in the unit it is matched on (generated tokens, total tokens or cost,
+the debate's judge and CRIT calls included); and `match_tokens_of` choosing N from a pilot's calls.parquet (a pilot
+over real HTTP)."""
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -12,7 +15,9 @@ import yaml
 
 from madbench.data.errors import InputError
 from madbench.data.scenario import load_scenarios
-from madbench.runner.batch import load_batch, resolve_configs
+from madbench.debate.protocols.self_consistency import Options
+from madbench.runner import matching
+from madbench.runner.batch import RunSpec, expand, load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.cli import main
 from madbench.runner.pipeline import run_id_for
 from madbench.sim.provider import SimProvider
@@ -88,6 +93,7 @@ def test_the_batch_runs_offline_and_stats_puts_tokens_and_cost_beside_each_diffe
     # the per-scenario table is there, its ratios undefined (0 ÷ 0), not 1 and not 0
     match = pd.read_csv(root / "stats" / "compute_match.csv")
     assert len(match) == 5 * 2 and match.ratio_generated.isna().all() and "Equal compute per scenario" in out
+    assert set(match.matched_on) == {"generated"}
     # …and so a rules/auto run is no pilot to match tokens on; nor is a config the pilot did not run
     with pytest.raises(InputError, match="record no tokens for a proposal"):
         resolve_one(tmp_path, sc_config(tmp_path / "c1", match_tokens_of="causal-debate-3", pilot=str(root)))
@@ -120,9 +126,110 @@ def test_matched_baselines_spend_the_debates_generated_tokens_per_scenario(make_
     assert len(ratios) == 2 * 2  # the two arms paired with the debate × two scenarios
     assert ratios.ratio_generated.between(0.95, 1.05).all(), ratios[["control", "scenario_id", "ratio_generated"]]
     # dollars are what each arm's answers cost: the majority arm reuses the mean arm's draws and costs as much
-    assert (ratios.usd_control > 0).all() and ratios.groupby("scenario_id").usd_control.nunique().eq(1).all()
+    assert (ratios.cost_control > 0).all() and ratios.groupby("scenario_id").cost_control.nunique().eq(1).all()
     print(out[out.index("Equal compute per scenario"):], file=sys.stderr)  # the measured ratios, for the record
-    assert "generated-token ratio min" in out
+    assert "self-consistency-3 ÷ causal-debate-3 (matched on generated): ratio min–max generated" in out
+
+
+def unit_arms(folder: Path) -> list[str]:
+    """self-consistency-3 matched on each unit, written in ``folder``: sc-generated, sc-total, sc-cost."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = yaml.safe_load((ROOT / "configs" / "debate" / "self-consistency-3.yaml").read_text())
+    paths = []
+    for unit in ("generated", "total", "cost"):
+        data = base | {"name": f"sc-{unit}", "options": base["options"] | {"match": unit}}
+        (folder / f"sc-{unit}.yaml").write_text(yaml.safe_dump(data))
+        paths.append(str(folder / f"sc-{unit}.yaml"))
+    return paths
+
+
+@pytest.mark.slow
+def test_each_match_unit_spends_the_debates_budget_in_that_unit_per_scenario_judge_and_crit_included(
+        make_pack, tmp_path, capsys):
+    """Against the simulator (it counts tokens and its model has a price): a baseline matched on generated tokens,
+    one on total tokens and one on cost each come within 1.00 ± 0.05 of the debate's spend in its own unit on every
+    scenario, the debate's spend being every call of its run (its judge and CRIT calls too); `madbench stats` shows
+    the three ratios of each."""
+    pack_dir = make_pack(tickers=tuple(TICKERS))
+    debate = str(ROOT / "configs" / "debate" / "causal-debate-3.yaml")
+    arms = unit_arms(tmp_path / "configs")
+    pairs = [{"control": f"sc-{u}", "treatment": "causal-debate-3",
+              "factor": ["protocol", "options", "rounds", "aggregation", "interventions"]}
+             for u in ("generated", "total", "cost")]
+    with SimProvider() as sim:
+        model = {"model": PRICED, "api_base": sim.url, "send_context": True, "limits": {"max_concurrency": 8}}
+        batch = batch_copy(tmp_path, pack_dir, name="units", configs=[debate, *arms], pairs=pairs, model=model)
+        assert main(["run", str(batch), "--cache-dir", str(tmp_path / "cache"), "--quiet"]) == 0, capsys.readouterr().err
+    root = tmp_path / "results" / "units"
+    runs, calls = pd.read_parquet(root / "runs.parquet"), pd.read_parquet(root / "calls.parquet")
+    assert len(runs) == 4 * 2 and (runs.status == "ok").all(), runs[["config", "error"]]
+    # the debate's budget is every call of its run: its judge and CRIT calls are part of it
+    mine = calls[calls.run_id.isin(runs.loc[runs.config == "causal-debate-3", "run_id"])]
+    assert {"judge", "crit"} <= set(mine.phase) and (mine.completion_tokens[mine.phase.isin(["judge", "crit"])] > 0).all()
+    spent = {"generated": mine.completion_tokens, "total": mine.prompt_tokens + mine.completion_tokens,
+             "cost": mine.cost_usd}
+    by_scenario = mine.run_id.map(runs.set_index("run_id").scenario_id)
+    for unit, column in (("generated", "x_target_generated_tokens"), ("total", "x_target_total_tokens"),
+                         ("cost", "x_target_cost_usd")):
+        arm = runs[runs.config == f"sc-{unit}"].set_index("scenario_id")
+        debate_spend = spent[unit].groupby(by_scenario).sum().reindex(arm.index)
+        assert arm[column].to_numpy() == pytest.approx(debate_spend.to_numpy()), unit  # the target is the debate's
+        assert (arm.calls > 3).all()  # more than one round of the agents
+    capsys.readouterr()
+    assert main(["stats", str(root), "--metric", "sharpe"]) == 0
+    out = capsys.readouterr().out
+    match = pd.read_csv(root / "stats" / "compute_match.csv").set_index("control")
+    assert len(match) == 3 * 2  # three arms × two scenarios
+    for unit in ("generated", "total", "cost"):
+        rows = match.loc[f"sc-{unit}"]
+        assert (rows.matched_on == unit).all()
+        assert rows[f"ratio_{unit}"].between(0.95, 1.05).all(), (unit, rows[["scenario_id", f"ratio_{unit}"]])
+        assert rows[["ratio_generated", "ratio_total", "ratio_cost"]].notna().all().all()
+        assert f"sc-{unit} ÷ causal-debate-3 (matched on {unit}): ratio min–max generated" in out
+    # matched on more than generated tokens, a baseline draws more: total and cost weigh the debate's long prompts
+    assert (match.loc["sc-total"].calls_control.to_numpy() > match.loc["sc-generated"].calls_control.to_numpy()).all()
+    assert "| ratio generated | ratio total | ratio cost | ratio calls |" in out
+    print(out[out.index("Equal compute per scenario"):], file=sys.stderr)  # the measured ratios, for the record
+
+
+#: sha256 of the sorted (config|scenario|replicate, run id) pairs of configs/batches/equal-compute.yaml, expanded,
+#: and of its matched runs given targets 1000 + the scenario's position: computed before `match` existed.
+EXPANDED_IDS = "d7d2450f7373431ac614782a7b2005d10f513d684e13a7d3a29e0e07be31871e"
+TARGETED_IDS = "584a75f2f26bc9171866cc789697875f86e1c8e289f3f4a57cb95fb8736efec2"
+
+
+def _digest(runs) -> str:
+    ids = sorted((f"{r.config.name}|{r.scenario.id}|{r.sample_index}", r.run_id) for r in runs)
+    return hashlib.sha256(json.dumps(ids).encode()).hexdigest()
+
+
+def test_the_equal_compute_batchs_run_ids_are_what_they_were_before_match_existed(monkeypatch, tmp_path):
+    spec, base = load_batch(BATCH)
+    scenarios = resolve_scenarios(spec, base, None, "batch")
+    runs = expand(spec, scenarios, resolve_configs(spec, base, "batch"))
+    assert len(runs) == 5 * 35 and _digest(runs) == EXPANDED_IDS
+    spends = {("causal-debate-3", s.id, 0): 1000 + i for i, s in enumerate(scenarios)}
+    monkeypatch.setattr(matching, "spent_by_run", lambda root, unit="generated": spends)
+    _, later = matching.split(runs)
+    targeted = matching.with_targets(later, tmp_path)
+    assert len(targeted) == 3 * 35 and _digest(targeted) == TARGETED_IDS
+    # `match: generated` written out is the default: the same runs; another unit is another run
+    run = later[0]
+    def written(unit):
+        config = run.config.model_copy(update={"options": run.config.options | {"match": unit}})
+        return matching.with_targets([RunSpec(run.run_id, run.scenario, config, 0)], tmp_path)[0]
+    assert written("generated").run_id == targeted[0].run_id
+    assert written("total").run_id != targeted[0].run_id and written("total").config.options["match"] == "total"
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"samples": 3, "match": "total"}, "match: total says what match_generated_of or targets are measured in"),
+    ({"match_generated_of": "d", "pilot": "p", "match": "cost"}, "match: cost is matched within the batch"),
+    ({"match_generated_of": "d", "match": "tokens"}, "Input should be 'generated', 'total' or 'cost'"),
+])
+def test_a_match_unit_without_a_batch_match_or_with_a_pilot_is_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        Options.model_validate(options)
 
 
 def test_a_missing_pilot_is_named_when_the_batch_loads(tmp_path):
