@@ -30,7 +30,7 @@ from madbench.runner.matching import split, with_targets
 from madbench.runner.options import RunOptions
 from madbench.runner.preflight import reachable_models
 from madbench.runner.provider_batches import batch_problems
-from madbench.runner.sequential import design_of
+from madbench.runner.sequential import design_of, quarters_of
 from madbench.runner.store import BatchLayout
 
 #: A figure the estimate rounds: an int stays an int (its JSON says 12, not 12.0).
@@ -286,7 +286,7 @@ def sequential_plan(spec, runs: list, todo: list, figures: dict[str, Any]) -> di
     planned effect), from the design's stopping probabilities (eval/stats/group_sequential.py), with the estimate of the
     runs left scaled by the share of scenarios used: cost and time as if every scenario cost the same."""
     n_scenarios = len({r.scenario.id for r in runs})
-    design = design_of(spec, n_scenarios)
+    design = design_of(spec, quarters_of(runs))
     share_left = len({r.scenario.id for r in todo}) / n_scenarios
     rows = {}
     for label, theta in (("h0", 0.0), ("h1", abs(spec.sequential.effect))):
@@ -298,7 +298,9 @@ def sequential_plan(spec, runs: list, todo: list, figures: dict[str, Any]) -> di
                        "expected_wall_s": round(figures["batch_wall_s"] * share / share_left, 1)}
     return {"looks": list(design.n), "max_scenarios": n_scenarios, "efficacy_z": [round(c, 4) for c in design.efficacy],
             "futility_z": None if design.futility is None else [round(f, 4) for f in design.futility],
-            "power": round(design.power, 4), "notes": list(design.notes),
+            "power": round(design.power, 4), "notes": list(design.notes), "effect": spec.sequential.effect,
+            "planned_power": spec.sequential.power, "detectable_effect": round(design.detectable, 4),
+            "df": [round(x, 2) for x in design.df or []],
             "fixed_cost_usd": None if figures["estimated_cost_usd"] is None else
             round(figures["estimated_cost_usd"] / share_left, 4), **rows}
 

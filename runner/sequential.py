@@ -3,7 +3,8 @@
 Scenarios run in a seeded random order, every run of a scenario (both arms, all replicates) together, so that the
 complete pairs come in as whole scenarios. Each time the planned number of complete pairs is in, the ``Monitor``
 takes a look: the paired t on the scenario means of the first n_k complete scenarios in schedule order
-(``madbench.eval.stats.paired.scenario_differences``), against the design's bounds on the t scale
+(``madbench.eval.stats.paired.scenario_differences``), quarter-clustered (CR2, Satterthwaite df) as the primary test
+is, since every scenario carries its invest_quarter, against the design's bounds on the t scale
 (``madbench.eval.stats.group_sequential``). On a crossing the dispatch stops submitting; runs in flight finish (overrun),
 runs never started become ``not_needed``. The record (``sequential.json``) is written at each look and read on resume,
 which honours a decision unless `madbench run --continue` goes past it (recorded too).
@@ -26,7 +27,15 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from madbench.data.errors import InputError
-from madbench.eval.stats.group_sequential import SPENDING, make_design, planned_looks, repeated_ci, stagewise_p, take_look
+from madbench.eval.stats.group_sequential import (
+    SPENDING,
+    look_df,
+    make_design,
+    planned_looks,
+    repeated_ci,
+    stagewise_p,
+    take_look,
+)
 from madbench.eval.stats.paired import scenario_differences
 from madbench.eval.stats.sequential_record import (
     Continuation,
@@ -109,7 +118,7 @@ def _differs(old: SequentialRecord, new: SequentialRecord) -> str | None:
     a, b = old.design, new.design
     fields = [f for f in ("control", "treatment", "metric", "order") if getattr(old, f) != getattr(new, f)]
     fields += [f"design.{f}" for f in ("n", "alpha", "spending", "sign", "effect", "power") if getattr(a, f) != getattr(b, f)]
-    for f in ("efficacy", "futility"):
+    for f in ("efficacy", "futility", "df"):
         x, y = getattr(a, f), getattr(b, f)
         if (x is None) != (y is None) or (x is not None and not np.allclose(x, y, rtol=0, atol=1e-9)):
             fields.append(f"design.{f}")
@@ -122,10 +131,19 @@ def pair_of(spec) -> tuple[str, str]:
     return p.control, p.treatment
 
 
-def design_of(spec, n_scenarios: int):
+def quarters_of(runs: Iterable[RunSpec]) -> dict[str, str]:
+    """Each scenario's invest_quarter: the clusters of the looks' t."""
+    return {r.scenario.id: r.scenario.invest_quarter for r in runs}
+
+
+def design_of(spec, quarters: dict[str, str]):
+    """The batch's design on its scenarios (``quarters``: each one's quarter), planned on the t scale of the looks it
+    will take: each look's df that of the quarter-clustered t on the first n_k scenarios of the schedule."""
     seq = spec.sequential
-    return make_design(planned_looks(n_scenarios, seq.looks), seq.alpha, seq.spending, seq.futility == "non-binding",
-                       seq.effect, seq.power)
+    order = schedule_order(quarters, seq.seed)
+    n = planned_looks(len(order), seq.looks)
+    df = [look_df([quarters[s] for s in order[:k]]) for k in n]
+    return make_design(n, seq.alpha, seq.spending, seq.futility == "non-binding", seq.effect, seq.power, df=df)
 
 
 def schedule_order(scenario_ids: Iterable[str], seed: int) -> list[str]:
@@ -153,8 +171,9 @@ class Monitor:
         self.layout, self.manifest_runs, self.quiet = layout, manifest_runs, quiet
         self.seq = spec.sequential
         self.control, self.treatment = pair_of(spec)
-        order = schedule_order((r.scenario.id for r in runs), self.seq.seed)
-        design = design_of(spec, len(order))
+        self.quarter_of = quarters_of(runs)
+        order = schedule_order(self.quarter_of, self.seq.seed)
+        design = design_of(spec, self.quarter_of)
         fresh = SequentialRecord(control=self.control, treatment=self.treatment, metric=self.seq.metric,
                                  design=DesignRecord.of(design), order=order)
         record = read_record(layout.root)
@@ -273,11 +292,10 @@ class Monitor:
         from scipy import stats
         frame = pd.DataFrame([r for r in self.rows.values() if r["scenario_id"] in set(scenarios)])
         diffs = scenario_differences(frame, self.treatment, self.control, self.seq.metric).reindex(scenarios).to_numpy()
-        result = take_look(self.design, k, diffs)
-        bound = np.array([result.efficacy_t])
-        low, high = repeated_ci([result.diff], [result.sd], [result.n], bound)
-        half = stats.t.ppf(1 - self.design.alpha / 2, result.n - 1) * result.sd / math.sqrt(result.n)
-        naive_p = float(2 * stats.t.sf(abs(result.t), result.n - 1)) if math.isfinite(result.t) else 0.0
+        result = take_look(self.design, k, diffs, [self.quarter_of[s] for s in scenarios])
+        low, high = repeated_ci([result.diff], [result.se], [result.efficacy_t])
+        half = stats.t.ppf(1 - self.design.alpha / 2, result.df) * result.se
+        naive_p = float(2 * stats.t.sf(abs(result.t), result.df)) if math.isfinite(result.t) else 0.0
         self.record.looks.append(LookRecord(
             **asdict(result), planned_n=planned,
             adjusted_p=float(stagewise_p(self.design, k, result.z)), ci_low=float(low[0]), ci_high=float(high[0]),

@@ -36,17 +36,24 @@ class DesignRecord(BaseModel):
     power: float
     beta: float
     notes: list[str] = []
+    #: Each look's planned t df (the quarter-clustered t's), and the effect detectable at ``power``; absent in
+    #: records of designs planned on the normal scale.
+    df: list[float] | None = None
+    detectable: float | None = None
 
     @classmethod
     def of(cls, d: Design) -> DesignRecord:
         return cls(n=list(d.n), alpha=d.alpha, spending=d.spending, efficacy=[float(x) for x in d.efficacy],
                    futility=None if d.futility is None else [float(x) for x in d.futility], sign=d.sign,
-                   effect=d.effect, power=d.power, beta=d.beta, notes=list(d.notes))
+                   effect=d.effect, power=d.power, beta=d.beta, notes=list(d.notes),
+                   df=None if d.df is None else [float(x) for x in d.df],
+                   detectable=d.detectable if math.isfinite(d.detectable) else None)
 
     def design(self) -> Design:
         return Design(tuple(self.n), self.alpha, self.spending, tuple(self.efficacy),
                       None if self.futility is None else tuple(self.futility), self.sign, self.effect, self.beta,
-                      self.power, tuple(self.notes))
+                      self.power, tuple(self.notes), None if self.df is None else tuple(self.df),
+                      detectable=math.nan if self.detectable is None else self.detectable)
 
 
 class LookRecord(BaseModel):
@@ -73,6 +80,11 @@ class LookRecord(BaseModel):
     naive_ci_high: float
     scenarios: list[str]
     at: str
+    #: The standard error of ``diff``, the t's df and the clusters it was computed over (quarters; ``n`` when each
+    #: scenario is its own); absent in records of looks taken with the ordinary paired t.
+    se: float | None = None
+    df: float | None = None
+    n_clusters: int | None = None
 
 
 class Continuation(BaseModel):

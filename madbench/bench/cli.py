@@ -14,11 +14,13 @@ from madbench.bench.cluster_cache import bench_cluster_cache
 from madbench.bench.cost import JSON_KEYS, PRICE_MODEL, bench_cost, format_cost
 from madbench.bench.reliability import bench_ends, bench_kills
 from madbench.bench.scale import bench_scale
-from madbench.bench.sequential_designs import bench_sequential, format_rows
+from madbench.bench.sequential_designs import bench_batch, bench_sequential, format_rows, schedule_clusters
 from madbench.bench.stages import run_bench
 from madbench.data.errors import InputError
+from madbench.data.scenario import load_scenarios
 from madbench.eval.stats.group_sequential import planned_looks
 from madbench.gateway.models import SchemaScope, StructuredMode
+from madbench.runner.batch import load_batch, resolve_scenarios
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import ROOT, add_pack_args, check_out, number
 
@@ -63,6 +65,15 @@ def register(sub) -> None:
     p.add_argument("--effect", type=number(gt=0, le=5), default=0.39,
                    help="`sequential`: the standardised effect d_z of the alternative and of the plan (default 0.39)")
     p.add_argument("--seed", type=number(int, ge=0), default=0, help="`sequential`: the simulation's seed (default 0)")
+    p.add_argument("--quarters", metavar="SCENARIOS", help="`sequential`: lay the scenarios out in quarters as this "
+                   "scenario file's are (e.g. configs/scenarios/market-35.yaml), in the schedule order of seed 0, and "
+                   "test each look with the quarter-clustered t; the maximum is the file's scenarios (default: "
+                   "independent scenarios)")
+    p.add_argument("--batch", metavar="FILE", help="`sequential`: measure this batch's own `sequential:` design on its "
+                   "scenarios' quarters (e.g. configs/batches/a7-sequential.yaml) instead of the standard designs")
+    p.add_argument("--icc", type=number(ge=0, lt=1), default=0.0,
+                   help="`sequential` with --quarters or --batch: the intra-quarter correlation of the simulated "
+                        "differences (default 0)")
     p.add_argument("--tries", type=number(int, ge=1, le=1000), default=20,
                    help="`ends`: how many times the all-invalid batch is run (default 20)")
     p.add_argument("--blind", action="store_true",
@@ -108,12 +119,40 @@ def check_sequential_options(experiments: int, max_scenarios: int, looks: int) -
                          "give fewer --experiments or --max-scenarios")
 
 
+def sequential_quarters(args) -> dict[str, str] | None:
+    """`bench sequential`'s scenarios and their quarters: the batch's (--batch), the file's (--quarters), or None for
+    independent scenarios (then --icc means nothing and is refused)."""
+    if args.batch is not None and args.quarters is not None:
+        raise InputError("--quarters", "a batch's design is measured on its own scenarios", "drop --quarters or --batch")
+    if args.batch is not None:
+        spec, base = load_batch(args.batch)
+        if spec.sequential is None:
+            raise InputError(args.batch, "no `sequential:` design to measure", "give a batch with one, such as "
+                             "configs/batches/a7-sequential.yaml")
+        if spec.scenarios.draws:
+            raise InputError(args.batch, "scenarios.draws: `bench sequential` reads a batch's scenario file, not drawn "
+                             "scenarios", "give a batch whose scenarios are listed in a file")
+        return quarters_of_scenarios(resolve_scenarios(spec, base, None, str(args.batch)))
+    if args.quarters is not None:
+        return quarters_of_scenarios(load_scenarios(args.quarters))
+    if args.icc:
+        raise InputError("--icc", "independent scenarios have no quarters to correlate within",
+                         "give --quarters SCENARIOS or --batch FILE with it")
+    return None
+
+
+def quarters_of_scenarios(scenarios) -> dict[str, str]:
+    return {s.id: s.invest_quarter for s in scenarios}
+
+
 def _run(args) -> int:
     for flag, value in (("--results-dir", args.results_dir), ("--keep", args.keep)):
         if value is not None:
             check_out(value, flag)
     if args.what == "sequential":
-        check_sequential_options(args.experiments, args.max_scenarios, args.looks)
+        quarters = sequential_quarters(args)
+        n_max = len(quarters) if quarters else args.max_scenarios
+        check_sequential_options(args.experiments, n_max, args.looks if args.batch is None else 1)
     if args.runs is None:
         args.runs = DEFAULT_RUNS.get(args.what, 100)
     if args.what in ("scale", "cluster-cache"):  # a local multi-node cluster: madbench/bench/local_cluster.py
@@ -131,8 +170,15 @@ def _run(args) -> int:
                                      restart_after_s=args.restart_after), indent=1))
         return 0
     if args.what == "sequential":  # simulation only: no model, no Ray
-        rows = bench_sequential(args.experiments, args.max_scenarios, args.looks, args.effect, seed=args.seed)
-        print(json.dumps(rows, indent=1) if args.json else format_rows(rows, args.experiments))
+        if args.batch is not None:
+            rows = bench_batch(load_batch(args.batch)[0], quarters, args.experiments, args.seed, args.icc)
+        else:
+            clusters = None if quarters is None else schedule_clusters(quarters, 0)
+            rows = bench_sequential(args.experiments, n_max, args.looks, args.effect, seed=args.seed,
+                                    clusters=clusters, icc=args.icc)
+        clustering = "" if quarters is None else (f", {len(set(quarters.values()))} quarters of the scenarios, "
+                                                  f"intra-quarter correlation {args.icc:g}, quarter-clustered t")
+        print(json.dumps(rows, indent=1) if args.json else format_rows(rows, args.experiments, clustering))
         return 0
     if args.what != "cost":
         return run_bench(args)

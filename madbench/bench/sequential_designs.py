@@ -10,12 +10,15 @@ All arithmetic is on arrays: one cell of 4,000 experiments takes well under a se
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from madbench.eval.stats.clustered import cr2_se_df
 from madbench.eval.stats.group_sequential import (
     Design,
+    look_df,
     make_design,
     planned_looks,
     repeated_ci,
@@ -45,22 +48,56 @@ VARIANTS = (
 )
 
 
-def design_for(v: Variant, max_scenarios: int, looks: int, alpha: float, effect: float, power: float) -> Design:
+def design_for(v: Variant, max_scenarios: int, looks: int, alpha: float, effect: float, power: float,
+               clusters=None) -> Design:
+    """``v``'s design; with ``clusters`` (each scenario's quarter in schedule order) planned on the t scale of the
+    quarter-clustered looks, as the runner plans a batch's (``runner.sequential.design_of``)."""
     n = [max_scenarios] if v.spending is None else planned_looks(max_scenarios, looks)
-    return make_design(n, alpha, v.spending or "obrien-fleming", v.futility, effect, power)
+    df = None if clusters is None else [look_df(list(clusters)[:k]) for k in n]
+    return make_design(n, alpha, v.spending or "obrien-fleming", v.futility, effect, power, df=df)
 
 
-def simulate(d: Design, delta: float, experiments: int, rng: np.random.Generator, t_scale: bool = True) -> dict:
-    """One cell: the design run on ``experiments`` simulated experiments with true standardised effect ``delta``."""
+def look_statistics(x: np.ndarray, n: np.ndarray, clusters=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(d̄, SE, df) of each experiment (row of ``x``) at each look of ``n`` pairs, as ``take_look`` computes them: the
+    ordinary paired t's s/√n and n − 1, or with ``clusters`` (each scenario's quarter, in draw order) the CR2 SE and
+    Satterthwaite df of the look's quarters (``group_sequential.look_df``)."""
+    if clusters is None:
+        idx = n.astype(int) - 1
+        s1, s2 = np.cumsum(x, 1)[:, idx], np.cumsum(x * x, 1)[:, idx]
+        mean = s1 / n
+        sd = np.sqrt(np.maximum(s2 - n * mean ** 2, 0.0) / (n - 1))
+        return mean, sd / np.sqrt(n), n - 1
+    mean, se, df = (np.zeros((len(x), len(n))) for _ in range(3))
+    for k, size in enumerate(n.astype(int)):
+        labels = np.asarray(clusters)[:size]
+        df[:, k] = look_df(labels)
+        if len(set(labels.tolist())) < 2:
+            mean[:, k] = x[:, :size].mean(1)
+            se[:, k] = x[:, :size].std(1, ddof=1) / np.sqrt(size)
+        else:
+            mean[:, k], se[:, k] = cr2_se_df(x[:, :size], labels)[:2]
+    return mean, se, df[0]
+
+
+def draw(experiments: int, n_max: int, delta: float, rng: np.random.Generator, clusters=None, icc: float = 0.0):
+    """Scenario differences with mean ``delta`` and variance 1: independent N(δ, 1), or with ``clusters`` sharing a
+    quarter effect, x = δ + √ρ·u_g + √(1 − ρ)·e (intra-quarter correlation ρ = ``icc``)."""
+    if clusters is None:
+        return rng.standard_normal((experiments, n_max)) + delta
+    _, codes = np.unique(np.asarray(clusters)[:n_max], return_inverse=True)
+    shared = rng.standard_normal((experiments, int(codes.max()) + 1))[:, codes]
+    return delta + math.sqrt(icc) * shared + math.sqrt(1.0 - icc) * rng.standard_normal((experiments, n_max))
+
+
+def simulate(d: Design, delta: float, experiments: int, rng: np.random.Generator, t_scale: bool = True,
+             clusters=None, icc: float = 0.0) -> dict:
+    """One cell: the design run on ``experiments`` simulated experiments with true standardised effect ``delta``
+    (``clusters``: each scenario's quarter in schedule order, ``icc`` the intra-quarter correlation; ``draw``)."""
     n_max = d.n[-1]
-    x = rng.standard_normal((experiments, n_max)) + delta
-    idx = np.asarray(d.n) - 1
+    x = draw(experiments, n_max, delta, rng, clusters, icc)
     n = np.asarray(d.n, float)
-    s1, s2 = np.cumsum(x, 1)[:, idx], np.cumsum(x * x, 1)[:, idx]
-    mean = s1 / n
-    sd = np.sqrt(np.maximum(s2 - n * mean ** 2, 0.0) / (n - 1))
-    t = mean / (sd / np.sqrt(n))
-    df = n - 1
+    mean, se, df = look_statistics(x, n, clusters)
+    t = mean / se
     c_t = z_to_t(np.asarray(d.efficacy), df) if t_scale else np.asarray(d.efficacy)
     cross = np.abs(t) >= c_t
     stop = cross.copy()
@@ -75,10 +112,10 @@ def simulate(d: Design, delta: float, experiments: int, rng: np.random.Generator
     for look in np.unique(k):
         sel = k == look
         p_adj[sel] = stagewise_p(d, int(look) + 1, t_to_z(t_k[sel], df[look]))
-    low, high = repeated_ci(mean[rows, k], sd[rows, k], n_k, c_t[k])
+    low, high = repeated_ci(mean[rows, k], se[rows, k], c_t[k])
     from scipy.stats import t as student
-    naive_p = 2 * student.sf(np.abs(t_k), n_k - 1)
-    half = student.ppf(1 - d.alpha / 2, n_k - 1) * sd[rows, k] / np.sqrt(n_k)
+    naive_p = 2 * student.sf(np.abs(t_k), df[k])
+    half = student.ppf(1 - d.alpha / 2, df[k]) * se[rows, k]
     return {"reject": float(reject.mean()), "reject_towards": float((reject & (d.sign * t_k > 0)).mean()),
             "scenarios": float(n_k.mean()), "share_of_fixed": float(n_k.mean() / n_max),
             "adjusted_p_below_alpha": float((p_adj < d.alpha).mean()),
@@ -89,22 +126,46 @@ def simulate(d: Design, delta: float, experiments: int, rng: np.random.Generator
 
 
 def bench_sequential(experiments: int = 4000, max_scenarios: int = 70, looks: int = 5, effect: float = 0.39,
-                     alpha: float = 0.05, power: float = 0.8, seed: int = 0) -> list[dict]:
-    """Every variant under the null and under the alternative: a row per (variant, cell)."""
+                     alpha: float = 0.05, power: float = 0.8, seed: int = 0, clusters=None, icc: float = 0.0) -> list[dict]:
+    """Every variant under the null and under the alternative: a row per (variant, cell). ``clusters``: each
+    scenario's quarter in schedule order (then ``max_scenarios`` is their count), drawn with intra-quarter correlation
+    ``icc`` and tested with the quarter-clustered t; None: independent scenarios, the designs planned on the normal
+    scale (the bench's figures as they were)."""
     rng = np.random.default_rng(seed)
     rows = []
     for v in VARIANTS:
-        d = design_for(v, max_scenarios, looks, alpha, effect, power)
+        d = design_for(v, max_scenarios, looks, alpha, effect, power, clusters)
         for cell, delta in (("null", 0.0), ("alternative", effect)):
             rows.append({"design": v.label, "cell": cell, "delta": delta, "looks": list(d.n), "planned_power": d.power,
-                         **simulate(d, delta, experiments, rng, v.t_scale)})
+                         **simulate(d, delta, experiments, rng, v.t_scale, clusters, icc)})
     return rows
 
 
-def format_rows(rows: list[dict], experiments: int) -> str:
+def schedule_clusters(quarters: dict[str, str], seed: int) -> list[str]:
+    """Each scenario's quarter in the runner's schedule order for ``seed`` (``runner.sequential.schedule_order``)."""
+    from madbench.runner.sequential import schedule_order
+    return [quarters[s] for s in schedule_order(quarters, seed)]
+
+
+def bench_batch(spec, quarters: dict[str, str], experiments: int, seed: int = 0, icc: float = 0.0) -> list[dict]:
+    """A batch's own ``sequential:`` design (``runner.sequential.design_of`` on its scenarios' ``quarters``), under the
+    null and at its planned effect, its scenarios in the schedule's order and clustered by quarter as its looks are."""
+    from madbench.runner.sequential import design_of
+    d = design_of(spec, quarters)
+    clusters = schedule_clusters(quarters, spec.sequential.seed)
+    rng = np.random.default_rng(seed)
+    label = f"{spec.name}: {d.spending}" + (" + futility" if d.futility is not None else "")
+    return [{"design": label, "cell": cell, "delta": delta, "looks": list(d.n), "planned_power": d.power,
+             "detectable_effect": d.detectable, "df": list(d.df or ()), "notes": list(d.notes),
+             **simulate(d, delta, experiments, rng, True, clusters, icc)}
+            for cell, delta in (("null", 0.0), ("alternative", d.effect))]
+
+
+def format_rows(rows: list[dict], experiments: int, clustering: str = "") -> str:
     head = (f"{'design':<48} {'cell':<11} {'reject':>7} {'plan':>6} {'E[n]':>6} {'/fixed':>6} {'p_adj<a':>7} "
             f"{'RCI cov':>7} {'naive p<a':>9} {'naive cov':>9}")
-    lines = [f"{experiments:,} simulated experiments per cell; paired differences N(delta, 1); "
+    drawn = f"paired differences N(delta, 1){clustering}"
+    lines = [f"{experiments:,} simulated experiments per cell; {drawn}; "
              "reject: two-sided at the design's bounds (under the alternative: towards the effect)", head]
     for r in rows:
         rate = r["reject"] if r["cell"] == "null" else r["reject_towards"]

@@ -115,3 +115,27 @@ def test_a_bad_sequential_block_is_one_error_naming_the_file_and_field(tmp_path,
     with pytest.raises(InputError) as err:
         load_batch(path)
     assert str(path) in str(err.value) and says in str(err.value)
+
+
+def test_a_look_on_scenarios_sharing_quarters_is_the_clustered_t_with_its_satterthwaite_df():
+    from madbench.eval.stats.clustered import cr2_mean_test
+    rng = np.random.default_rng(4)
+    d = make_design([12, 24], 0.05, "pocock", effect=0.5)
+    x, quarters = rng.normal(0.3, 1.0, 12), [f"q{i // 3}" for i in range(12)]
+    look = take_look(d, 1, x, quarters)
+    cr2 = cr2_mean_test(x, quarters)
+    assert look.t == pytest.approx(cr2.t) and look.df == pytest.approx(cr2.df) and look.n_clusters == 4
+    assert look.efficacy_t == pytest.approx(stats.t.ppf(stats.norm.cdf(d.efficacy[0]), cr2.df))
+    assert look.df < 11  # fewer clusters than scenarios: fewer df than the ordinary t's
+    alone = take_look(d, 1, x, [f"q{i}" for i in range(12)])  # each scenario its own quarter: the ordinary t
+    assert alone.t == pytest.approx(stats.ttest_1samp(x, 0).statistic) and alone.df == pytest.approx(11)
+
+
+def test_a_design_planned_on_the_t_scale_has_the_noncentral_t_power_and_says_what_it_can_detect():
+    from statsmodels.stats.power import TTestPower
+    d = make_design([35], 0.05, "pocock", effect=0.39, power=0.8, df=[34])
+    exact = TTestPower().power(effect_size=0.39, nobs=35, alpha=0.025, alternative="larger")  # one side of 0.05
+    assert d.power == pytest.approx(exact, abs=1e-3) and d.power < make_design([35], 0.05, "pocock", effect=0.39).power
+    assert d.notes and "cannot reach power 0.8" in d.notes[0] and f"{d.detectable:.3f}" in d.notes[0]
+    at_detectable = make_design([35], 0.05, "pocock", effect=d.detectable, power=0.8, df=[34])
+    assert at_detectable.power == pytest.approx(0.8, abs=1e-3)

@@ -29,8 +29,9 @@ def _spec(**seq):
 
 
 def _runs():
-    return [SimpleNamespace(run_id=f"{s}-{c}", scenario=SimpleNamespace(id=s), config=SimpleNamespace(name=c),
-                            sample_index=0) for s in SCENARIOS for c in ("c", "t")]
+    # each scenario its own quarter: the looks' clustered t is the ordinary paired t
+    return [SimpleNamespace(run_id=f"{s}-{c}", scenario=SimpleNamespace(id=s, invest_quarter=s),
+                            config=SimpleNamespace(name=c), sample_index=0) for s in SCENARIOS for c in ("c", "t")]
 
 
 def _commit(layout: Layout, run, value: float, manifest: dict) -> None:
