@@ -10,6 +10,7 @@ import pandas as pd
 from madbench.data.atomic import atomic_write
 from madbench.data.errors import InputError
 from madbench.data.markdown import markdown_table
+from madbench.eval.stats.batch_columns import batch_frame, batch_rows
 from madbench.eval.stats.beats import PAPER_SHARE, beats_baseline
 from madbench.eval.stats.correlate import agent_rho_correlations, computed, delta_correlations, not_computed, quality_correlations
 from madbench.eval.stats.degenerate import Degenerate
@@ -69,12 +70,17 @@ class Analysis:
     #: Tests in the family ``p_adj`` is adjusted over, when larger than this analysis's own (``adjust_across``).
     family_size: int | None = None
 
+    #: Of a study of several batches (``study``): each config's batch, put as a column in every table and record
+    #: (empty for one batch: no such column), and one row per batch.
+    batches: dict[str, str] = field(default_factory=dict)
+    study: list[dict] = field(default_factory=list)
+
     @property
     def family(self) -> str:
-        line = family_line(sum(1 for p in self.pairs if p.p == p.p), self.correction)
-        if self.family_size:
-            line = family_line(self.family_size, self.correction).replace("of this analysis", "of this call, every part of --by")
-        return line
+        scope = "this call, every part of --by" if self.family_size else "this analysis"
+        if self.batches:
+            scope = f"{scope.replace('this analysis', 'this study')}, all its {len(self.study)} batches"
+        return family_line(self.family_size or sum(1 for p in self.pairs if p.p == p.p), self.correction, scope)
 
     @property
     def unit_line(self) -> str:
@@ -86,46 +92,49 @@ class Analysis:
 
     def markdown(self, paper_table: bool = False) -> str:
         parts = []
+        if self.study:
+            parts += ["## Batches (one study: one family of tests, a config of two batches named batch/config)", "",
+                      _md(pd.DataFrame(self.study)), ""]
         if self.sequential is not None:
             parts += ["## Sequential design: the decision, adjusted for the looks", "",
                       *[f"- {line}" for line in self.sequential["lines"]], "",
                       "The tables below are naive for this pair: they test the pairs that ran as if no look had been "
                       "taken.", ""]
-        parts += ["## Comparison (paired on scenario means)", "", self.unit_line, "", self.table.markdown(), ""]
+        parts += ["## Comparison (paired on scenario means)", "", self.unit_line, "", self._batch_row(self.table.markdown()), ""]
         if self.replicated:
-            spread = pd.DataFrame(self.summaries)[["config", "metric", "n", "n_runs", "within_sd"]]
+            spread = self._frame(pd.DataFrame(self.summaries)[["config", "metric", "n", "n_runs", "within_sd"]])
             parts += ["## Replicates (spread within scenario; not counted as scenarios)", "", _md(spread), ""]
         parts += ["## Paired differences", "", f"Comparisons: {self.pairs_shown}.", "", f"{self.family}.", "",
                   *([f"{self.clustering}.", ""] if self.clustering else []), _md(self.paired_frame()), ""]
         if self.beats:
             share = self.beats[0]["share_h0"]
             parts += [f"## Beats 1/N (sign test on scenario-level wins, two-sided: against 1/2 and against {share:.3g})", "",
-                      _md(pd.DataFrame(self.beats)), ""]
+                      _md(self._frame(pd.DataFrame(self.beats))), ""]
         if len(self.dynamics):
-            parts += [f"## Debate dynamics (means over runs; {DYNAMICS_LEGEND})", "", _md(self.dynamics), ""]
+            parts += [f"## Debate dynamics (means over runs; {DYNAMICS_LEGEND})", "", _md(self._frame(self.dynamics)), ""]
         if self.correlations:
             parts += ["## Reasoning quality against performance", ""]
             if self.computed_correlations:
-                parts += [_md(pd.DataFrame(self.computed_correlations)), ""]
+                parts += [_md(self._frame(pd.DataFrame(self.computed_correlations))), ""]
             if self.skipped_correlations:
                 parts += [self.skipped_heading + " (every row and its reason: correlations.csv)", "",
                           *[f"- {line}" for line in self.skipped_correlations], ""]
         heading = f"## OLS `{self.ols_formula}`" if self.ols_formula else "## OLS"
         if self.ols_table is not None:
-            parts += [heading, "", *[x for line in self.regression.lines() for x in (line, "")], _md(self.ols_table), ""]
+            parts += [heading, "", *[x for line in self.regression.lines() for x in (line, "")], _md(self._frame(self.ols_table)), ""]
         elif self.ols_note:
             parts += [heading, "", self.ols_note, ""]
         if self.power:
             parts += ["## Planning (scenarios a paired design needs)", "", *[f"- {row['line']}" for row in self.power], ""]
         if paper_table and self.paper_table is not None:
             parts += ["## Paper-table reproduction (the paper's convention, uncorrected p < 0.15)", "",
-                      self.paper_table.markdown(), ""]
+                      self._batch_row(self.paper_table.markdown()), ""]
         return "\n".join(parts)
 
     def paired_frame(self) -> pd.DataFrame:
         """The paired table as printed: the note column only when some comparison has a note, the replicate
         columns only when some scenario has replicates."""
-        frame = pd.DataFrame([p.record() for p in self.pairs])
+        frame = self._frame(pd.DataFrame([p.record() for p in self.pairs]))
         if "note" in frame and not frame["note"].astype(bool).any():
             frame = frame.drop(columns="note")
         if not self.replicated:
@@ -140,12 +149,16 @@ class Analysis:
 
     def record(self) -> dict:
         """Everything `madbench stats --json` prints (NaN as null through ``frame.json_safe``)."""
-        return {"unit": "scenario", "n_scenarios": self.n_scenarios, "n_runs": self.n_runs, "replicated": self.replicated,
+        regression = self.regression.record() if self.regression else {"formula": self.ols_formula, "note": self.ols_note}
+        if "coefficients" in regression:
+            regression["coefficients"] = self._rows(regression["coefficients"])
+        return {**({"batches": self.study} if self.study else {}),
+                "unit": "scenario", "n_scenarios": self.n_scenarios, "n_runs": self.n_runs, "replicated": self.replicated,
                 "comparisons": self.pairs_shown, "correction": self.correction, "family": self.family,
                 "clustering": self.clustering,
-                "paired": [p.record() for p in self.pairs], "summaries": self.summaries, "beats_1n": self.beats,
-                "regression": self.regression.record() if self.regression else {"formula": self.ols_formula, "note": self.ols_note},
-                **({"power": self.power} if self.power else {}),
+                "paired": self._rows([p.record() for p in self.pairs]), "summaries": self._rows(self.summaries),
+                "beats_1n": self._rows(self.beats), "regression": regression,
+                **({"power": self._rows(self.power)} if self.power else {}),
                 **({"sequential": self.sequential} if self.sequential is not None else {})}
 
     @property
@@ -167,20 +180,38 @@ class Analysis:
     def write_csvs(self, out: str | Path) -> list[Path]:
         """Each table as ``<out>/<table>.csv`` (the folder made if missing); the paths written."""
         out = Path(out)
-        frames = {"summary": pd.DataFrame(self.summaries), "paired": pd.DataFrame([p.record() for p in self.pairs]),
-                  "beats_1n": pd.DataFrame(self.beats), "correlations": pd.DataFrame(self.correlations)}
+        frames = {"summary": pd.DataFrame(self._rows(self.summaries)),
+                  "paired": pd.DataFrame(self._rows([p.record() for p in self.pairs])),
+                  "beats_1n": pd.DataFrame(self._rows(self.beats)), "correlations": pd.DataFrame(self._rows(self.correlations))}
+        if self.study:
+            frames["batches"] = pd.DataFrame(self.study)
         if self.power:
-            frames["power"] = pd.DataFrame(self.power)
+            frames["power"] = pd.DataFrame(self._rows(self.power))
         if len(self.dynamics):
-            frames["dynamics"] = self.dynamics
+            frames["dynamics"] = self._frame(self.dynamics)
         if self.ols_table is not None:
-            frames["ols"] = self.ols_table
+            frames["ols"] = self._frame(self.ols_table)
         else:  # a table from an earlier fit must not stand beside statistics that refuse one
             (out / "ols.csv").unlink(missing_ok=True)
         written = []
         for name, frame in frames.items():
             written.append(atomic_write(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
         return written
+
+
+    def _rows(self, rows: list[dict]) -> list[dict]:
+        """``rows`` with their batch columns in a study of several batches; as they are for one batch."""
+        return batch_rows(rows, self.batches) if self.batches else rows
+
+    def _frame(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return batch_frame(frame, self.batches) if self.batches else frame
+
+    def _batch_row(self, table: str) -> str:
+        """A comparison table (configs its columns) with each config's batch in a row under the header."""
+        if not self.batches:
+            return table
+        lines = table.split("\n")
+        return "\n".join([*lines[:2], "| batch | " + " | ".join(self.batches[c] for c in self.configs) + " |", *lines[2:]])
 
 
 def _md(df: pd.DataFrame) -> str:
@@ -241,6 +272,8 @@ def try_ols(analysis: Analysis, means: pd.DataFrame) -> None:
         analysis.ols_note = "no sharpe column"
         return
     ablation = "ablation" if "ablation" in means.columns else ("batch" if "batch" in means.columns else None)
+    if ablation == "batch" and means["batch"].nunique() > 1 and means.groupby("config")["batch"].nunique().le(1).all():
+        ablation = None  # a study of several batches: each config in one batch, so C(config) holds C(batch) already
     complete = means[["sharpe", "rho_bar"]].dropna()
     if len(complete) < 4:
         analysis.ols_note = f"skipped: only {len(complete)} config × scenario row(s) with both sharpe and rho_bar"

@@ -1,4 +1,5 @@
-"""Multiple comparisons: every paired test of one analysis (each pair × each metric) is one family.
+"""Multiple comparisons: every paired test of one analysis (each pair × each metric) is one family; of one call
+when it makes several (every part of ``stats --by``, every batch of ``stats DIR1 DIR2 …``).
 
 Adjusted p-values through statsmodels' ``multipletests``:
   Holm (1979), the default: p_(i) sorted ascending over m tests, p̃_(i) = max_{j ≤ i} min(1, (m − j + 1)·p_(j));
@@ -47,9 +48,10 @@ def adjust_family(comparisons: list, correction: str) -> list:
     return [replace(c, p_adj=p) for c, p in zip(comparisons, adjust([c.p for c in comparisons], correction), strict=True)]
 
 
-def family_line(n_tests: int, correction: str) -> str:
-    """One line saying what the adjusted p is adjusted for."""
+def family_line(n_tests: int, correction: str, scope: str = "this analysis") -> str:
+    """One line saying what the adjusted p is adjusted for; ``scope``: what the family spans (one analysis, every
+    part of ``stats --by``, every batch of a study)."""
     if correction == "none":
         return f"p_adj = p: no correction over the {n_tests} tests (--correction none)"
     name = {"holm": "Holm (family-wise error)", "bh": "Benjamini–Hochberg (false discovery rate)"}[correction]
-    return f"p_adj: {name} over all {n_tests} paired tests (every pair × metric) of this analysis as one family"
+    return f"p_adj: {name} over all {n_tests} paired tests (every pair × metric) of {scope} as one family"

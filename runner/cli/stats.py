@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from madbench.data.errors import InputError
 from madbench.eval.stats.analysis import adjust_across, analyse
+from madbench.eval.stats.batch_columns import batch_frame
 from madbench.eval.stats.beats import PAPER_SHARE
 from madbench.eval.stats.compute_match import compute_match, matched_pairs
 from madbench.eval.stats.compute_match import markdown as compute_match_markdown
@@ -15,16 +18,21 @@ from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, load_
 from madbench.eval.stats.power import power_table
 from madbench.eval.stats.sequential_record import batch_summary, read_record
 from madbench.eval.stats.split import split_by
+from madbench.eval.stats.study import Batch, Study, analyse_study, combine, label_analysis
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.batch_view import check_committed
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import csv_list, number
 from madbench.runner.committed import read_committed
+from madbench.runner.study_dirs import read_batch, where
 
 
 def register(sub) -> None:
     p = command_parser(sub, "stats")
-    p.add_argument("results_dir", nargs="?", help="a results directory written by `madbench run`")
+    p.add_argument("results_dirs", nargs="*", metavar="RESULTS_DIR",
+                   help="a results directory written by `madbench run`; several: one study, one family of tests, the "
+                        "batch a column of every table (a config two batches share is named batch/config; a scenario "
+                        "is its id in every batch; --out required)")
     p.add_argument("--from-parquet", metavar="FILE", help="any Parquet with config, scenario_id (replicate) and metric columns")
     p.add_argument("--compare", help="comma-separated configs, in column order (default: all, in run order)")
     p.add_argument("--metric", help="comma-separated metric columns (default: sharpe, returns, sortino, volatility, drawdown, rho_bar)")
@@ -94,6 +102,9 @@ def _check(args) -> None:
 def cmd_stats(args) -> int:
     _check(args)
     powers = _powers(args.power)
+    args.results_dir = args.results_dirs[0] if len(args.results_dirs) == 1 else None
+    if len(args.results_dirs) > 1:
+        return _stats_study(args, powers)
     runs_file, rounds_file, default_out = _source(args)
     runs = load_runs(args.results_dir or runs_file)
     rounds = ResultsDir(args.results_dir).rounds if rounds_file else None  # only a results directory has one
@@ -109,10 +120,14 @@ def cmd_stats(args) -> int:
     record = read_record(args.results_dir) if args.results_dir else None
     if record is not None:  # a sequential batch: the looks' adjusted inference leads, the tables are naive
         analysis.sequential = batch_summary(record, runs)
-    out = Path(args.out) if args.out else default_out
-    written = analysis.write_csvs(out)
     pairs = matched_pairs(runs, declared)  # equal compute per scenario, when an arm was matched
     matched = compute_match(runs, pairs, ResultsDir(args.results_dir).calls if pairs else None)
+    return _print(args, analysis, matched, Path(args.out) if args.out else default_out)
+
+
+def _print(args, analysis, matched: pd.DataFrame, out: Path) -> int:
+    """Write the CSV tables under ``out`` and print the analysis (markdown, or JSON with ``--json``)."""
+    written = analysis.write_csvs(out)
     if not matched.empty:
         out.mkdir(parents=True, exist_ok=True)
         matched.to_csv(out / "compute_match.csv", index=False)
@@ -126,7 +141,53 @@ def cmd_stats(args) -> int:
     return 0
 
 
-def _stats_by(args, runs, rounds, compare: list[str] | None, declared, where: str, out: Path) -> int:
+def _stats_study(args, powers: list[float] | None) -> int:
+    """``cmd_stats`` of several results directories as one study (``madbench.eval.stats.study``)."""
+    if args.from_parquet:
+        raise InputError("madbench stats", "give results directories or --from-parquet FILE, not both",
+                         "e.g. madbench stats results/a results/b --out results/a+b-stats")
+    if not args.out:
+        raise InputError("madbench stats", f"{len(args.results_dirs)} results directories need --out FOLDER for the "
+                         "study's CSV tables (no one batch's stats/ folder holds them)", "e.g. --out results/study-stats")
+    batches = [read_batch(d, args.all_pairs) for d in args.results_dirs]  # each read and checked before any statistic
+    study, here = combine(batches, args.all_pairs), where(batches)
+    if args.by:
+        return _stats_by(args, study.runs, study.rounds, csv_list(args.compare) or study.order, study.declared, here,
+                         Path(args.out), study)
+    analysis = analyse_study(study, here, csv_list(args.compare), csv_list(args.metric), args.correction, args.share, powers)
+    analysis.sequential = study_sequential(batches, study)
+    return _print(args, analysis, study_compute_match(batches, study, args.all_pairs), Path(args.out))
+
+
+def study_sequential(batches: list[Batch], study: Study) -> dict | None:
+    """The sequential batches' decisions, each line naming its batch; None when no batch is sequential."""
+    summaries = [(label, batch_summary(record, b.runs)) for label, b in zip(study_labels(study), batches, strict=True)
+                 if (record := read_record(b.root)) is not None]
+    if not summaries:
+        return None
+    return {"lines": [f"{label}: {line}" for label, s in summaries for line in s["lines"]],
+            "batches": [{"batch": label, **s} for label, s in summaries]}
+
+
+def study_compute_match(batches: list[Batch], study: Study, all_pairs: bool) -> pd.DataFrame:
+    """Equal compute per scenario of each batch's matched declared pairs, configs named as in the study, with their
+    batch columns."""
+    parts = []
+    for label, b in zip(study_labels(study), batches, strict=True):
+        pairs = [] if all_pairs else matched_pairs(b.runs, b.declared)
+        part = compute_match(b.runs, pairs, ResultsDir(b.root).calls if pairs else None)
+        if not part.empty:
+            rename = lambda c, label=label: study.names[(label, c)]
+            parts.append(part.assign(treatment=part["treatment"].map(rename), control=part["control"].map(rename)))
+    return batch_frame(pd.concat(parts, ignore_index=True), study.batches) if parts else pd.DataFrame()
+
+
+def study_labels(study: Study) -> list[str]:
+    return [row["batch"] for row in study.table]
+
+
+def _stats_by(args, runs, rounds, compare: list[str] | None, declared, where: str, out: Path,
+              study: Study | None = None) -> int:
     """``cmd_stats`` once per value of ``--by``: the same tables, each under a heading naming the value."""
     compare = ordered_configs(runs, compare, where)  # unknown --compare names fail here, once
     parts = split_by(runs[runs["config"].isin(compare)], args.by, "--by")
@@ -137,6 +198,8 @@ def _stats_by(args, runs, rounds, compare: list[str] | None, declared, where: st
         part_rounds = rounds[rounds["run_id"].isin(part["run_id"])] if rounds is not None and "run_id" in part else rounds
         analyses.append(analyse(part, here, [c for c in compare if c in present], csv_list(args.metric), args.correction,
                                 part_rounds, declared, args.share, _powers(args.power)))
+        if study is not None:
+            label_analysis(analyses[-1], study, all_pairs=declared is None)
     adjust_across(analyses, args.correction)  # one call, one family: every part's tests together
     records, texts = [], []
     for (label, part), analysis in zip(parts, analyses, strict=True):
