@@ -1,4 +1,5 @@
-"""Sample size for a paired test (statsmodels' TTestPower: the one-sample t on the differences).
+"""Sample size for a paired test (statsmodels' TTestPower: the one-sample t on the differences), and for the
+quarter-clustered test the primary comparison runs where scenarios share quarters (``clustered_power``).
 
 The standardised effect is d_z = δ / σ_d, where δ is the mean paired difference
 to detect and σ_d the standard deviation of the paired differences. n solves
@@ -70,16 +71,38 @@ def safeguard_effect(diff: float, se: float, df: int, confidence: float = 0.60) 
     return max(0.0, abs(diff) - float(stats.t.ppf(0.5 + confidence / 2, df)) * se)
 
 
+def clustered_power(d_z: float, n: float, deff: float, df: float, alpha: float = 0.05) -> float:
+    """Power of the two-sided quarter-clustered t (CR2) for standardised effect ``d_z`` on ``n`` scenarios of design
+    effect ``deff``: the noncentral t with ``df`` (the Satterthwaite df; G − 1 for G equal quarters) and
+    noncentrality d_z·√(n / deff)."""
+    from scipy import stats
+    crit, nc = float(stats.t.ppf(1 - alpha / 2, df)), abs(d_z) * math.sqrt(n / deff)
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+
+
+def quarters_needed(d_z: float, m: float, deff: float, power: float, alpha: float = 0.05, most: int = 100_000) -> int:
+    """The fewest quarters G of ``m`` scenarios each for which the quarter-clustered t (df G − 1, equal quarters)
+    has ``power`` (``clustered_power``)."""
+    g = 2
+    while clustered_power(d_z, g * m, deff, g - 1, alpha) < power:
+        if g >= most:
+            raise ValueError(f"no design of up to {most} quarters reaches power {power:g} at d_z = {d_z:g}")
+        g = g + 1 if g < 64 else int(g * 1.05)  # past 64 quarters the df hardly moves: coarser steps
+    return g
+
+
 def plan_from_pilot(diffs, quarters, powers: list[float], alpha: float = 0.05, confidence: float = 0.60) -> dict:
     """Scenarios a paired design needs, planned from a pilot's per-scenario differences ``diffs`` (replicates
     averaged) and each scenario's quarter (None: no clustering known):
 
       effect     safeguard_effect(d̄, s_d/√n, n − 1, confidence)
-      n₀         scenarios_needed(effect, s_d, power, alpha): independent scenarios
+      n₀         scenarios_needed(effect, s_d, power, alpha): independent scenarios, the ordinary paired t
       deff       design_effect(m, ICC of the d_i within quarters), m = n / quarters, the pilot's scenarios per quarter
-      needed     ⌈n₀ · deff⌉ scenarios, in ⌈needed / m⌉ quarters of m scenarios
+      needed     with quarters: the test that is run, the quarter-clustered t (CR2) on G quarters of m scenarios,
+                 its Satterthwaite df G − 1 and noncentrality effect/s_d·√(G·m / deff): the fewest G with the power
+                 (``quarters_needed``), ⌈G·m⌉ scenarios; without: n₀
 
-    and the power the pilot's own design had for that effect at n / deff effective scenarios."""
+    and the power the pilot's own design had for that effect (clustered: at its quarters' Satterthwaite df)."""
     d = np.asarray(diffs, float)
     n = len(d)
     nan = float("nan")
@@ -100,11 +123,22 @@ def plan_from_pilot(diffs, quarters, powers: list[float], alpha: float = 0.05, c
     if out["effect"] == 0:
         return out | {"needed": [], "note": f"cannot plan: the pilot's {confidence:.0%} interval of the difference covers 0; "
                                              "no effect is safe to plan for (give one: madbench power --effect)"}
+    d_z = out["effect"] / out["sd"]
+    clustered = bool(out["quarters"]) and out["quarters"] >= 2
     needed = []
     for p in powers:
         n0 = scenarios_needed(out["effect"], out["sd"], p, alpha)
-        total = int(math.ceil(n0 * out["deff"]))
-        needed.append({"power": p, "independent_scenarios": n0, "scenarios": total,
-                       "quarters": int(math.ceil(total / out["m"])) if out["quarters"] else None})
-    effective = max(2, int(n / out["deff"]))
-    return out | {"needed": needed, "power_at_pilot_n": achieved_power(out["effect"], out["sd"], effective, alpha), "note": ""}
+        if clustered:
+            g = quarters_needed(d_z, out["m"], out["deff"], p, alpha)
+            needed.append({"power": p, "independent_scenarios": n0, "scenarios": int(math.ceil(g * out["m"] - 1e-9)),
+                           "quarters": g, "df": float(g - 1)})
+        else:
+            needed.append({"power": p, "independent_scenarios": n0, "scenarios": n0, "quarters": None, "df": float(n0 - 1)})
+    if clustered:
+        from madbench.eval.stats.clustered import cr2_se_df
+        pilot_df = float(cr2_se_df(np.zeros(n), np.asarray(quarters))[2])
+        pilot_power = clustered_power(d_z, n, out["deff"], pilot_df, alpha)
+    else:
+        pilot_df, pilot_power = float(n - 1), achieved_power(out["effect"], out["sd"], n, alpha)
+    test = "quarter-clustered t (CR2, Satterthwaite df)" if clustered else "paired t"
+    return out | {"needed": needed, "power_at_pilot_n": pilot_power, "pilot_df": pilot_df, "test": test, "note": ""}

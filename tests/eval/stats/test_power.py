@@ -8,7 +8,14 @@ import pytest
 from scipy import stats
 
 from madbench.eval.stats.analysis import analyse
-from madbench.eval.stats.power import design_effect, icc_oneway, plan_from_pilot, safeguard_effect, scenarios_needed
+from madbench.eval.stats.power import (
+    clustered_power,
+    design_effect,
+    icc_oneway,
+    plan_from_pilot,
+    safeguard_effect,
+    scenarios_needed,
+)
 from tests.eval.stats.test_units import replicated_runs
 
 
@@ -43,7 +50,11 @@ def test_a_plan_shrinks_the_pilot_effect_and_inflates_by_the_design_effect():
     assert plan["icc"] == pytest.approx(icc_oneway(d, quarters)) and plan["deff"] == pytest.approx(1 + 2 * plan["icc"])
     (row,) = plan["needed"]
     assert row["independent_scenarios"] == scenarios_needed(effect, sd, 0.8)
-    assert row["scenarios"] == math.ceil(row["independent_scenarios"] * plan["deff"]) and row["quarters"] == math.ceil(row["scenarios"] / 3)
+    # planned for the clustered t: the fewest quarters of 3 whose df G − 1 and Kish-deflated noncentrality give the power
+    assert row["scenarios"] > row["independent_scenarios"] and row["scenarios"] == 3 * row["quarters"]
+    g, d_z = row["quarters"], effect / sd
+    assert row["df"] == g - 1 and plan["test"].startswith("quarter-clustered")
+    assert clustered_power(d_z, 3 * g, plan["deff"], g - 1) >= 0.8 > clustered_power(d_z, 3 * (g - 1), plan["deff"], g - 2)
     assert plan_from_pilot(d - d.mean(), quarters, [0.8])["needed"] == []  # an interval covering 0: nothing to plan for
 
 
@@ -53,3 +64,10 @@ def test_analyse_with_power_plans_each_tested_comparison_and_says_how_many_scena
     md = a.markdown()
     assert "## Planning" in md and "Kish design effect" in md and "Perugini" in md
     assert any("Needs power 80%:" in row["line"] and "scenarios" in row["line"] for row in a.power)
+
+
+def test_the_clustered_power_is_the_t_on_quarter_means_and_below_the_ordinary_t():
+    # G equal quarters of m, no intra-quarter correlation: the t on the G quarter means, df G - 1, ncp d_z·√(G·m)
+    from statsmodels.stats.power import TTestPower
+    assert clustered_power(0.4, 36, 1.0, 35) == pytest.approx(TTestPower().power(0.4, 36, 0.05), abs=1e-6)
+    assert clustered_power(0.4, 36, 1.0, 11) < clustered_power(0.4, 36, 1.0, 35)
