@@ -18,6 +18,7 @@ import numpy as np
 from madbench.eval.stats.clustered import cr2_se_df
 from madbench.eval.stats.group_sequential import (
     Design,
+    look_deff,
     look_df,
     make_design,
     planned_looks,
@@ -49,12 +50,16 @@ VARIANTS = (
 
 
 def design_for(v: Variant, max_scenarios: int, looks: int, alpha: float, effect: float, power: float,
-               clusters=None) -> Design:
+               clusters=None, icc: float = 0.0) -> Design:
     """``v``'s design; with ``clusters`` (each scenario's quarter in schedule order) planned on the t scale of the
-    quarter-clustered looks, as the runner plans a batch's (``runner.sequential.design_of``)."""
+    quarter-clustered looks, as the runner plans a batch's (``runner.sequential.design_of``), and for the
+    information the intra-quarter correlation ``icc`` leaves (``look_deff``)."""
     n = [max_scenarios] if v.spending is None else planned_looks(max_scenarios, looks)
-    df = None if clusters is None else [look_df(list(clusters)[:k]) for k in n]
-    return make_design(n, alpha, v.spending or "obrien-fleming", v.futility, effect, power, df=df)
+    if clusters is None:
+        return make_design(n, alpha, v.spending or "obrien-fleming", v.futility, effect, power)
+    df = [look_df(list(clusters)[:k]) for k in n]
+    deff = [look_deff(list(clusters)[:k], icc) for k in n]
+    return make_design(n, alpha, v.spending or "obrien-fleming", v.futility, effect, power, df=df, deff=deff)
 
 
 def look_statistics(x: np.ndarray, n: np.ndarray, clusters=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -134,7 +139,7 @@ def bench_sequential(experiments: int = 4000, max_scenarios: int = 70, looks: in
     rng = np.random.default_rng(seed)
     rows = []
     for v in VARIANTS:
-        d = design_for(v, max_scenarios, looks, alpha, effect, power, clusters)
+        d = design_for(v, max_scenarios, looks, alpha, effect, power, clusters, icc)
         for cell, delta in (("null", 0.0), ("alternative", effect)):
             rows.append({"design": v.label, "cell": cell, "delta": delta, "looks": list(d.n), "planned_power": d.power,
                          **simulate(d, delta, experiments, rng, v.t_scale, clusters, icc)})

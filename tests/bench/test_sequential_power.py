@@ -41,3 +41,14 @@ def test_the_paper_scenarios_cluster_the_a7_looks():
     quarters = _quarters(ROOT / "configs" / "batches" / "a7-sequential.yaml")
     paper = load_scenarios(ROOT.parent / "shared" / "data" / "paper" / "scenarios_35.yaml")
     assert len(quarters) == len(paper) == 35 and len(set(quarters.values())) == 12
+
+
+def test_designs_on_correlated_quarters_plan_the_power_the_clustered_looks_have():
+    from madbench.bench.sequential_designs import bench_sequential, schedule_clusters
+    market = {s.id: s.invest_quarter for s in load_scenarios(ROOT / "configs" / "scenarios" / "market-35.yaml")}
+    rows = bench_sequential(EXPERIMENTS // 2, 35, 5, 0.39, seed=3, clusters=schedule_clusters(market, 0), icc=0.15)
+    for r in rows:
+        if r["cell"] == "alternative" and "not offered" not in r["design"]:
+            assert r["reject_towards"] == pytest.approx(r["planned_power"], abs=0.03), r["design"]
+        if r["cell"] == "null" and "not offered" not in r["design"]:
+            assert r["reject"] <= 0.05 + 0.007, r["design"]  # the clustered t keeps alpha (three SEs of slack)
