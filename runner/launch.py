@@ -39,6 +39,7 @@ from madbench.runner.preflight import (
     endpoint_problems,
     preflight,
     preflight_error,
+    probe_problems,
     reachable_models,
 )
 from madbench.runner.provider_batches import batch_problems
@@ -172,6 +173,8 @@ def load_checked(o: RunOptions, dry_run: bool = False) -> Launch:
     # Through the Ray client the cache is on the head (check_client_cache): not this machine's to check.
     problems = preflight(todo, b.pack, o.batch, None if ray_client(o.address) else Path(b.cache_dir), b.root,
                          b.spec.max_cost_usd)
+    if b.spec.leakage_audit is not None:  # the audit's probe calls too, before the audit spends anything
+        problems += probe_problems([r.config for r in b.runs])
     warnings = [p for p in problems if isinstance(p, SendOnly)] if dry_run else []
     problems = [p for p in problems if p not in warnings]
     if not problems and b.spec.provider_batches is not None:

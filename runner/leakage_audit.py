@@ -167,15 +167,16 @@ def candidate_quarters(pack: Pack, scenarios: list[Scenario]) -> list[str]:
     return sorted(out, key=lambda x: Quarter.parse(x).start)
 
 
-def identify_request(model: str, memo: AuditMemo, tickers: list[str], quarters: list[str]) -> LLMRequest:
-    """The probe's request for one memo. Its context (the answer key as digests, for the simulator only) never goes
+def identify_request(model: str, memo: AuditMemo, tickers: list[str], quarters: list[str],
+                     temperature: float = 0.0) -> LLMRequest:
+    """The probe's request for one memo, at ``temperature`` (``preflight.probe_temperature``). Its context (the answer key as digests, for the simulator only) never goes
     to a real provider."""
     b = memo.blinded
     key = b.memo.sha256
     user = (f"{b.memo.text}\n\nCandidate companies (tickers): {', '.join(tickers)}\nCandidate quarters: {', '.join(quarters)}\n"
             f"Name the ticker of each of {', '.join(b.memo.tickers)} and the invest quarter.\n"
             f"Answer in this JSON form: {schema_outline(json_schema(IdentifyAnswer))}")
-    return LLMRequest(model=model, temperature=0.0, response_schema=json_schema(IdentifyAnswer),
+    return LLMRequest(model=model, temperature=temperature, response_schema=json_schema(IdentifyAnswer),
                       messages=[Message(role="system", content=SYSTEM), Message(role="user", content=user)],
                       context={"probe": PROBE, "memo": key, "assets": list(b.memo.tickers),
                                "candidate_tickers": tickers, "candidate_quarters": quarters,
@@ -193,11 +194,12 @@ def identify_validator(assets: list[str]):
     return validate
 
 
-async def identify(gateway: Gateway, spec: ModelSpec, memos: list[AuditMemo], pack: Pack) -> pd.DataFrame:
-    """One row per memo: its assets' hits and its quarter's hit."""
+async def identify(gateway: Gateway, spec: ModelSpec, memos: list[AuditMemo], pack: Pack,
+                   temperature: float = 0.0) -> pd.DataFrame:
+    """One row per memo: its assets' hits and its quarter's hit, asked at ``temperature``."""
     tickers = sorted(c.ticker for c in pack_companies(pack.universe))
     quarters = candidate_quarters(pack, [m.scenario for m in memos])
-    calls = [gateway.complete(identify_request(spec.model, m, tickers, quarters), spec,
+    calls = [gateway.complete(identify_request(spec.model, m, tickers, quarters, temperature), spec,
                               identify_validator(list(m.blinded.memo.tickers))) for m in memos]
     settled = await asyncio.gather(*calls, return_exceptions=True)
     for outcome in settled:

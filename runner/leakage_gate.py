@@ -34,7 +34,7 @@ from madbench.data.residue import RESIDUE_KINDS
 from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
 from madbench.eval.stats.identification import identify_summary
-from madbench.gateway import ModelSpec, ResponseCache
+from madbench.gateway import ResponseCache
 from madbench.gateway.errors import BudgetExhausted
 from madbench.results.layout import LEAKAGE_AUDIT
 from madbench.results.leakage_record import RECORD, AuditRecord, ModelAudit, leak_line
@@ -42,17 +42,8 @@ from madbench.runner.batch import LeakageAuditSpec
 from madbench.runner.budget import JournaledBudget, read_budget_told
 from madbench.runner.leakage_audit import ProbeFailed, blind_memos, identify, residue_table
 from madbench.runner.lock import ResultsLock
-from madbench.runner.preflight import reachable_models
+from madbench.runner.preflight import probe_calls
 from madbench.runner.wiring import build_gateway
-
-
-def probe_models(configs: list[DebateConfig]) -> list[ModelSpec]:
-    """Every model the blind configs may call, each once."""
-    seen: dict[str, ModelSpec] = {}
-    for c in configs:
-        for _, _, spec in reachable_models(c):
-            seen.setdefault(spec.model_dump_json(), spec)
-    return list(seen.values())
 
 
 def model_audits(summary: pd.DataFrame) -> list[ModelAudit]:
@@ -105,21 +96,21 @@ def _audit(blind: list[DebateConfig], scenarios: list[Scenario], pack: Pack, roo
     memos = blind_memos(scenarios, pack, options)
     reference = reference_blocks(pack, options)
     residue = residue_table(memos, reference)
-    specs = probe_models(blind)
+    calls = probe_calls(blind)  # each at a temperature the model takes, as the preflight checked
     spent = read_budget_told(root, cap_usd, quiet)
     if spent.reached:
         raise InputError(root, f"leakage_audit: the batch stopped at its budget of ${cap_usd:g} (${spent.spent_usd:.4f} "
                          "spent), so the probe cannot run and no debate starts", "raise max_cost_usd (or remove it)")
     budget = JournaledBudget(root, spent)  # each call journaled in budget.json as it goes: a kill loses none
     if not quiet:
-        print(f"madbench: leakage audit: {', '.join(s.model for s in specs)} asked to identify {len(memos)} blind "
+        print(f"madbench: leakage audit: {', '.join(s.model for s, _ in calls)} asked to identify {len(memos)} blind "
               "memo(s) before any debate starts", file=sys.stderr, flush=True)
     cache = ResponseCache(cache_dir) if cache_dir is not None else None
     try:
         gateway = build_gateway(cache=cache, budget=budget)
 
         async def probe() -> list[pd.DataFrame]:  # one event loop: the gateway's limiters belong to it
-            return [await identify(gateway, spec, memos, pack) for spec in specs]
+            return [await identify(gateway, spec, memos, pack, t) for spec, t in calls]
         obs = asyncio.run(probe())
     except ProbeFailed as exc:
         raise InputError(root, f"leakage_audit: the identification probe failed: {exc}", "run the same command again "

@@ -81,6 +81,35 @@ def reachable_models(config: DebateConfig, every_use: bool = False) -> list[tupl
     return out
 
 
+def probe_temperature(provider: Any, spec: ModelSpec, own: float) -> float:
+    """The temperature the leakage audit's identification probe asks ``spec`` at: 0 (the most likely answer) where the
+    model takes it, else ``own``, the temperature its debate calls are configured with (gpt-5 takes only 1)."""
+    at_zero = {str(p) for p in provider.preflight(spec, 0.0, None)}
+    return 0.0 if at_zero <= {str(p) for p in provider.preflight(spec, own, None)} else own
+
+
+def probe_calls(configs: list[DebateConfig], providers: Any = None) -> list[tuple[ModelSpec, float]]:
+    """(spec, temperature) of every model the leakage audit probes: each model the blind ``configs`` reach, once."""
+    providers = providers or build_providers()
+    seen: dict[str, tuple[ModelSpec, float]] = {}
+    for config in configs:
+        for _, _, spec in reachable_models(config):
+            key = spec.model_dump_json()
+            if key not in seen:
+                seen[key] = (spec, probe_temperature(providers.for_model(spec.model), spec, config.temperature))
+    return list(seen.values())
+
+
+def probe_problems(configs: list[DebateConfig]) -> list[str]:
+    """What the leakage audit's probe calls would be refused for (temperature, structured output) by the blind
+    ``configs``' models, checked as the debate's calls are. A missing key is the debate's to report, once."""
+    providers = build_providers()
+    blind = [c for c in configs if c.blind.enabled]
+    return [f"{p} (the leakage audit's identification probe, at temperature {t:g})"
+            for spec, t in probe_calls(blind, providers)
+            for p in providers.for_model(spec.model).preflight(spec, t, None) if not isinstance(p, SendOnly)]
+
+
 def model_problems(configs: list[DebateConfig]) -> list[str]:
     """Each distinct problem once, with where it arises (configs, and the roles and phases that reach the model)."""
     where: dict[str, dict[str, set[str]]] = {}

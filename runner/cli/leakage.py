@@ -33,9 +33,9 @@ from madbench.runner.cli.common import (
 )
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
 from madbench.runner.leakage_audit import ProbeFailed, blind_memos, identify, macro_k_line, masked_share, residue_table
-from madbench.runner.preflight import endpoint_problems, spec_problems
+from madbench.runner.preflight import endpoint_problems, probe_temperature, spec_problems
 from madbench.runner.recall_probe import check_model
-from madbench.runner.wiring import build_gateway
+from madbench.runner.wiring import build_gateway, build_providers
 
 #: How many of the most masked lower-case words the audit names.
 TOP_TERMS = 30
@@ -103,10 +103,25 @@ def probe_spec(args) -> ModelSpec | None:
     check_model(args.model)
     spec = flag_spec(model=args.model, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
                      retry={"timeout_s": args.timeout}, limits={"rpm": args.rpm} if args.rpm is not None else {})
-    problems = spec_problems(spec)
+    problems = spec_problems(spec) or probe_problems_at(spec)
     if problems:
         raise InputError("--model", "; ".join(problems), "give a model that can be called")
     return spec
+
+
+#: The temperature the standalone probe asks a model that refuses 0 at: the providers' default (gpt-5 takes only it).
+FALLBACK_TEMPERATURE = 1.0
+
+
+def standalone_temperature(spec: ModelSpec) -> float:
+    return probe_temperature(build_providers().for_model(spec.model), spec, FALLBACK_TEMPERATURE)
+
+
+def probe_problems_at(spec: ModelSpec) -> list[str]:
+    """What the probe's calls would be refused for at the temperature it asks at (structured output included)."""
+    t = standalone_temperature(spec)
+    return [f"{p} (the identification probe, at temperature {t:g})"
+            for p in build_providers().for_model(spec.model).preflight(spec, t, None)]
 
 
 def cmd_leakage_audit(args) -> int:
@@ -141,7 +156,7 @@ def cmd_leakage_audit(args) -> int:
         cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
         gateway = build_gateway(cache=cache)
         try:
-            obs = asyncio.run(identify(gateway, spec, memos, pack))
+            obs = asyncio.run(identify(gateway, spec, memos, pack, standalone_temperature(spec)))
         except ProbeFailed as exc:
             print(f"madbench: leakage audit failed: {exc}", file=sys.stderr)
             return EXIT_RUNS_FAILED
