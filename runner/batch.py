@@ -34,6 +34,7 @@ from madbench.gateway import ModelRouting
 from madbench.gateway.models import ModelSpec
 from madbench.gateway.routing_profiles import Deployment, load_routing_profile, with_deployment
 from madbench.results import BatchDirs, ResultsDir
+from madbench.runner.leakage_reference import reference_arms
 from madbench.runner.pairs import check_pairs
 from madbench.runner.pipeline import config_identity, run_id_for
 from madbench.runner.provider_batches import ProviderBatchOptions
@@ -75,12 +76,16 @@ class ScenarioSource(BaseModel):
     #: A subset of the file's scenario ids (default: all).
     ids: list[str] | None = None
     #: Scenarios drawn from the pack; with a ``file`` too, they follow the file's (e.g. post-cutoff quarters added to
-    #: the paper's scenarios).
-    make: ScenarioMake | None = None
+    #: the paper's scenarios). A list draws several blocks, in order (e.g. one before a model's cutoff, one after).
+    make: ScenarioMake | list[ScenarioMake] | None = None
+
+    @property
+    def draws(self) -> list[ScenarioMake]:
+        return [] if self.make is None else self.make if isinstance(self.make, list) else [self.make]
 
     @model_validator(mode="after")
     def _one(self):
-        if self.file is None and self.make is None:
+        if self.file is None and not self.draws:
             raise ValueError("give `file`, `make`, or both")
         if self.ids is not None and self.file is None:
             raise ValueError("`ids` selects from a `file`")
@@ -112,6 +117,18 @@ class LeakageAuditSpec(BaseModel):
     #: What a probed model whose hit rate's 95% interval lies above chance does to the batch: ``refuse`` to start any
     #: debate, or ``warn`` on stderr and run it (the audit is recorded either way).
     on_leak: Literal["refuse", "warn"] = "refuse"
+    #: A memoryless model (``rules/…``): each config of a declared pair runs again on it as ``<name>+reference``, so
+    #: that named − blind has a reference for what blinding costs a model that remembers nothing
+    #: (runner/leakage_reference.py; ``madbench stats`` reports the difference in differences).
+    reference: str | None = None
+
+    @field_validator("reference")
+    @classmethod
+    def _memoryless(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("rules/"):
+            raise ValueError(f"reference: {v!r} is no memoryless model; name a rule-based one, e.g. rules/auto (it reads "
+                             "only the memo's numbers, so it can recall nothing)")
+        return v
 
 
 class BatchRouting(BaseModel):
@@ -254,7 +271,7 @@ def check_size(spec: BatchSpec, where: str, max_runs: int | None = None, n_scena
     at_least = ""
     if n_scenarios is None:  # the file is not read yet: it holds at least one scenario
         src = spec.scenarios
-        n_scenarios = (src.make.count if src.make else 0) + (len(src.ids) if src.ids else 1 if src.file else 0)
+        n_scenarios = sum(m.count for m in src.draws) + (len(src.ids) if src.ids else 1 if src.file else 0)
         at_least = "" if src.file is None or src.ids else "at least "
     total = len(spec.configs) * cells * n_scenarios * spec.n_replicates
     if total > limit:
@@ -309,12 +326,13 @@ def _rel(base: Path, value: str) -> Path:
 def resolve_scenarios(spec: BatchSpec, base: Path, pack, where: str) -> list[Scenario]:
     """The file's scenarios (or those of ``ids``), then the drawn ones; an id in both is an error."""
     listed = _file_scenarios(spec, base, where) if spec.scenarios.file else []
-    m = spec.scenarios.make
-    drawn = draw_scenarios(pack, quarter_range(m.quarters), m.count, m.min_tickers, m.max_tickers, m.seed) if m else []
-    twice = sorted({s.id for s in listed} & {s.id for s in drawn})
+    drawn = [s for m in spec.scenarios.draws
+             for s in draw_scenarios(pack, quarter_range(m.quarters), m.count, m.min_tickers, m.max_tickers, m.seed)]
+    ids = [s.id for s in listed + drawn]
+    twice = sorted(i for i, n in Counter(ids).items() if n > 1)
     if twice:
-        raise InputError(where, f"scenarios: drawn ids also in the file: {', '.join(twice)}",
-                         "change scenarios.make.seed or rename the file's scenarios")
+        raise InputError(where, f"scenarios: drawn ids also in the file or in another draw: {', '.join(twice)}",
+                         "change scenarios.make.seed (or a draw's quarters) or rename the file's scenarios")
     return listed + drawn
 
 
@@ -353,6 +371,7 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
                 c = resolve_samples(c, _rel(base, name).parent, f"{where}: configs[{i}] ({c.name})")
             scorer_for(c)  # its rubric and CRIT prompt exist
             configs.append(c)
+    configs += reference_arms(spec, configs, where)
     unused = sorted(set(spec.routing.tiers) - {t for c in configs for t in c.models.tiers})
     if unused:
         raise InputError(where, f"routing.tiers.{unused[0]}: no config of the batch has this tier (theirs: "

@@ -4,9 +4,10 @@ For a batch with ``leakage_audit:`` (``madbench.results.leakage_record``), once 
 value of ``post_cutoff`` (after every model's training cutoff first, ``eval.stats.split``): the residue counts and
 the macro blocks' k-anonymity of the part's blind memos, the identification probe's hit rates there with their
 Clopper-Pearson 95% intervals against chance, and the declared pairs' paired differences (treatment − control, for
-the leakage batch named − blind) on the part's scenarios. The audit's figures are what the blinding let through;
-the difference is what the names and the calendar changed: a difference with a clean audit is not recall through
-the blind arm, one beside a probe above chance may be.
+the leakage batch named − blind) on the part's scenarios, and with a reference arm the leakage estimate there
+(``eval.stats.leakage_did``: the model's named − blind less a memoryless run's). The audit's figures are what the
+blinding let through; the difference is what the names and the calendar changed: a difference with a clean audit is
+not recall through the blind arm, one beside a probe above chance may be.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pandas as pd
 from madbench.data.residue import RESIDUE_KINDS
 from madbench.eval.stats.analysis import analyse
 from madbench.eval.stats.identification import identify_summary
+from madbench.eval.stats.leakage_did import leakage_did
 from madbench.eval.stats.split import split_by
 from madbench.results.leakage_record import AuditRecord, audit_dir, read_audit
 
@@ -53,11 +55,19 @@ def leakage_parts(root: str | Path, runs: pd.DataFrame, compare: list[str], corr
     parts = [("all scenarios", runs)]
     if SPLIT in runs.columns:
         parts += [(f"{SPLIT} = {label}", part) for label, part in split_by(runs, SPLIT, str(root))]
+    # the estimate pairs each scenario's four arms itself and splits them by the model arm's post_cutoff
+    estimate = leakage_did(runs, declared)
     out = []
     for label, part in parts:
         scenarios = set(part["scenario_id"])
         analysis = analyse(part, f"{root} ({label})", compare, None, correction, None, declared)
         pairs = analysis.paired_frame()
         out.append({"label": label, "scenarios": len(scenarios), **audit_part(residue, identified, scenarios),
-                    "pairs": pairs[[c for c in PAIR_COLUMNS if c in pairs.columns]] if len(pairs) else pairs})
+                    "pairs": pairs[[c for c in PAIR_COLUMNS if c in pairs.columns]] if len(pairs) else pairs,
+                    "estimate": estimate[estimate["part"] == part_value(label)].drop(columns="part")})
     return record, out
+
+
+def part_value(label: str) -> str:
+    """The ``leakage_did`` part of a section label: "all" for all scenarios, else the post_cutoff value."""
+    return "all" if label == "all scenarios" else label.removeprefix(f"{SPLIT} = ")

@@ -74,7 +74,8 @@ def _leakage(root: str | Path, runs: pd.DataFrame, configs: list[str], correctio
     record, parts = leakage_parts(root, runs, configs, correction, batch_pairs(root))
     options = ", ".join(f"{k} {v}" for k, v in record.options.items()) if record else ""
     return {"leakage_record": record, "leakage_options": options, "leakage_parts": [
-        {**p, "probe_html": _html_table(p["probe"]), "pairs_html": _html_table(p["pairs"])} for p in parts]}
+        {**p, "probe_html": _html_table(p["probe"]), "pairs_html": _html_table(p["pairs"]),
+         "estimate_html": _html_table(p["estimate"]) if len(p["estimate"]) else ""} for p in parts]}
 
 
 def build_report(root: str | Path, out: str | Path | None = None, compare: list[str] | None = None,

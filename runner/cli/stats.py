@@ -15,6 +15,7 @@ from madbench.eval.stats.compute_match import compute_match, matched_pairs
 from madbench.eval.stats.compute_match import markdown as compute_match_markdown
 from madbench.eval.stats.family import CORRECTIONS, DEFAULT_CORRECTION
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, load_runs, ordered_configs
+from madbench.eval.stats.leakage_did import write_leakage_did
 from madbench.eval.stats.power import power_table
 from madbench.eval.stats.sequential_record import batch_summary, read_record
 from madbench.eval.stats.split import split_by
@@ -113,6 +114,9 @@ def cmd_stats(args) -> int:
         compare = batch_order(args.results_dir, runs)
     # the batch's declared pairs (manifest.json keeps its spec), unless every pair is asked for
     declared = None if args.all_pairs or not args.results_dir else batch_pairs(args.results_dir)
+    did = write_leakage_did(runs, declared, Path(args.out) if args.out else default_out)  # a leakage batch's estimate
+    if did and not args.json:
+        print(did)
     if args.by:
         return _stats_by(args, runs, rounds, compare, declared, str(runs_file), Path(args.out) if args.out else default_out)
     analysis = analyse(runs, str(runs_file), compare, csv_list(args.metric), args.correction, rounds, declared, args.share,
