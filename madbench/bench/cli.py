@@ -170,7 +170,7 @@ def _run(args) -> int:
                                      restart_after_s=args.restart_after), indent=1))
         return 0
     if args.what == "sequential":  # simulation only: no model, no Ray
-        if args.batch is not None:
+        if args.batch is not None and quarters is not None:  # sequential_quarters gives a batch's quarters always
             rows = bench_batch(load_batch(args.batch)[0], quarters, args.experiments, args.seed, args.icc)
         else:
             clusters = None if quarters is None else schedule_clusters(quarters, 0)
