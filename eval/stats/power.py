@@ -13,6 +13,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from madbench.eval.stats.clustered import cr2_se_df
+
 
 def scenarios_needed(effect: float, sd: float, power: float, alpha: float = 0.05, alternative: str = "two-sided") -> int:
     from statsmodels.stats.power import TTestPower
@@ -135,7 +137,6 @@ def plan_from_pilot(diffs, quarters, powers: list[float], alpha: float = 0.05, c
         else:
             needed.append({"power": p, "independent_scenarios": n0, "scenarios": n0, "quarters": None, "df": float(n0 - 1)})
     if clustered:
-        from madbench.eval.stats.clustered import cr2_se_df
         pilot_df = float(cr2_se_df(np.zeros(n), np.asarray(quarters))[2])
         pilot_power = clustered_power(d_z, n, out["deff"], pilot_df, alpha)
     else:

@@ -27,6 +27,7 @@ from madbench.eval.stats.group_sequential import (
     t_to_z,
     z_to_t,
 )
+from madbench.runner.sequential import design_of, schedule_order
 
 
 @dataclass(frozen=True)
@@ -148,14 +149,12 @@ def bench_sequential(experiments: int = 4000, max_scenarios: int = 70, looks: in
 
 def schedule_clusters(quarters: dict[str, str], seed: int) -> list[str]:
     """Each scenario's quarter in the runner's schedule order for ``seed`` (``runner.sequential.schedule_order``)."""
-    from madbench.runner.sequential import schedule_order
     return [quarters[s] for s in schedule_order(quarters, seed)]
 
 
 def bench_batch(spec, quarters: dict[str, str], experiments: int, seed: int = 0, icc: float = 0.0) -> list[dict]:
     """A batch's own ``sequential:`` design (``runner.sequential.design_of`` on its scenarios' ``quarters``), under the
     null and at its planned effect, its scenarios in the schedule's order and clustered by quarter as its looks are."""
-    from madbench.runner.sequential import design_of
     d = design_of(spec, quarters)
     clusters = schedule_clusters(quarters, spec.sequential.seed)
     rng = np.random.default_rng(seed)
