@@ -151,8 +151,8 @@ def sequential_lines(s: dict) -> list[str]:
         return "unknown" if x is None else f"${x:.2f}"
     out = [f"sequential: looks at {s['looks']} complete pairs, each a quarter-clustered t (df "
            f"{', '.join(f'{x:.1f}' for x in s['df'])}); power {s['power']:.3f} at the planned effect d_z = "
-           f"{s['effect']:g} (planned: {s['planned_power']:g}); power {s['planned_power']:g} at d_z = "
-           f"{s['detectable_effect']:.3f}"]
+           f"{s['effect']:g} (planned: {s['planned_power']:g}); the efficacy bounds alone reach power "
+           f"{s['planned_power']:g} at d_z = {s['detectable_effect']:.3f} (a futility stop spends the power beyond the plan)"]
     out += [f"  at most {s['max_scenarios']} scenarios, {cost(s['fixed_cost_usd'])} (the fixed design)"]
     for label, name in (("h0", "no effect (H0)"), ("h1", "the planned effect (H1)")):
         r = s[label]
