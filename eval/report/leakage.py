@@ -60,7 +60,9 @@ def leakage_parts(root: str | Path, runs: pd.DataFrame, compare: list[str], corr
     out = []
     for label, part in parts:
         scenarios = set(part["scenario_id"])
-        analysis = analyse(part, f"{root} ({label})", compare, None, correction, None, declared)
+        present = set(part["config"])  # a reference arm's runs are all post-cutoff: no language model answered them
+        analysis = analyse(part, f"{root} ({label})", [c for c in compare if c in present], None, correction, None,
+                           declared)
         pairs = analysis.paired_frame()
         out.append({"label": label, "scenarios": len(scenarios), **audit_part(residue, identified, scenarios),
                     "pairs": pairs[[c for c in PAIR_COLUMNS if c in pairs.columns]] if len(pairs) else pairs,

@@ -29,7 +29,7 @@ from madbench.eval.stats.units import QUARTER, SCENARIO
 #: What the reference arm of a config is called: the config's name and this suffix (a grid's ``+key=value`` style).
 REFERENCE_SUFFIX = "+reference"
 SPLIT = "post_cutoff"
-METRICS = ("sharpe", "returns")
+METRICS = ("sharpe", "total_return_pct")
 COLUMNS = ["treatment", "control", "metric", "part", "n", "n_clusters", "model_diff", "model_ci_low", "model_ci_high",
            "reference_diff", "reference_ci_low", "reference_ci_high", "did", "did_ci_low", "did_ci_high", "did_p",
            "did_p_unclustered", "note"]

@@ -23,7 +23,7 @@ def runs_table(model_gap, reference_gap, post, quarters, seed: int = 0) -> pd.Da
         for config, value, cut in ((NAMED, base + gm, p), (BLIND, base, p), (reference_name(NAMED), ref + gr, True),
                                    (reference_name(BLIND), ref, True)):
             rows.append({"config": config, "scenario_id": f"s{i}", "invest_quarter": q, "status": "ok",
-                         "post_cutoff": cut, "sharpe": value, "returns": value / 10})
+                         "post_cutoff": cut, "sharpe": value, "total_return_pct": value * 10})
     return pd.DataFrame(rows)
 
 

@@ -147,3 +147,7 @@ def test_the_leakage_batch_on_gpt_5_mini_runs_its_audit_and_debates_and_reports_
     sharpe = table[table["metric"] == "sharpe"].set_index("part")
     assert sharpe.loc["all", "n"] == 4 and sharpe.loc["True", "n"] == 2 and sharpe.loc["False", "n"] == 2
     assert (sharpe["did"] - (sharpe["model_diff"] - sharpe["reference_diff"])).abs().max() < 1e-9
+    # the report's leakage section shows it in each part (the reference's runs lie in the post-cutoff one alone)
+    assert main(["report", str(root)]) == 0
+    html = (root / "report.html").read_text()
+    assert html.count("Leakage estimate: (named − blind) of the model") == 3
