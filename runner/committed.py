@@ -22,23 +22,27 @@ _FIX_UNCOMMITTED = ("restore their runs/<id>.json from a copy of the results, or
                     "again: it runs them again and rebuilds the tables from the committed runs")
 
 
-def read_committed(root: str | Path, command: str, reads_table: bool = True, needs_manifest: bool = True) -> ResultsDir:
+def read_committed(root: str | Path, command: str, needs_manifest: bool = True, snapshot: bool = True) -> ResultsDir:
     """``root`` as ``command`` reads it: a batch directory with its manifest (unless not ``needs_manifest``: `madbench
     stats` reads a folder of tables alone), every row of its ``runs.parquet`` vouched for by a commit point (a folder
     of tables copied without their runs, no ``runs/`` nor ``traces/``, is read as its tables), and a snapshot said on
-    stderr (``snapshot_note``), counting the runs ``command`` sees: those in ``runs.parquet`` when it ``reads_table``,
-    else every commit point."""
+    stderr (``snapshot_note``) when the batch is unfinished: its committed runs, whose parts are then its tables
+    (``ResultsDir.table``), the same runs for every reader. Not ``snapshot``: an unfinished batch is refused (replay
+    compares a batch's tables with its traces, and an unfinished batch's tables are not yet rebuilt)."""
     results = ResultsDir(root)
     if needs_manifest:
         manifest_of(results)
     table = results.dirs.table("runs").exists() and (results.dirs.traces.is_dir() or results.dirs.commits.is_dir())
-    if table:
+    if table and not results.unfinished:  # an unfinished batch's tables are its committed runs' parts
         stray = results.uncommitted("runs")  # a table that cannot be read is an InputError naming it
         if stray:
             raise InputError(results.dirs.table("runs"), f"holds {len(stray)} run(s) no commit point vouches for "
                              f"(no runs/<id>.json), e.g. {stray[0]}", _FIX_UNCOMMITTED)
-    note = snapshot_note(results, command, lambda: results.runs["run_id"].nunique() if table and reads_table
-                         else len(results.committed_ids()))
+    if results.unfinished and not snapshot:
+        raise InputError(results.root, f"the batch's last invocation has not finished (its manifest says running), so "
+                         f"its tables are not yet rebuilt from its committed runs: {command} needs a finished batch",
+                         "run it once the batch has finished (a stopped one: run its `madbench run` command again)")
+    note = snapshot_note(results, command, lambda: len(results.committed_ids()))
     if note:
         print(f"madbench: warning: {note}", file=sys.stderr)
     return results

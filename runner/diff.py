@@ -75,7 +75,7 @@ def load_side(where: str | Path) -> Side:
     if not dirs.manifest.is_file() and not dirs.manifest.is_symlink():
         raise InputError(where, "neither a batch results directory (manifest.json) nor a run directory (trace.jsonl)",
                          "give a batch's results directory, RESULTS:RUN_ID, or a run directory of `madbench debate --out`")
-    manifest = manifest_of(read_committed(root, "diff", reads_table=False))
+    manifest = manifest_of(read_committed(root, "diff"))
     if run_id:
         if not dirs.result_path(run_id).is_file():
             raise InputError(where, f"no committed run {run_id} in {root}", "take a run id from its runs.parquet")

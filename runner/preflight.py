@@ -451,6 +451,14 @@ def endpoint_problems(endpoints: dict[str, set[str]], timeout_s: float = PROBE_T
     return problems
 
 
+def require_endpoint(api_base: str | None, models: set[str], flag: str = "--api-base") -> None:
+    """A command that calls ``models`` at ``api_base`` given on its command line: an InputError naming ``flag`` when
+    nothing answers there (``endpoint_problems``), before its first call rather than after minutes of retries."""
+    dead = endpoint_problems({api_base: models}) if api_base else []
+    if dead:
+        raise InputError(flag, dead[0], f"start the server, or correct {flag}")
+
+
 def openai_route(model: str) -> bool:
     """Whether litellm sends ``model``'s calls on OpenAI's chat-completions route (``openai/…``, or no provider)."""
     return "/" not in model or model.split("/", 1)[0] in ("openai", "hosted_vllm", "openai_like")

@@ -74,7 +74,7 @@ class Replay:
 def replay(root: str | Path, cache_dir: str | Path | None = None, scratch: str | Path | None = None) -> Replay:
     """Rebuild and compare everything ``root`` (a batch's results directory) derives; ``cache_dir``: the response
     cache (default: the one its manifest names, else ``<root>/../cache`` is not guessed: give it)."""
-    results = read_committed(root, "replay", reads_table=False)
+    results = read_committed(root, "replay", snapshot=False)
     manifest = manifest_of(results)
     answers = _traced_answers(results)
     cache = _open_cache(root, cache_dir, manifest.spec.get("cache_dir"))

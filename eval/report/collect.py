@@ -31,7 +31,7 @@ from madbench.debate.events import (
     Turn,
     last_attempt,
 )
-from madbench.results import BatchDirs, ResultsDir
+from madbench.results import ResultsDir
 
 
 @dataclass
@@ -49,7 +49,7 @@ class ReportData:
 
 def _table(results: ResultsDir, name: str) -> pd.DataFrame:
     """A table the batch may not have written (copied results can hold runs.parquet alone): empty then."""
-    return results.table(name) if results.dirs.table(name).exists() else pd.DataFrame()
+    return results.table(name) if results.unfinished or results.dirs.table(name).exists() else pd.DataFrame()
 
 
 def digest(events: list[AnyEvent], row: dict) -> tuple[dict, str | None, str | None]:
@@ -89,10 +89,9 @@ def digest(events: list[AnyEvent], row: dict) -> tuple[dict, str | None, str | N
 
 def load_report_data(root: str | Path, max_traces: int | None = None) -> ReportData:
     root = Path(root)
-    dirs = BatchDirs(root)
-    if not dirs.table("runs").exists():
-        raise InputError(str(root), "holds no runs.parquet", "give a results directory written by `madbench run`")
     results = ResultsDir(root)
+    if not results.unfinished and not results.dirs.table("runs").exists():  # an unfinished one: its committed parts
+        raise InputError(str(root), "holds no runs.parquet", "give a results directory written by `madbench run`")
     runs = results.runs
     batch = results.manifest.spec["name"] if results.manifest is not None else root.name
     data = ReportData(root, batch, runs, _table(results, "rounds"), _table(results, "calls"), pd.DataFrame())

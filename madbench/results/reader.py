@@ -35,10 +35,21 @@ class ResultsDir:
         """The batch's manifest; None where there is none (a directory of tables copied without it)."""
         return read_manifest(self.root) if self.dirs.manifest.exists() else None
 
+    @property
+    def unfinished(self) -> bool:
+        """Whether the batch's last invocation has not finished: its manifest still says ``running`` (a driver at
+        work, or one killed). Its compacted tables are then an earlier invocation's, or none."""
+        return self.manifest is not None and self.manifest.state == "running"
+
     def table(self, name: str) -> pd.DataFrame:
-        """``runs``, ``rounds`` or ``calls``: the compacted table; an InputError when the batch has not written it."""
+        """``runs``, ``rounds`` or ``calls``: the compacted table; an InputError when the batch has not written it.
+        Of an ``unfinished`` batch, the parts of its committed runs: the snapshot as it stands, the same runs for
+        every reader, whether the invocation has compacted its tables yet or not."""
         if name not in TABLES:
             raise ValueError(f"no table {name!r} in a results directory (one of {', '.join(TABLES)})")
+        if self.unfinished:
+            parts = [self.dirs.part(name, run_id) for run_id in self.committed_ids()]
+            return concat([read_table(p, name) for p in parts if p.exists()], name).to_pandas()
         path = self.dirs.table(name)
         if not path.exists():
             raise InputError(path, "not found", "run the batch first (`madbench run BATCH.yaml`): it writes the tables")

@@ -43,6 +43,7 @@ from madbench.results.layout import run_id_of
 from madbench.results.traces import check_attempts
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP, flag_spec, number
+from madbench.runner.preflight import require_endpoint
 from madbench.runner.wiring import build_gateway
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -151,6 +152,7 @@ def cmd_llm_ask(args) -> int:
     limits = {k: v for k, v in (("rpm", args.rpm), ("tpm", args.tpm)) if v is not None}
     spec = flag_spec(model=args.model, api_base=args.api_base, api_key_env=args.api_key_env, limits=limits,
                      retry={"timeout_s": args.timeout})
+    require_endpoint(spec.api_base, {spec.model})
     messages = ([Message(role="system", content=args.system)] if args.system else []) + [Message(role="user", content=args.prompt)]
     request = LLMRequest(model=args.model, messages=messages, temperature=args.temperature, max_tokens=args.max_tokens,
                          response_schema=schema, sample_index=args.sample_index)

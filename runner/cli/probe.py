@@ -18,7 +18,7 @@ from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP, check_out, flag_spec, number
 from madbench.runner.cutoffs import CUTOFFS_FILE, load_cutoffs
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
-from madbench.runner.preflight import endpoint_problems, spec_problems
+from madbench.runner.preflight import require_endpoint, spec_problems
 from madbench.runner.recall_probe import PROBE_FILE, ProbeFailed, check_model, load_recall_prompt, probe_recall, write_recall
 from madbench.runner.wiring import build_gateway
 
@@ -70,9 +70,7 @@ def _specs(args) -> list[ModelSpec]:
         problems = spec_problems(spec)
         if problems:
             raise InputError("--model", "; ".join(problems), "give a model that can be called")
-    dead = endpoint_problems({args.api_base: {s.model for s in specs}}) if args.api_base else []
-    if dead:
-        raise InputError("--api-base", dead[0], "start the server, or correct --api-base")
+    require_endpoint(args.api_base, {s.model for s in specs})
     return specs
 
 

@@ -147,6 +147,8 @@ def test_a_dead_endpoint_is_one_line_for_the_probing_commands_too(make_pack, tmp
                      "--send-context", "--no-cache"]) == 2
         assert "--api-base: " in (err := one_line(capsys)) and "the connection is refused" in err
     assert not (tmp_path / "out").exists()
+    assert main(["llm", "ask", "--model", "openai/madbench-sim", "--api-base", api_base, "--prompt", "hi", "--no-cache"]) == 2
+    assert "--api-base: " in (err := one_line(capsys)) and "the connection is refused" in err
 
 
 # -- 2. output paths, before anything is computed

@@ -4,6 +4,7 @@ said to be read as a snapshot; bad input is one line on stderr, exit 2, with not
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -130,7 +131,7 @@ def _running(batch: Path) -> None:
     (batch / "manifest.json").write_text(json.dumps(manifest))
 
 
-@pytest.mark.parametrize("command", ["export", "diff", "stats", "replay"])
+@pytest.mark.parametrize("command", ["export", "diff", "stats", "report"])
 def test_a_running_batch_is_read_as_a_snapshot_and_said_so(batch, tmp_path, capsys, command):
     _running(batch)
     with ResultsLock(batch, "madbench run"):
@@ -141,6 +142,30 @@ def test_a_running_batch_is_read_as_a_snapshot_and_said_so(batch, tmp_path, caps
     # its driver gone, the manifest still says running: read, and said to be unfinished
     assert main(argv(command, batch, tmp_path)) == 0
     assert f"{command} reads its 2 committed run(s) of 3" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["export", "stats", "report"])
+def test_a_first_invocation_still_running_is_read_from_its_committed_runs_parts(batch, tmp_path, capsys, command):
+    """Before its first invocation ends a batch has no compacted tables; a stale table of an earlier invocation
+    holds fewer runs than are committed. Either way a reader takes the committed runs' parts: one snapshot."""
+    _running(batch)
+    for name in ("runs", "rounds", "calls"):
+        (batch / f"{name}.parquet").unlink()
+    (batch / "parts" / "runs" / f"{RUN}.parquet").rename(tmp_path / "uncommitted-part.parquet")
+    (batch / "runs" / f"{RUN}.json").rename(tmp_path / "uncommitted-commit.json")  # in flight: parts, no commit yet
+    with ResultsLock(batch, "madbench run"):
+        assert main(argv(command, batch, tmp_path)) == 0
+    assert f"{command} reads a snapshot of its 1 committed run(s) of 3" in capsys.readouterr().err
+    if command == "export":
+        assert len((tmp_path / "out" / "runs.jsonl").read_text().splitlines()) == 1
+
+
+def test_replay_refuses_a_batch_that_has_not_finished(batch, tmp_path, capsys):
+    _running(batch)
+    for held in (True, False):  # a driver at work, or one killed: its tables are not rebuilt from its commits yet
+        with ResultsLock(batch, "madbench run") if held else contextlib.nullcontext():
+            err = refused(capsys, tmp_path, argv("replay", batch, tmp_path))
+        assert "the batch's last invocation has not finished" in err and "replay needs a finished batch" in err
 
 
 def test_a_finished_batch_is_read_without_a_note(batch, tmp_path, capsys):
