@@ -33,7 +33,7 @@ from madbench.runner.cli.common import (
 )
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
 from madbench.runner.leakage_audit import ProbeFailed, blind_memos, identify, macro_k_line, masked_share, residue_table
-from madbench.runner.preflight import endpoint_problems, probe_temperature, spec_problems
+from madbench.runner.preflight import probe_temperature, require_endpoint, spec_problems
 from madbench.runner.recall_probe import check_model
 from madbench.runner.wiring import build_gateway, build_providers
 
@@ -53,7 +53,7 @@ def register(sub) -> None:
                                     "exact amounts) and how many quarters of the pack 2018Q1-2025Q4 share its blind "
                                     "macro block (its k-anonymity); with --model, show "
                                     "each blind memo to the model through the gateway and ask the company of each asset "
-                                    "and the quarter; report hit rates with 95%% intervals against chance.")
+                                    "and the quarter; report hit rates with 95% intervals against chance.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--scenarios", metavar="F", help="scenario YAML file")
     src.add_argument("--batch", metavar="B", help="a batch YAML file: its scenarios (file and draws), pack, evidence and "
@@ -136,10 +136,8 @@ def cmd_leakage_audit(args) -> int:
         ids = None
     else:
         ids = None if args.ids is None else id_list(args.ids, "--ids")
-    if spec is not None and spec.api_base:  # a dead endpoint now, not after the memos and minutes of retries
-        dead = endpoint_problems({spec.api_base: {spec.model}})
-        if dead:
-            raise InputError("--api-base", dead[0], "start the server, or correct --api-base")
+    if spec is not None:  # a dead endpoint now, not after the memos and minutes of retries
+        require_endpoint(spec.api_base, {spec.model})
     options = blind_options(args)
     if args.batch:
         scenarios, pack, options = batch_memo_inputs(args)
