@@ -199,8 +199,8 @@ def test_the_leakage_batch_pairs_named_with_blind_and_nothing_else():
     spec, base = load_batch(path)
     configs = {c.name: c for c in resolve_configs(spec, base, str(path))}
     # the blind arm is the control (recall taken away): stats prints treatment − control, named − blind
-    assert [(p.control, p.treatment, p.factor) for p in spec.pairs] == [("causal-debate-3-blind", "causal-debate-3", ["blind"])]
-    control, treatment = configs["causal-debate-3-blind"], configs["causal-debate-3"]
+    assert [(p.control, p.treatment, p.factor) for p in spec.pairs] == [("leakage-blind", "leakage-named", ["blind"])]
+    control, treatment = configs["leakage-blind"], configs["leakage-named"]
     assert control.blind.enabled and not treatment.blind.enabled
     a, b = (c.model_dump(mode="json", exclude={"name", "description"}) for c in (control, treatment))
     assert {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)} == {"blind"}
@@ -230,7 +230,7 @@ def test_leakage_batch_runs_offline_and_stats_pairs_named_with_blind(tmp_path, c
     assert f"results in {root.resolve()}\n" in capsys.readouterr().out  # resolved: no batches/../ in the path printed
     runs = pd.read_parquet(root / "runs.parquet")
     assert len(runs) == 12 and (runs.status == "ok").all() and runs.groupby("config").blind.all().to_dict() == {
-        "causal-debate-3": False, "causal-debate-3-blind": True}
+        "leakage-named": False, "leakage-blind": True}
     scenarios = {s.id: s for s in load_scenarios(spec["scenarios"]["file"])}
     for _, row in runs.iterrows():  # real tickers in the table, in the scenario's order
         assert list(json.loads(row.weights)) == sorted(scenarios[row.scenario_id].tickers)
@@ -239,7 +239,7 @@ def test_leakage_batch_runs_offline_and_stats_pairs_named_with_blind(tmp_path, c
     out = json.loads(capsys.readouterr().out)
     assert out["comparisons"].startswith("the batch's declared pairs")
     sharpe = next(p for p in out["paired"] if p["metric"] == "sharpe")  # the declared pair, treatment − control
-    assert (sharpe["a"], sharpe["b"], sharpe["n"]) == ("causal-debate-3", "causal-debate-3-blind", 6)
+    assert (sharpe["a"], sharpe["b"], sharpe["n"]) == ("leakage-named", "leakage-blind", 6)
     # its leakage audit ran before the debates (offline: the rule-based models name nothing), and the report shows it
     audit = read_audit(root)
     assert audit is not None and audit.decision == "clear" and audit.memos == 6 and audit.macro_k_min >= 4

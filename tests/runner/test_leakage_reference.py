@@ -30,16 +30,16 @@ TICKERS = ("AAA", "BBB", "CCC", "DDD", "EEE")
 def test_the_leakage_batch_runs_each_config_again_on_the_rule_based_analysts_differing_only_in_models():
     spec, base = load_batch(BATCH)
     configs = {c.name: c for c in resolve_configs(spec, base, str(BATCH))}
-    assert sorted(configs) == ["causal-debate-3", "causal-debate-3+reference", "causal-debate-3-blind",
-                               "causal-debate-3-blind+reference"]
-    for name in ("causal-debate-3", "causal-debate-3-blind"):
+    assert sorted(configs) == ["leakage-blind", "leakage-blind+reference", "leakage-named",
+                               "leakage-named+reference"]
+    for name in ("leakage-named", "leakage-blind"):
         model, reference = configs[name], configs[name + "+reference"]
         a, b = (c.model_dump(mode="json", exclude={"name", "models"}) for c in (model, reference))
         assert a == b and model.models != reference.models
         assert reference.models == ModelRouting.single("rules/auto")
     # on the rule-based analysts already (--model rules/auto) the pair is its own reference: no second copy
     offline = spec.model_copy(update={"model": "rules/auto"})
-    assert sorted(c.name for c in resolve_configs(offline, base, str(BATCH))) == ["causal-debate-3", "causal-debate-3-blind"]
+    assert sorted(c.name for c in resolve_configs(offline, base, str(BATCH))) == ["leakage-blind", "leakage-named"]
 
 
 def test_a_reference_that_could_remember_is_refused():
@@ -87,13 +87,15 @@ def test_the_probe_asks_at_0_where_the_model_takes_it_and_else_at_its_debate_tem
     assert len(refused) == 1 and "temperature=0.7" in refused[0] and "identification probe" in refused[0]
 
 
-def sim_leakage_batch(tmp_path: Path, pack: Path, spec: dict, temperature: float, draws: list[dict]) -> Path:
-    """The ready leakage batch on ``spec``'s model, its configs at ``temperature``, on the draws from ``pack``."""
+def sim_leakage_batch(tmp_path: Path, pack: Path, spec: dict, temperature: float | None, draws: list[dict]) -> Path:
+    """The ready leakage batch on ``spec``'s model, its configs at ``temperature`` (None: as shipped), on the draws
+    from ``pack``."""
     batch = yaml.safe_load(BATCH.read_text())
     configs = []
     for name in batch["configs"]:
-        cfg = yaml.safe_load((BATCH.parent / name).read_text()) | {"temperature": temperature,
-                                                                   "crit_temperature": temperature}
+        cfg = yaml.safe_load((BATCH.parent / name).read_text())
+        if temperature is not None:
+            cfg |= {"temperature": temperature, "crit_temperature": temperature}
         configs.append(tmp_path / Path(name).name)
         configs[-1].write_text(yaml.safe_dump(cfg))
     batch |= {"scenarios": {"make": draws}, "pack": str(pack), "evidence": [], "configs": [str(c) for c in configs],
@@ -126,7 +128,7 @@ def test_the_leakage_batch_on_gpt_5_mini_runs_its_audit_and_debates_and_reports_
              {"quarters": "2024Q3:2025Q2", "count": 2, "min_tickers": 3, "max_tickers": 4, "seed": 2}]
     with SimProvider() as sim:  # litellm's parameter checks stay on: gpt-5-mini refuses any temperature but 1
         spec = {"model": "openai/gpt-5-mini", "api_base": sim.url, "send_context": True}
-        path = sim_leakage_batch(tmp_path, pack, spec, 1.0, draws)
+        path = sim_leakage_batch(tmp_path, pack, spec, None, draws)  # its configs as shipped
         assert main(["run", str(path), "--quiet"]) == 0
         assert sim.stats.requests > 0
     root = tmp_path / "results" / "leakage"
@@ -137,8 +139,8 @@ def test_the_leakage_batch_on_gpt_5_mini_runs_its_audit_and_debates_and_reports_
     assert len(identified[identified["model"] == "openai/gpt-5-mini"]) == 4
     runs = pd.read_parquet(root / "runs.parquet")
     assert len(runs) == 16 and (runs["status"] == "ok").all()
-    assert set(runs["config"]) == {"causal-debate-3", "causal-debate-3-blind", "causal-debate-3+reference",
-                                   "causal-debate-3-blind+reference"}
+    assert set(runs["config"]) == {"leakage-named", "leakage-blind", "leakage-named+reference",
+                                   "leakage-blind+reference"}
     capsys.readouterr()
     assert main(["stats", str(root), "--out", str(tmp_path / "stats")]) == 0
     out = capsys.readouterr().out
