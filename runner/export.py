@@ -151,19 +151,21 @@ def export(root: str | Path, fmt: str, out: str | Path | None = None) -> list[Pa
     if out is not None and not str(out).strip():
         raise InputError("--out", "is empty", "give the export directory, or leave --out out for RESULTS/export/FORMAT")
     results = read_committed(root, "export")
+    results.results()  # every commit point read whole: a damaged one is named here, not exported
     target = Path(out) if out is not None else results.root / "export" / fmt
     _writable(target, out is not None)
     return FORMATS[fmt](results, target)
 
 
 def _writable(target: Path, given: bool) -> None:
-    """The output directory made (or there) and writable before anything is read or written."""
+    """The output directory there, or creatable, and writable before anything is read or written; it is made only
+    as the first file is written, so a refused export leaves no empty folder behind."""
     fix = "give --out a writable directory" + ("" if given else " (the default is inside the results directory)")
     if target.exists() and not target.is_dir():
         raise InputError(target, "is a file, not a directory", fix)
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:  # read-only, not permitted, or a file on the way: said as bad output path, one line
-        raise InputError(target, f"cannot create the export directory: {exc.strerror}", fix) from exc
-    if not os.access(target, os.W_OK):
-        raise InputError(target, "the export directory is not writable", fix)
+    existing = next(p for p in (target, *target.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise InputError(target, f"cannot create the export directory: {existing} is a file", fix)
+    if not os.access(existing, os.W_OK):
+        raise InputError(target, "the export directory is not writable" if existing == target
+                         else f"cannot create the export directory: {existing} is not writable", fix)

@@ -36,7 +36,7 @@ def register(sub) -> None:
     p.add_argument("what", choices=WHAT, help="which benchmark: " + ", ".join(WHAT))
     p.add_argument("--scenarios", default=str(ROOT / "configs" / "scenarios" / "market-35.yaml"),
                    help="scenario file for `bench memo`, `throughput` and `cache` (default configs/scenarios/market-35.yaml)")
-    p.add_argument("--n", type=number(int, ge=1, le=10_000_000), default=10_000, help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (at most 2000)")
+    p.add_argument("--n", type=number(int, ge=1, le=10_000_000), help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (default and at most 2000)")
     p.add_argument("--runs", type=number(int, le=1_000_000), help="runs for `throughput` and `cache` (3-agent, 1-round debates with CRIT; default 100); "
                    "for `cost`, scenarios of the paper's A7 treatment (default 3); for `scale`, single-agent runs on 3 "
                    "raylets (default 1000); for `cluster-cache`, cached answers asked for (default 500); for `kills`, scenarios "
@@ -141,6 +141,10 @@ def sequential_quarters(args) -> dict[str, str] | None:
     return None
 
 
+#: The most calls `bench gateway` sends (its figures settle well before).
+GATEWAY_MAX_CALLS = 2000
+
+
 def quarters_of_scenarios(scenarios) -> dict[str, str]:
     return {s.id: s.invest_quarter for s in scenarios}
 
@@ -149,6 +153,11 @@ def _run(args) -> int:
     for flag, value in (("--results-dir", args.results_dir), ("--keep", args.keep)):
         if value is not None:
             check_out(value, flag)
+    if args.n is None:
+        args.n = GATEWAY_MAX_CALLS if args.what == "gateway" else 10_000
+    if args.what == "gateway" and args.n > GATEWAY_MAX_CALLS:  # said, not clamped in silence
+        raise InputError("--n", f"{args.n} calls: `bench gateway` sends at most {GATEWAY_MAX_CALLS}",
+                         f"give --n {GATEWAY_MAX_CALLS} or fewer")
     if args.what == "sequential":
         quarters = sequential_quarters(args)
         n_max = len(quarters) if quarters else args.max_scenarios

@@ -32,6 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from madbench.data.errors import InputError
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -69,9 +71,26 @@ def dir_mode() -> int:
     return 0o777 & ~current_umask()
 
 
+def check_target(path: Path) -> None:
+    """An InputError unless ``path`` is absent or a regular file: the move that ends a write replaces whatever is
+    there, so a symbolic link, a device (``/dev/null`` given as ``--out``), a pipe or a folder is refused, not
+    replaced, before anything is written."""
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink():
+        raise InputError(path, f"is a symbolic link (to {os.readlink(path)}): madbench writes a file whole in its place, "
+                         "so it would replace the link, not write where it points", "give the path of a regular file")
+    if not path.is_file():
+        kind = "a folder" if path.is_dir() else "a device, pipe or socket, not a regular file"
+        raise InputError(path, f"is {kind}: writing there would replace it",
+                         "give the path of a regular file (or one that does not exist yet)")
+
+
 def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """Call ``write(tmp_path)`` and atomically move the result onto ``path`` (mode ``0o666 & ~umask``)."""
+    """Call ``write(tmp_path)`` and atomically move the result onto ``path`` (mode ``0o666 & ~umask``); ``path``
+    must be absent or a regular file (``check_target``)."""
     path = Path(path)
+    check_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.w{os.getpid()}@{socket.gethostname()}.", suffix=".tmp",
                                dir=path.parent)

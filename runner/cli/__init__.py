@@ -117,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
               f"and committed runs are kept; `ray status` and /tmp/ray/session_latest/logs say more)", file=sys.stderr)
         return EXIT_NO_RAY
     except OSError as exc:
+        if exc.errno == errno.EROFS:  # an output path on a read-only mount: the input's problem, as a closed folder is
+            print(f"madbench: error: {exc.filename or ''}: {exc.strerror or exc} (fix: choose a path on a writable file "
+                  "system)", file=sys.stderr)
+            return EXIT_INPUT
         if exc.errno != errno.ENOSPC:
             raise
         print(f"madbench: error: {exc.strerror or exc}: {exc.filename or ''}\n"

@@ -136,8 +136,6 @@ def cmd_leakage_audit(args) -> int:
         ids = None
     else:
         ids = None if args.ids is None else id_list(args.ids, "--ids")
-    if spec is not None:  # a dead endpoint now, not after the memos and minutes of retries
-        require_endpoint(spec.api_base, {spec.model})
     options = blind_options(args)
     if args.batch:
         scenarios, pack, options = batch_memo_inputs(args)
@@ -146,6 +144,8 @@ def cmd_leakage_audit(args) -> int:
         if ids is not None:
             scenarios = [find_scenario(scenarios, i, args.scenarios)[1] for i in ids]
         pack = load_pack(args)
+    if spec is not None:  # once the inputs are read (it sends a request), before the memos and minutes of retries
+        require_endpoint(spec.api_base, {spec.model})
     memos = blind_memos(scenarios, pack, options)
     reference = reference_blocks(pack, options)
     residue = residue_table(memos, reference)

@@ -43,7 +43,7 @@ from madbench.results.layout import run_id_of
 from madbench.results.traces import check_attempts
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import CACHE_DIR_HELP, flag_spec, number
-from madbench.runner.preflight import require_endpoint
+from madbench.runner.preflight import require_endpoint, spec_problems
 from madbench.runner.wiring import build_gateway
 
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
@@ -150,8 +150,15 @@ def schema_validator(schema: dict | None):
 def cmd_llm_ask(args) -> int:
     schema = _read_schema(args.schema) if args.schema else None
     limits = {k: v for k, v in (("rpm", args.rpm), ("tpm", args.tpm)) if v is not None}
+    if not args.prompt.strip():
+        raise InputError("--prompt", "is empty", "give the text to send")
+    if "/" not in args.model:
+        raise InputError("--model", f"{args.model!r} is not a model string", "write PROVIDER/MODEL, e.g. openai/gpt-4o-mini")
     spec = flag_spec(model=args.model, api_base=args.api_base, api_key_env=args.api_key_env, limits=limits,
                      retry={"timeout_s": args.timeout})
+    problems = spec_problems(spec)  # an unknown provider, a missing key: as `madbench run`'s preflight says them
+    if problems:
+        raise InputError("--model", "; ".join(problems), "give a model that can be called")
     require_endpoint(spec.api_base, {spec.model})
     messages = ([Message(role="system", content=args.system)] if args.system else []) + [Message(role="user", content=args.prompt)]
     request = LLMRequest(model=args.model, messages=messages, temperature=args.temperature, max_tokens=args.max_tokens,

@@ -60,7 +60,7 @@ def register(sub) -> None:
 
 def _specs(args) -> list[ModelSpec]:
     """One spec per --model (given twice, once), each refused here when no call to it could succeed, as `madbench
-    run`'s preflight refuses it; a dead --api-base is named before the probe's minutes of retries."""
+    run`'s preflight refuses it."""
     for model in args.model:
         check_model(model)
     limits = {"rpm": args.rpm} if args.rpm is not None else {}
@@ -70,7 +70,6 @@ def _specs(args) -> list[ModelSpec]:
         problems = spec_problems(spec)
         if problems:
             raise InputError("--model", "; ".join(problems), "give a model that can be called")
-    require_endpoint(args.api_base, {s.model for s in specs})
     return specs
 
 
@@ -90,6 +89,7 @@ def cmd_probe_recall(args) -> int:
     registry = load_cutoffs(args.cutoffs)
     scenarios = load_scenarios(args.scenarios)
     pack = load_pack(resolve_pack_dir(args.pack))  # prices only: the probe shows no memo, so no evidence
+    require_endpoint(args.api_base, {s.model for s in specs})  # after the inputs are read: it sends a request
     cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
     gateway = build_gateway(cache=cache)
     try:

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from madbench.data.errors import InputError
 from madbench.results import read_manifest
 from madbench.runner.api import BatchEstimate, BatchRun, estimate_with, open_results, run_with
 from madbench.runner.batch import MAX_RUNS, MAX_RUNS_CEILING
@@ -94,6 +95,9 @@ def cmd_run(args) -> int:
     options = RunOptions.from_args(args)
     if args.dry_run:
         return print_estimate(estimate_with(options), args.json)
+    for flag, given in (("--calibrate-from", args.calibrate_from), ("--json", args.json)):
+        if given:  # an estimate's option on a real run would be ignored while the batch ran
+            raise InputError(flag, "is an option of the estimate", "add --dry-run, or leave it out")
     return print_run(run_with(options))
 
 

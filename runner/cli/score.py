@@ -15,6 +15,7 @@ from madbench.results.layout import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL
 from madbench.runner.batch import MAX_IN_FLIGHT, MAX_WORKERS
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import flag_spec, number
+from madbench.runner.preflight import require_endpoint, spec_problems
 from madbench.runner.ray_address import check_address, split_address
 from madbench.runner.rescore_job import Job, Outcome, Plan, dry_run, failure_reasons, plan, run_rescore
 from madbench.scoring.rescore import agreement_tables
@@ -51,8 +52,12 @@ def _scorer_spec(args) -> ModelSpec:
     if "/" not in scorer:
         raise InputError("--scorer", f"{args.scorer!r} is not a model", "write rules, local/gemma3-270m or a litellm model string")
     limits = {k: v for k, v in (("rpm", args.rpm), ("tpm", args.tpm), ("max_concurrency", args.max_concurrency)) if v is not None}
-    return flag_spec(model=scorer, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
+    spec = flag_spec(model=scorer, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
                      limits=limits)
+    problems = spec_problems(spec)  # an unknown provider, a missing key: refused as `madbench run`'s preflight does
+    if problems:
+        raise InputError("--scorer", "; ".join(problems), "give a scorer that can be called")
+    return spec
 
 
 def _batch_cache_dir(root: Path) -> str | None:
@@ -89,6 +94,7 @@ def cmd_rescore(args) -> int:
         print(json.dumps(dry_run(job, p), indent=1))
         return 0
     check_address(args.address)
+    require_endpoint(job.spec.api_base, {job.spec.model}, "--api-base")  # after every other check: it sends a request
     outcome = run_rescore(job, p, args.address, args.workers, args.max_in_flight, args.concurrency, args.quiet)
     print_summary(job, p, outcome)
     print_agreement(job)

@@ -224,9 +224,16 @@ def cmd_power(args) -> int:
         raise InputError("--sd", f"must be > 0, got {args.sd}", "give the standard deviation of the paired differences")
     if args.effect == 0:
         raise InputError("--effect", "must be non-zero", "give the smallest mean difference worth detecting, e.g. 0.14")
-    powers = [float(p) for p in args.power.split(",")]
+    try:
+        powers = [float(p) for p in args.power.split(",")]
+    except ValueError:
+        raise InputError("--power", f"{args.power!r} is not a comma-separated list of numbers", "e.g. --power 0.8,0.9") \
+            from None
     if any(not 0 < p < 1 for p in powers):
         raise InputError("--power", f"values must lie in (0, 1), got {args.power}", "e.g. --power 0.8,0.9")
+    if not 1e-6 <= abs(args.effect) / args.sd <= 1e3:  # outside it no paired design is meaningful (nor solvable)
+        raise InputError("--effect", f"d_z = effect / sd = {abs(args.effect) / args.sd:.3g} lies outside [1e-6, 1e3]",
+                         "give the effect and the SD of the paired differences in the metric's own units")
     table = power_table(args.effect, args.sd, powers, args.alpha, args.n)
     if args.json:
         print(json.dumps(table, indent=1))

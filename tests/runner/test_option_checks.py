@@ -323,3 +323,84 @@ def test_probe_flags_without_a_model_are_refused_by_the_audit(make_pack, tmp_pat
     assert main(["leakage", "audit", "--scenarios", str(scenarios_file(tmp_path)), "--pack", str(make_pack()),
                  "--api-base", "http://127.0.0.1:8000/v1", "--out", str(tmp_path / "out")]) == 2
     assert "--api-base: is for the identification probe, which only --model asks for" in one_line(capsys)
+
+
+# -- 5. what a second pass of bad inputs found
+
+
+def test_a_write_never_replaces_a_symbolic_link_a_pipe_or_a_folder(tmp_path):
+    from madbench.data.atomic import atomic_write_text
+    from madbench.data.errors import InputError
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("kept")
+    (link := tmp_path / "link.txt").symlink_to(target)
+    os.mkfifo(pipe := tmp_path / "pipe")  # a device's stand-in that the test may touch: replacing /dev/null is not
+    (folder := tmp_path / "folder").mkdir()
+    for path, said in ((link, "is a symbolic link"), (pipe, "a device, pipe or socket"), (folder, "is a folder")):
+        with pytest.raises(InputError, match=said):
+            atomic_write_text(path, "written")
+    assert link.is_symlink() and target.read_text() == "kept" and pipe.is_fifo() and folder.is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.txt", "folder", "link.txt", "pipe"]  # no temp left
+
+
+def test_scenarios_make_refuses_an_out_that_is_a_pipe_not_a_file(make_pack, tmp_path, capsys):
+    os.mkfifo(pipe := tmp_path / "out.yaml")
+    assert main(["scenarios", "make", "--pack", str(make_pack(tickers=tuple(TICKERS))), "--quarters", "2021Q1:2021Q2",
+                 "--count", "2", "--out", str(pipe)]) == 2
+    assert "a device, pipe or socket" in one_line(capsys) and pipe.is_fifo()
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["power", "--effect", "0.1", "--sd", "0.3", "--power", ""], "--power: '' is not a comma-separated list"),
+    (["power", "--effect", "0.1", "--sd", "0.3", "--power", "0.8,,0.9"], "is not a comma-separated list"),
+    (["power", "--effect", "1e-300", "--sd", "1e300"], "--effect: d_z = effect / sd"),
+    (["backtest", "--weights", "equal", "--quarter", "0000Q1", "--tickers", "AAA,BBB"], "'0000Q1' is out of range"),
+    (["backtest", "--weights", "equal", "--quarter", "２０２３Q2", "--tickers", "AAA,BBB"], "is not a quarter"),
+    (["llm", "ask", "--model", "openai/gpt-4o-mini", "--prompt", " "], "--prompt: is empty"),
+    (["llm", "ask", "--model", "gpt4", "--prompt", "hi"], "'gpt4' is not a model string"),
+    (["llm", "ask", "--model", "frob/x", "--prompt", "hi"], "unknown model provider 'frob'"),
+    (["llm", "ask", "--model", "openai/gpt-4o-mini", "--prompt", "hi", "--api-key-env", "MADBENCH_UNSET_KEY_VAR"],
+     "MADBENCH_UNSET_KEY_VAR (its api_key_env) is not set"),
+    (["bench", "gateway", "--n", "100000"], "--n: 100000 calls: `bench gateway` sends at most 2000"),
+])
+def test_a_value_no_command_could_use_is_one_line_before_any_work(argv, said, make_pack, capsys, monkeypatch):
+    monkeypatch.setenv("MADBENCH_PACK", str(make_pack(tickers=tuple(TICKERS))))
+    monkeypatch.delenv("MADBENCH_UNSET_KEY_VAR", raising=False)
+    assert exit_code(argv) == 2
+    assert said in one_line(capsys)
+
+
+def test_an_estimates_options_on_a_real_run_are_refused(make_pack, tmp_path, capsys):
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), model="rules/auto")
+    for flag in (["--json"], ["--calibrate-from", str(tmp_path)]):
+        assert main(["run", str(batch), *flag]) == 2
+        assert f"{flag[0]}: is an option of the estimate" in one_line(capsys)
+    assert not (tmp_path / "results").exists()
+
+
+def test_rescore_refuses_a_scorer_no_call_could_reach_even_in_a_dry_run(tmp_path, capsys, monkeypatch):
+    results = shutil.copytree(ROOT / "tests" / "results" / "data" / "rules-2-unversioned", tmp_path / "b")
+    before = sorted(p.name for p in results.iterdir())
+    for scorer, said in (("frob/x", "unknown model provider 'frob'"), ("openai/gpt-4o-mini", "no API key: export OPENAI_API_KEY")):
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        assert main(["rescore", str(results), "--scorer", scorer, "--dry-run"]) == 2
+        assert said in one_line(capsys)
+    assert sorted(p.name for p in results.iterdir()) == before
+
+
+def test_export_refuses_a_damaged_commit_point_and_leaves_no_folder(tmp_path, capsys):
+    results = shutil.copytree(ROOT / "tests" / "results" / "data" / "rules-2-unversioned", tmp_path / "b")
+    commit = sorted((results / "runs").glob("*.json"))[0]
+    commit.write_text(commit.read_text()[:40])  # torn
+    assert main(["export", str(results), "--format", "jsonl", "--out", str(tmp_path / "out")]) == 2
+    assert str(commit) in one_line(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_probe_recall_reads_every_input_before_it_sends_its_one_probe(make_pack, endpoint, tmp_path, capsys):
+    url, server = endpoint
+    server.status = 401
+    assert main(["probe", "recall", "--scenarios", str(scenarios_file(tmp_path)), "--pack", str(make_pack(tickers=tuple(TICKERS))),
+                 "--model", "openai/madbench-sim", "--api-base", url, "--send-context", "--no-cache",
+                 "--prompt", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "out")]) == 2
+    assert "missing.yaml" in one_line(capsys) and server.hits == []

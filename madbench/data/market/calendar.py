@@ -16,7 +16,9 @@ import pandas as pd
 
 from madbench.data.errors import InputError
 
-_QUARTER = re.compile(r"^(\d{4})Q([1-4])$")
+_QUARTER = re.compile(r"^([0-9]{4})Q([1-4])$")  # ASCII digits: \d takes "２０２３" too
+#: The years a quarter may name: market data and pandas timestamps lie well inside them.
+YEARS = range(1900, 2200)
 
 
 @dataclass(frozen=True, order=True)
@@ -29,6 +31,9 @@ class Quarter:
         m = _QUARTER.match(str(text).strip())
         if not m:
             raise InputError(where, f"{text!r} is not a quarter", "write it as YYYYQn, e.g. 2022Q2")
+        if int(m.group(1)) not in YEARS:
+            raise InputError(where, f"{text!r} is out of range: its year must lie in {YEARS.start}-{YEARS.stop - 1}",
+                             "write a quarter of the data, e.g. 2022Q2")
         return cls(int(m.group(1)), int(m.group(2)))
 
     def __str__(self) -> str:
