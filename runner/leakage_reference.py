@@ -14,24 +14,13 @@ from __future__ import annotations
 from madbench.data.errors import InputError
 from madbench.debate.config import DebateConfig
 from madbench.eval.stats.leakage_did import reference_name
-from madbench.gateway import ModelRouting, ModelSpec
-from madbench.gateway.models import as_spec
+from madbench.gateway import ModelRouting
 from madbench.runner.pairs import pair_problems
 
 
 def memoryless(config: DebateConfig) -> bool:
     """Every model ``config`` routes to, fallbacks included, is rule-based."""
-    r = config.models
-    todo = [*r.tiers.values(), *r.roles.values(), *r.phases.values(), *r.role_phases.values(), r.default]
-    while todo:
-        choice = todo.pop()
-        spec = choice if isinstance(choice, ModelSpec) else as_spec(choice) if "/" in choice else None
-        if spec is None:
-            continue  # a tier's name, resolved through the tiers above
-        if not spec.model.startswith("rules/"):
-            return False
-        todo += spec.fallbacks
-    return True
+    return all(spec.model.startswith("rules/") for spec in config.models.named_specs())
 
 
 def reference_arms(spec, configs: list[DebateConfig], where: str) -> list[DebateConfig]:

@@ -136,14 +136,7 @@ def rule_model_problems(configs: list[DebateConfig]) -> list[str]:
     known = ["auto", *HANDLERS]
     where: dict[str, set[str]] = {}
     for config in configs:
-        r = config.models
-        todo = [*r.tiers.values(), *r.roles.values(), *r.phases.values(), *r.role_phases.values(), r.default]
-        while todo:
-            choice = todo.pop()
-            spec = choice if isinstance(choice, ModelSpec) else as_spec(choice) if "/" in choice else None
-            if spec is None:
-                continue  # a tier's name
-            todo += spec.fallbacks
+        for spec in config.models.named_specs():
             name = spec.model.split("/", 1)[1] if spec.model.startswith("rules/") else None
             if name is not None and name not in known:
                 where.setdefault(spec.model, set()).add(config.name)
@@ -466,8 +459,10 @@ def openai_route(model: str) -> bool:
 
 def spec_problems(spec: ModelSpec) -> list[str]:
     """What makes every call to ``spec`` fail, as a batch's preflight names it (a provider litellm cannot route, a
-    missing key, a model name it does not list), for the commands that call one model outside a batch."""
-    return [str(p) for p in build_providers().for_model(spec.model).preflight(spec, None, None)]
+    missing key, a model name it does not list), for the commands that call one model outside a batch; a problem
+    only a call would meet (a missing key, a name litellm does not list) is a ``SendOnly``, which a dry run reports
+    and goes on past."""
+    return list(build_providers().for_model(spec.model).preflight(spec, None, None))
 
 
 def config_endpoints(configs: Iterable[DebateConfig]) -> tuple[dict[str, set[str]], dict[str, set[str]]]:

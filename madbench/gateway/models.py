@@ -221,6 +221,21 @@ class ModelRouting(BaseModel):
             spec = spec.model_copy(update={"model": f"rules/{role if phase not in ('judge', 'crit', 'rca') else phase}"})
         return spec
 
+    def named_specs(self) -> list[ModelSpec]:
+        """Every model spec the routing names (tiers, roles, phases, role-phases, its default), fallbacks included,
+        as written: ``rules/auto`` stays itself, and a tier's name is found through its tier."""
+        found: list[ModelSpec] = []
+        todo: list[str | ModelSpec] = [*self.tiers.values(), *self.roles.values(), *self.phases.values(),
+                                       *self.role_phases.values(), self.default]
+        while todo:
+            choice = todo.pop()
+            spec = choice if isinstance(choice, ModelSpec) else as_spec(choice) if "/" in choice else None
+            if spec is None:
+                continue  # a tier's name: its spec is among the tiers' values
+            found.append(spec)
+            todo += spec.fallbacks
+        return found
+
     def identity(self) -> dict[str, Any]:
         """The routing as a run identity sees it: every spec through ``spec_identity``."""
         data = self.model_dump(mode="json")

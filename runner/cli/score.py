@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 from madbench.data.errors import InputError
 from madbench.data.markdown import markdown_table
 from madbench.data.paths import MAX_NAME_LENGTH
 from madbench.gateway import ModelSpec, resolve_cache_dir
+from madbench.gateway.providers.base import SendOnly
 from madbench.results import BatchDirs, check_results_dir, read_manifest, read_scores
 from madbench.results.layout import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL
 from madbench.runner.batch import MAX_IN_FLIGHT, MAX_WORKERS
@@ -55,6 +57,10 @@ def _scorer_spec(args) -> ModelSpec:
     spec = flag_spec(model=scorer, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
                      limits=limits)
     problems = spec_problems(spec)  # an unknown provider, a missing key: refused as `madbench run`'s preflight does
+    for p in problems if args.dry_run else []:
+        if isinstance(p, SendOnly):  # a dry run calls nothing: a missing key is said, and the estimate made
+            print(f"madbench: warning: {p}", file=sys.stderr)
+    problems = [p for p in problems if not (args.dry_run and isinstance(p, SendOnly))]
     if problems:
         raise InputError("--scorer", "; ".join(problems), "give a scorer that can be called")
     return spec

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from madbench.data.atomic import atomic_write_text
+from madbench.data.errors import InputError
 from madbench.debate.events import EarlyStop
 from madbench.debate.trace import TraceSymlinkError, TraceWriter, read_trace
 from madbench.runner.cli import main
@@ -53,11 +54,11 @@ def test_a_regular_trace_still_works(tmp_path):
     assert len(read_trace(path, repair=True).events) == 1 and read_trace(path).problems == []
 
 
-def test_an_atomic_write_replaces_the_link_not_its_target(planted):
+def test_an_atomic_write_refuses_a_link_and_touches_neither_it_nor_its_target(planted):
     link, outside = planted
-    atomic_write_text(link, "new")
-    assert not link.is_symlink() and link.read_text() == "new"
-    assert outside.read_bytes() == OUTSIDE
+    with pytest.raises(InputError, match="is a symbolic link"):
+        atomic_write_text(link, "new")
+    assert link.is_symlink() and outside.read_bytes() == OUTSIDE
 
 
 @pytest.mark.slow
