@@ -284,7 +284,8 @@ def clustering_line(pairs: list[PairedComparison]) -> str:
     counts = sorted({c.n_clusters for c in inside})
     clusters = f"{counts[0]} clusters" if len(counts) == 1 else f"{counts[0]}–{counts[-1]} clusters"
     left = len(tested) - len(inside)
-    rest = f"; {left} of the {len(tested)} tests unclustered (see their note)" if left else ""
+    rest = (f"; {left} of the {len(tested)} tests the ordinary paired t (their scenarios each in a quarter of its own, "
+            "or all in one)") if left else ""
     return (f"p: clustered by {QUARTER} (CR2 standard errors, Satterthwaite df), {clusters}; p_unclustered, the "
             f"ordinary paired t that takes the scenarios as independent, beside it{rest}")
 
