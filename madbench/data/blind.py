@@ -405,6 +405,17 @@ def calendar_positions(text: str, fiscal: FiscalCalendar, anchor: Anchor) -> str
     return text
 
 
+#: "Q3 2022" in an issuer's own filing or call: its fiscal quarter, as issuers number quarters on their own calendar
+#: (AAPL's 10-Q of the quarter ended June 2022 says "in Q3 2022"); read as "fiscal Q3 2022", so that
+#: ``calendar_positions`` places it by the issuer's calendar (a calendar-year issuer's is the same quarter).
+_ISSUER_QUARTER = re.compile(rf"(?<!fiscal )\bQ(?P<q>[1-4]),? {_Y4}\b")
+
+
+def issuer_quarters(text: str) -> str:
+    """``text`` (an issuer's own words) with each bare "Qn YYYY" written as the fiscal quarter it is."""
+    return _ISSUER_QUARTER.sub(lambda m: f"fiscal Q{m['q']} {m['y']}", text)
+
+
 #: A company (its pseudonym, or another company) right before a number: what followed the name in the evidence
 #: ("Microsoft 365", a model number), which the name's replacement would otherwise keep.
 _FUSED = re.compile(rf"(?P<name>\b{PSEUDONYM_PREFIX}[A-Z]+|\b{OTHER_COMPANY})(?P<gap>\s+)(?P<num>\d+(?:[.\-]?\w+)*)")
@@ -535,7 +546,8 @@ def blind_memo(memo: Memo, scenario: Scenario, companies: list[Company], options
             """The evidence's own words: names, dates, amounts, percentages, fiscal labels, every name and term."""
             if text is None:
                 return None
-            return masker(unfuse(calendar_positions(bucket_percents(redact(text)), fiscal, anchor), masker))
+            return masker(unfuse(calendar_positions(bucket_percents(redact(issuer_quarters(text))), fiscal, anchor),
+                                 masker))
 
         def neuter_names(text: str | None, fiscal: FiscalCalendar = fiscal) -> str | None:
             return None if text is None else masker(calendar_positions(redact(text), fiscal, anchor), terms=False)

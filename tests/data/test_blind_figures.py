@@ -14,6 +14,7 @@ from madbench.data.blind import (
     Redactor,
     blind_memo,
     calendar_positions,
+    issuer_quarters,
     pack_companies,
     unfuse,
 )
@@ -84,6 +85,18 @@ def test_an_off_calendar_issuer_and_a_calendar_one_read_alike_after_the_date_rul
     msft = calendar_positions(redact("Microsoft reported Q3 FY2022 revenue"), FISCAL_CALENDARS["MSFT"], ANCHOR)
     jpm = calendar_positions(redact("JPM reported Q1 2022 revenue"), CALENDAR_YEAR, ANCHOR)
     assert msft.replace("ASSET_A", "X") == jpm.replace("ASSET_B", "X") == f"X reported Q{MINUS}1 revenue"
+
+
+def test_an_issuers_bare_quarter_is_its_fiscal_quarter_placed_by_its_calendar():
+    """AAPL's 10-Q of the quarter ended June 2022 says "in Q3 2022", its fiscal Q3: read as the calendar 2022Q3 it
+    would land a quarter late; read as fiscal it is the quarter ending in June, as the filing's header places it."""
+    redact = Redactor({"AAPL": "ASSET_A"}, [Company("AAPL", "Apple")], ANCHOR)
+    aapl = calendar_positions(redact(issuer_quarters("Apple's net sales rose in Q3 2022")), FISCAL_CALENDARS["AAPL"], ANCHOR)
+    jpm = calendar_positions(redact(issuer_quarters("net sales rose in Q2 2022")), CALENDAR_YEAR, ANCHOR)
+    assert aapl == "ASSET_A's net sales rose in Q0" and jpm == "net sales rose in Q0"  # both ended June 2022
+    as_calendar = calendar_positions(redact("Apple's net sales rose in Q3 2022"), FISCAL_CALENDARS["AAPL"], ANCHOR)
+    assert as_calendar.endswith("in Q+1")  # what the calendar reading said: a quarter late
+    assert issuer_quarters("fiscal Q3 2022 and Q4, 2021") == "fiscal Q3 2022 and fiscal Q4 2021"
 
 
 # -- names fused to what followed them --------------------------------------------------------------------------
