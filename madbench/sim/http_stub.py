@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -46,12 +47,21 @@ def chat_completion(content: str, model: str, prompt_tokens: int, completion_tok
                       "total_tokens": prompt_tokens + completion_tokens}}
 
 
+class _Server(ThreadingHTTPServer):
+    """Says nothing of a client that went away mid-request (a killed driver, a probe given up: the faults the
+    simulator exists to watch); any other handler error is printed as the standard server prints it."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class StubServer:
     """Serve ``handler`` on ``host``:``port`` (default 127.0.0.1 and a free port) in a daemon thread; use as a
     context manager."""
 
     def __init__(self, handler: type[JSONHandler], host: str = "127.0.0.1", port: int = 0):
-        self._httpd = ThreadingHTTPServer((host, port), handler)
+        self._httpd = _Server((host, port), handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
