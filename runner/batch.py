@@ -189,6 +189,14 @@ class BatchSpec(BaseModel):
     #: any debate, recorded in <results>/leakage_audit/ (runner/leakage_gate.py); needs a blind config.
     leakage_audit: LeakageAuditSpec | None = None
 
+    @field_validator("model", "results_dir", "cache_dir")
+    @classmethod
+    def _not_empty(cls, v):
+        # `model: ""` would run the configs' own models and `results_dir: ""` write into the batch file's folder
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("is empty: give a value, or leave the field out")
+        return v
+
     @field_validator("execution", mode="before")
     @classmethod
     def _execution(cls, v):

@@ -74,6 +74,13 @@ def register(sub) -> None:
 
 
 def _check(args) -> SimConfig:
+    if args.record_recognised is not None:  # opened now: a path it cannot append to is said before the server starts
+        try:
+            with open(args.record_recognised, "a"):
+                pass
+        except OSError as exc:
+            raise InputError("--record-recognised", f"{args.record_recognised}: {exc.strerror or exc}",
+                             "give a file path in a writable folder") from None
     for name, value in (("--rpm", args.rpm), ("--tpm", args.tpm)):
         if value is not None and value <= 0:
             raise InputError(name, f"must be > 0, got {value:g}", "leave it out for no limit")

@@ -77,6 +77,8 @@ def _batch_cache_dir(root: Path) -> str | None:
 def make_job(args) -> Job:
     spec = _scorer_spec(args)
     rubric = load_rubric(args.rubric)
+    if args.label is not None and not args.label.strip():
+        raise InputError("--label", "is empty", "give a label, or leave --label out for <scorer>.<rubric>")
     label = args.label or re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{spec.model}.{rubric.name}")
     if label in (ORIGINAL, FAILED) or not re.fullmatch(r"[A-Za-z0-9_.-]+", label) or label.startswith("."):
         raise InputError("--label", f"{label!r} is reserved or not a plain name", "choose a name of letters, digits, _ . -")

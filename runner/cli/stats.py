@@ -98,6 +98,14 @@ def _powers(text: str | None) -> list[float] | None:
 def _check(args) -> None:
     if not 0 < args.share < 1:
         raise InputError("--share", f"must lie in (0, 1), got {args.share}", "e.g. --share 0.333 (the paper's one third)")
+    for flag, value in (("--compare", args.compare), ("--metric", args.metric)):
+        if value is None:
+            continue
+        names = [v.strip() for v in value.split(",")]
+        if not all(names):  # '' (an unset shell variable) or 'a,,b' would be taken as "not given" or a shorter list
+            raise InputError(flag, f"{value!r} holds an empty name", "give comma-separated names, or leave the option out")
+        if len(set(names)) < len(names):
+            raise InputError(flag, f"{value!r} names one twice", "give each name once")
 
 
 def cmd_stats(args) -> int:

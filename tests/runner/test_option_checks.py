@@ -353,12 +353,27 @@ def test_scenarios_make_refuses_an_out_that_is_a_pipe_not_a_file(make_pack, tmp_
     (["llm", "ask", "--model", "openai/gpt-4o-mini", "--prompt", "hi", "--api-key-env", "MADBENCH_UNSET_KEY_VAR"],
      "MADBENCH_UNSET_KEY_VAR (its api_key_env) is not set"),
     (["bench", "gateway", "--n", "100000"], "--n: 100000 calls: `bench gateway` sends at most 2000"),
+    (["stats", "--compare", "", "RESULTS"], "--compare: '' holds an empty name"),
+    (["stats", "--metric", "sharpe,sharpe", "RESULTS"], "--metric: 'sharpe,sharpe' names one twice"),
+    (["rescore", "RESULTS", "--scorer", "rules", "--label", " ", "--dry-run"], "--label: is empty"),
+    (["sim", "serve", "--port", "0", "--record-recognised", "FOLDER"], "--record-recognised: FOLDER"),
 ])
-def test_a_value_no_command_could_use_is_one_line_before_any_work(argv, said, make_pack, capsys, monkeypatch):
+def test_a_value_no_command_could_use_is_one_line_before_any_work(argv, said, make_pack, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("MADBENCH_PACK", str(make_pack(tickers=tuple(TICKERS))))
     monkeypatch.delenv("MADBENCH_UNSET_KEY_VAR", raising=False)
-    assert exit_code(argv) == 2
-    assert said in one_line(capsys)
+    results = shutil.copytree(ROOT / "tests" / "results" / "data" / "rules-2-unversioned", tmp_path / "b")
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    places = {"RESULTS": str(results), "FOLDER": str(tmp_path)}
+    assert exit_code([places.get(a, a) for a in argv]) == 2
+    assert said.replace("FOLDER", str(tmp_path)) in one_line(capsys)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+@pytest.mark.parametrize("field", ["model", "results_dir", "cache_dir"])
+def test_an_empty_batch_field_is_refused_not_taken_as_unset(field, make_pack, tmp_path, capsys):
+    batch = write_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), **{field: ""})
+    assert main(["run", str(batch), "--dry-run"]) == 2
+    assert f"{field}: is empty" in one_line(capsys)
 
 
 def test_an_estimates_options_on_a_real_run_are_refused(make_pack, tmp_path, capsys):
