@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.server
 import os
 import shutil
 import sys
@@ -89,17 +88,6 @@ def ray_local():
                                               WORKER_NICENESS: "0"}})  # as madbench's own Ray gives its actors
     yield ray
     ray.shutdown()
-
-
-class QuietHTTPServer(http.server.ThreadingHTTPServer):
-    """A local test endpoint that keeps its handlers' errors to itself: a client that goes away mid-request (a
-    Ray actor stopped after its test, a probe given up) would otherwise print a traceback on the stderr of whatever
-    test runs next in the process."""
-
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        pass
 
 
 def errors_only(stderr: str) -> str:

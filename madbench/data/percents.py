@@ -56,8 +56,7 @@ def _edges(x: Decimal) -> tuple[Decimal, Decimal]:
 
 
 def _figure(x: Decimal) -> str:
-    text = f"{x.normalize():f}"
-    return text
+    return f"{x.normalize():f}"
 
 
 def percent_bin(lo: Decimal, hi: Decimal | None = None) -> str:

@@ -47,9 +47,12 @@ def chat_completion(content: str, model: str, prompt_tokens: int, completion_tok
                       "total_tokens": prompt_tokens + completion_tokens}}
 
 
-class _Server(ThreadingHTTPServer):
+class QuietServer(ThreadingHTTPServer):
     """Says nothing of a client that went away mid-request (a killed driver, a probe given up: the faults the
-    simulator exists to watch); any other handler error is printed as the standard server prints it."""
+    simulator exists to watch, and a Ray actor stopped after its test, whose traceback would land on the next test's
+    stderr); any other handler error is printed as the standard server prints it."""
+
+    daemon_threads = True
 
     def handle_error(self, request: object, client_address: object) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):
@@ -61,8 +64,7 @@ class StubServer:
     context manager."""
 
     def __init__(self, handler: type[JSONHandler], host: str = "127.0.0.1", port: int = 0):
-        self._httpd = _Server((host, port), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = QuietServer((host, port), handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 from madbench.data.markdown import markdown_table
-from madbench.data.paths import MAX_NAME_LENGTH
+from madbench.data.names import check_name
 from madbench.gateway import ModelSpec, resolve_cache_dir
 from madbench.gateway.providers.base import SendOnly
 from madbench.results import BatchDirs, check_results_dir, read_manifest, read_scores
@@ -79,12 +79,10 @@ def make_job(args) -> Job:
     rubric = load_rubric(args.rubric)
     if args.label is not None and not args.label.strip():
         raise InputError("--label", "is empty", "give a label, or leave --label out for <scorer>.<rubric>")
-    label = args.label or re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{spec.model}.{rubric.name}")
-    if label in (ORIGINAL, FAILED) or not re.fullmatch(r"[A-Za-z0-9_.-]+", label) or label.startswith("."):
-        raise InputError("--label", f"{label!r} is reserved or not a plain name", "choose a name of letters, digits, _ . -")
-    if len(label) > MAX_NAME_LENGTH:  # the name of its folder under scores/
-        raise InputError("--label", f"{label[:40]}… is {len(label):,} characters, over the limit of {MAX_NAME_LENGTH}",
-                         f"pass a shorter --label (at most {MAX_NAME_LENGTH} characters)")
+    # the name of its folder under scores/: the one rule of names that become paths
+    label = check_name(args.label or re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{spec.model}.{rubric.name}"), "--label", "label")
+    if label in (ORIGINAL, FAILED):
+        raise InputError("--label", f"{label!r} is reserved (scores/{label} is the layout's own)", "choose another label")
     for name, value in (("--workers", args.workers), ("--max-in-flight", args.max_in_flight), ("--concurrency", args.concurrency)):
         if value < 1:
             raise InputError(name, f"{value} is not a positive count", "give 1 or more")

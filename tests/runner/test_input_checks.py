@@ -15,7 +15,8 @@ from madbench.data.errors import InputError
 from madbench.eval.stats.frame import batch_pairs
 from madbench.results import ManifestRun, write_manifest
 from madbench.runner.cli import main
-from tests.conftest import QuietHTTPServer, errors_only
+from madbench.sim.http_stub import QuietServer
+from tests.conftest import errors_only
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 KEY_ENV = "MADBENCH_INPUT_CHECKS_KEY"
@@ -41,7 +42,7 @@ class _Counting(http.server.BaseHTTPRequestHandler):
 def provider():
     """A local HTTP endpoint that counts every request it gets: the paid provider of these batches."""
     _Counting.hits = 0
-    server = QuietHTTPServer(("127.0.0.1", 0), _Counting)
+    server = QuietServer(("127.0.0.1", 0), _Counting)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1", _Counting
     server.shutdown()

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from madbench.runner.cli import main
-from tests.conftest import QuietHTTPServer, errors_only
+from madbench.sim.http_stub import QuietServer
+from tests.conftest import errors_only
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 from tests.runner.test_input_checks import KEY_ENV, paid_batch
 from tests.runner.test_one_line_errors import _as_unprivileged
@@ -61,7 +62,7 @@ class _Answering(http.server.BaseHTTPRequestHandler):
 def endpoint():
     """A local HTTP endpoint answering 404 to everything (set ``.status`` for another answer), counting requests."""
     handler = type("Handler", (_Answering,), {"hits": [], "status": 404})
-    server = QuietHTTPServer(("127.0.0.1", 0), handler)
+    server = QuietServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1", handler
     server.shutdown()

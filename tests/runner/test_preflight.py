@@ -9,7 +9,7 @@ import yaml
 from madbench.runner.cli import main
 from madbench.runner.progress import BatchLine, Progress, eta_s
 from madbench.runner.run_report import RunReport
-from tests.conftest import QuietHTTPServer
+from madbench.sim.http_stub import QuietServer
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 from tests.runner.test_input_checks import _Counting
 
@@ -63,7 +63,7 @@ def test_an_unwritable_results_directory_is_a_preflight_problem(make_pack, tmp_p
 @pytest.fixture
 def failing_endpoint():
     """An endpoint that answers every request with a 500: there, but failing every call."""
-    server = QuietHTTPServer(("127.0.0.1", 0), _Counting)
+    server = QuietServer(("127.0.0.1", 0), _Counting)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/v1"
     server.shutdown()
