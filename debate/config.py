@@ -59,8 +59,10 @@ class DebateConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: Name
     description: str = ""
+    #: A registered name, an import path into the researcher's own code (``my_lab.jury:Jury``) or an installed
+    #: package's entry point (``madbench.debate.protocols.registry``).
     protocol: str = "paper"
-    #: The debating agents of the `paper` protocol (the staged protocols name their own roles).
+    #: The debating agents of a protocol that debates the config's agents (the staged protocols name their own roles).
     agents: list[AgentConfig] = Field(default_factory=list)
     #: Protocol-specific knobs, validated by the protocol's own options model (e.g. desks: enable_research_manager).
     options: dict[str, Any] = Field(default_factory=dict)
@@ -103,8 +105,6 @@ class DebateConfig(BaseModel):
 
     @model_validator(mode="after")
     def _unique_agents(self):
-        if self.protocol == "paper" and not self.agents:
-            raise ValueError("agents: the paper protocol needs at least one agent")
         ids = [a.agent_id for a in self.agents]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:

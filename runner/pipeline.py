@@ -39,8 +39,7 @@ from madbench.debate.events import (
 )
 from madbench.debate.outcome import Outcome
 from madbench.debate.profiles import load_profile
-from madbench.debate.protocols import PROTOCOLS
-from madbench.debate.protocols.staged import prompt_files_hash
+from madbench.debate.protocols import protocol_of
 from madbench.debate.trace import TraceWriter, read_trace
 from madbench.eval.backtest import backtest, holding_window
 from madbench.eval.baselines import baseline_metrics
@@ -66,9 +65,7 @@ def prompt_hashes(config: DebateConfig) -> dict[str, str]:
     out["crit"] = load_crit_prompt().digest
     out["rubric"] = load_rubric(config.crit_rubric).digest()
     out["rca"] = load_scorer_prompt("rca", RCA_VARIABLES).digest
-    if config.protocol != "paper":
-        out[f"protocol/{config.protocol}"] = prompt_files_hash(config.protocol)
-    return out
+    return out | protocol_of(config).prompt_hashes(config.protocol)
 
 
 def config_identity(config: DebateConfig) -> dict[str, Any]:
@@ -167,7 +164,7 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
                          past_performance=_past_performance(pack, scenario, blinded),
                          recorded_answers=recorded_answers(readout.events))
         try:
-            outcome = _unblind(await PROTOCOLS[config.protocol](ctx), blinded)
+            outcome = _unblind(await protocol_of(config).run(ctx), blinded)
         except DebateFailure as exc:
             error = redact(str(exc))
             result = RunResult(**base, status="failed", error=error, totals=_totals(ctx))
