@@ -38,6 +38,8 @@ class InterventionConfig(BaseModel):
     name: str
 
 
+#: The scorer a config grades with unless it names another (``madbench.scoring.scorers``).
+DEFAULT_SCORER = "crit"
 #: The largest answer budget a phase may ask for: above every hosted model's output limit (the preflight checks the
 #: model's own), low enough that a typo (an extra zero or two) is caught here.
 MAX_ANSWER_TOKENS = 1_000_000
@@ -82,6 +84,12 @@ class DebateConfig(BaseModel):
     #: Score each round's revisions with CRIT (the controller needs it; off only for proposal-only baselines).
     score_rounds: bool = True
     interventions: list[InterventionConfig] = Field(default_factory=list)
+    #: The scorer that grades arguments (CRIT, RCA): a registered name, or an import path to a factory
+    #: ``(DebateConfig) -> Scorer`` in the researcher's own code (``madbench.scoring.scorers``).
+    scorer: str = DEFAULT_SCORER
+    #: Run metrics its runs report in runs.parquet (``madbench.debate.run_metrics``): they read a finished run and
+    #: change none of it, so they are not part of a run's identity.
+    metrics: list[str] = Field(default_factory=list)
     #: Overrides of the scenario's constraints, field by field.
     constraints: dict[str, Any] | None = None
     require_known_evidence: bool = True
@@ -99,8 +107,12 @@ class DebateConfig(BaseModel):
         """A config that is not blind dumps as it did before ``blind`` existed, so its run ids and content hash are
         unchanged; a blind one carries its options into both."""
         data = handler(self)
-        if not self.blind.enabled and isinstance(data, dict):
-            data.pop("blind", None)
+        if isinstance(data, dict):
+            # likewise a config on the default scorer and without run metrics
+            for key, off in (("blind", not self.blind.enabled), ("scorer", self.scorer == DEFAULT_SCORER),
+                             ("metrics", not self.metrics)):
+                if off:
+                    data.pop(key, None)
         return data
 
     @model_validator(mode="after")
@@ -133,9 +145,9 @@ class DebateConfig(BaseModel):
         return list(self.critique_targets.get(agent_id, []))
 
     def identity(self) -> dict[str, Any]:
-        """What makes the config's answers what they are: every field but its name and description, with the models'
-        deployment settings (key variable, limits, api_base) at their defaults (``ModelRouting.identity``)."""
-        return self.model_dump(mode="json", exclude={"name", "description"}) | {"models": self.models.identity()}
+        """What makes the config's answers what they are: every field but its name, description and run metrics, with
+        the models' deployment settings (key variable, limits, api_base) at their defaults (``ModelRouting.identity``)."""
+        return self.model_dump(mode="json", exclude={"name", "description", "metrics"}) | {"models": self.models.identity()}
 
     def content_hash(self) -> str:
         data = self.model_dump(mode="json") | {"models": self.models.identity()}

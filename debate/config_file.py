@@ -12,11 +12,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from madbench.data.errors import InputError, format_validation_error
+from madbench.data.plugins import import_object, is_import_path
 from madbench.data.templates import read_yaml
 from madbench.debate.config import DebateConfig
 from madbench.debate.interventions import INTERVENTIONS, parse_intervention
 from madbench.debate.profiles import load_profile
 from madbench.debate.protocols import load_protocol, protocol_options
+from madbench.debate.run_metrics import check_metrics
 from madbench.gateway.routing_profiles import with_profile
 
 
@@ -47,6 +49,9 @@ def check_names(cfg: DebateConfig, where: str, folder: Path | None = None) -> No
     if problems:
         raise InputError(where, "; ".join(problems), f"fix the {cfg.protocol} config")
     protocol_options(cfg, where)
+    check_metrics([*protocol.metrics, *cfg.metrics], where, folder)
+    if is_import_path(cfg.scorer):  # found now, beside the file; the scoring layer checks what it is
+        import_object(cfg.scorer, where, "scorer", folder)
     for i, agent in enumerate(cfg.agents):
         load_profile(agent.role, agent.tier, where=f"{where}: agents[{i}]")
     if cfg.aggregation == "judge":

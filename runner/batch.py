@@ -39,7 +39,7 @@ from madbench.runner.pairs import check_pairs
 from madbench.runner.pipeline import config_identity, run_id_for
 from madbench.runner.provider_batches import ProviderBatchOptions
 from madbench.runner.sequential import SequentialSpec
-from madbench.scoring.debate_scorer import scorer_for
+from madbench.scoring.scorers import scorer_for
 
 #: The most runs one batch expands to (configs × grid cells × scenarios × replicates) unless `madbench run
 #: --max-runs N` allows more: checked arithmetically from the spec before anything is allocated.

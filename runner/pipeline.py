@@ -40,6 +40,7 @@ from madbench.debate.events import (
 from madbench.debate.outcome import Outcome
 from madbench.debate.profiles import load_profile
 from madbench.debate.protocols import protocol_of
+from madbench.debate.run_metrics import RunView, metric_extras
 from madbench.debate.trace import TraceWriter, read_trace
 from madbench.eval.backtest import backtest, holding_window
 from madbench.eval.baselines import baseline_metrics
@@ -176,9 +177,11 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         metrics, baselines = _backtest(pack, scenario, outcome.weights, with_baselines)
         trace.write(Backtest(metrics=metrics, baselines=baselines))
         history = read_history(trace_path)  # the one read of this attempt's trace: agents' backtests, commit, tables
+        view = RunView(history, outcome.weights, outcome.cash, metrics, outcome.extras, config)
+        extras = outcome.extras | metric_extras([*protocol_of(config).metrics, *config.metrics], view, f"config {config.name}")
         result = RunResult(**base, status="ok", weights=outcome.weights, cash=outcome.cash, method=outcome.method,
                            rounds_run=outcome.rounds_run, rho_bar=outcome.rho_bar, rho_by_round=outcome.rho_by_round,
-                           js=outcome.js, interventions=outcome.interventions, notes=outcome.notes, extras=outcome.extras, metrics=metrics,
+                           js=outcome.js, interventions=outcome.interventions, notes=outcome.notes, extras=extras, metrics=metrics,
                            baselines=baselines, agent_metrics=_agent_backtests(pack, scenario, history), totals=_totals(ctx))
         history.append(trace.write(RunEnd(status="ok", totals=result.totals)))
     layout.commit(result, history)
