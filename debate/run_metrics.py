@@ -70,7 +70,7 @@ def load_metric(name: str, where: str, search: Path | None = None) -> RunMetric:
         raise InputError(where, f"metrics: {name!r} is {obj!r}, not a function", "name a function (run) -> value")
     if not NAME.match(metric_name(name)):
         raise InputError(where, f"metrics: {metric_name(name)!r} cannot name a column", "name it in lower_snake_case")
-    return obj  # type: ignore[return-value]  # callable; what it returns is checked when it runs
+    return obj  # callable; what it returns is checked when it runs
 
 
 def check_metrics(names: Iterable[str], where: str, search: Path | None = None) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pydantic import BaseModel
 
 from madbench.debate.envelope import ANSWER_IN
-from madbench.debate.protocols import load_protocol
+from madbench.debate.protocols import protocol_named
 from madbench.debate.protocols.self_consistency import SAMPLE_STRIDE
 from madbench.debate.rules import ANALYSTS, respond
 from madbench.debate.schemas import Holding
@@ -33,7 +33,7 @@ RULE_SAMPLE_SCALE = 0.5
 def answer_stage(context: dict) -> BaseModel:
     """A stage's rule-based answer, as the protocol that asks it declares (``Protocol.rule_answers``)."""
     task = StageTask.model_validate(context)
-    answers = load_protocol(task.protocol, f"protocol {task.protocol}").rule_answers
+    answers = protocol_named(task.protocol).rule_answers
     if task.stage not in answers:
         raise KeyError(f"no rule-based answer for protocol {task.protocol!r} stage {task.stage!r} (it declares: "
                        f"{', '.join(answers) or 'none'})")

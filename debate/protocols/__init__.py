@@ -7,6 +7,6 @@ rule-based answers. ``registry`` finds one by name, import path or entry point.
 
 from __future__ import annotations
 
-from madbench.debate.protocols.registry import load_protocol, protocol_of, protocol_options, protocol_plan
+from madbench.debate.protocols.registry import load_protocol, protocol_named, protocol_of, protocol_options, protocol_plan
 
-__all__ = ["load_protocol", "protocol_of", "protocol_options", "protocol_plan"]
+__all__ = ["load_protocol", "protocol_named", "protocol_of", "protocol_options", "protocol_plan"]

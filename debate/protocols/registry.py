@@ -34,17 +34,19 @@ def load_protocol(name: str, where: str = "config", search: Path | None = None) 
     if not (isinstance(obj, type) and issubclass(obj, Protocol)):
         raise InputError(where, f"protocol: {name!r} is {obj!r}, not a Protocol subclass",
                          "name a class that subclasses madbench.debate.protocols.protocol.Protocol")
-    return _instance(obj)
+    return obj()
 
 
 @cache
-def _instance(cls: type[Protocol]) -> Protocol:
-    return cls()
+def protocol_named(name: str) -> Protocol:
+    """The protocol ``name`` names, looked up once per process (a run asks for it at every stage)."""
+    return load_protocol(name, f"protocol {name}")
 
 
 def protocol_of(cfg: DebateConfig) -> Protocol:
-    """The protocol of a config already read (its name resolved when it was: ``config_file.check_names``)."""
-    return load_protocol(cfg.protocol, f"config {cfg.name}")
+    """The protocol of a config already read (its name resolved when it was: ``config_file.check_names``); looked up
+    once per name in a process (the estimator asks for every scenario)."""
+    return protocol_named(cfg.protocol)
 
 
 def protocol_plan(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:

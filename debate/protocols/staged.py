@@ -28,7 +28,7 @@ from madbench.debate.config import DebateConfig
 from madbench.debate.context import RunContext, constraints_text, raise_if
 from madbench.debate.events import Turn
 from madbench.debate.protocols.protocol import Protocol
-from madbench.debate.protocols.registry import load_protocol
+from madbench.debate.protocols.registry import protocol_named
 from madbench.debate.request_schemas import constrained_schema
 from madbench.debate.schemas import Holding, json_schema
 from madbench.debate.task import StageTask
@@ -81,7 +81,7 @@ class ProtocolPrompts(BaseModel):
 
 def load_prompts(protocol: str) -> tuple[ProtocolPrompts, dict[str, jinja2.Template]]:
     """The stage prompts of the protocol a config names ``protocol``, each template compiled."""
-    path = load_protocol(protocol).prompt_file()
+    path = protocol_named(protocol).prompt_file()
     if path is None:
         raise InputError(f"protocol {protocol}", "it declares no stage prompts", "set stage_prompts on its class")
     return load_prompt_file(path)

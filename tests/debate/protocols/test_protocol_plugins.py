@@ -18,7 +18,7 @@ from madbench.data.errors import InputError
 from madbench.data.scenario import Scenario
 from madbench.debate.config import PhaseTokens
 from madbench.debate.config_file import load_debate_config
-from madbench.debate.protocols import load_protocol, protocol_plan
+from madbench.debate.protocols import load_protocol, protocol_named, protocol_plan
 from madbench.debate.protocols.plan import plan_calls
 from madbench.debate.protocols.protocol import Protocol
 from madbench.debate.protocols.registry import BUILTIN
@@ -38,7 +38,9 @@ def _own_imports_undone(monkeypatch):
     """What these tests import from their temporary folders is forgotten after each (the next one has its own)."""
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(plugins, "_ROOTS", [])
+    protocol_named.cache_clear()
     yield
+    protocol_named.cache_clear()
     for name in ("jury", "lab_jury"):
         sys.modules.pop(name, None)
 
