@@ -28,7 +28,7 @@ from madbench.data.scenario_gen import draw_scenarios
 from madbench.data.templates import read_yaml
 from madbench.debate.config import DebateConfig
 from madbench.debate.config_file import load_debate_config, parse_debate_config
-from madbench.debate.protocols import protocol_options
+from madbench.debate.protocols import protocol_of, protocol_options
 from madbench.debate.protocols.self_consistency import MAX_SAMPLES, config_problems, samples_for
 from madbench.gateway import ModelRouting
 from madbench.gateway.models import ModelSpec
@@ -39,7 +39,7 @@ from madbench.runner.pairs import check_pairs
 from madbench.runner.pipeline import config_identity, run_id_for
 from madbench.runner.provider_batches import ProviderBatchOptions
 from madbench.runner.sequential import SequentialSpec
-from madbench.scoring.debate_scorer import scorer_for
+from madbench.scoring.scorers import scorer_for
 
 #: The most runs one batch expands to (configs × grid cells × scenarios × replicates) unless `madbench run
 #: --max-runs N` allows more: checked arithmetically from the spec before anything is allocated.
@@ -375,7 +375,7 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
                 data["name"] = cfg.name + "".join(safe_name_text(f"+{k}={v}") for k, v in override.items())
             c = parse_debate_config(data, f"{where}: configs[{i}] with grid {override}" if override else f"{where}: configs[{i}]")
             c = c.model_copy(update={"models": batch_routing(spec, c.models, where)})
-            if c.protocol == "self_consistency":
+            if protocol_of(c).matches_spend:
                 c = resolve_samples(c, _rel(base, name).parent, f"{where}: configs[{i}] ({c.name})")
             scorer_for(c)  # its rubric and CRIT prompt exist
             configs.append(c)

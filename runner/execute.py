@@ -31,6 +31,7 @@ import psutil
 from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack
 from madbench.data.paths import PROJECT_ROOT
+from madbench.data.plugins import code_roots
 from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
 from madbench.gateway import Budget
@@ -198,8 +199,9 @@ WORKER_NICENESS = "RAY_worker_niceness"
 
 
 def worker_env(address: str | None) -> dict[str, Any]:
-    """The runtime env this driver gives its Ray workers: the forwarded variables, and the project on PYTHONPATH
-    only where its path means something to them. Not in a ``--working-dir`` job (Ray puts each node's copy of the
+    """The runtime env this driver gives its Ray workers: the forwarded variables, and the project (with the folders
+    of plug-ins imported by path, ``madbench.data.plugins.code_roots``) on PYTHONPATH only where its path means
+    something to them. Not in a ``--working-dir`` job (Ray puts each node's copy of the
     upload on the path itself, and this process's copy is one of them), nor through the Ray client (the checkout is
     on this machine; the nodes import the madbench installed on them)."""
     # Ray starts its workers at niceness 15 (to keep its own daemons responsive), so any process at the default 0
@@ -208,7 +210,9 @@ def worker_env(address: str | None) -> dict[str, Any]:
     # (Ray's own job supervisor does the same); a user's RAY_worker_niceness is kept.
     env_vars = {WORKER_NICENESS: os.environ.get(WORKER_NICENESS, "0"), **forwarded_env()}
     if job_working_dir() is None and not ray_client(address):
-        env_vars = {"PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_vars}
+        # and the folders of the researcher's own protocols, scorers and metrics (import paths in the configs)
+        path = [str(PROJECT_ROOT), *map(str, code_roots()), os.environ.get("PYTHONPATH", "")]
+        env_vars = {"PYTHONPATH": os.pathsep.join(path), **env_vars}
     return {"env_vars": env_vars}
 
 
