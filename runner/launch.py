@@ -69,7 +69,8 @@ def load(o: RunOptions) -> Launch:
     """Load a batch and everything it names, with the overrides of ``o``."""
     if o.address or os.environ.get("RAY_ADDRESS"):  # its syntax now; whether it answers, last (check_address)
         split_address(o.address or os.environ["RAY_ADDRESS"], "--address" if o.address else "RAY_ADDRESS")
-    spec, base = load_batch(o.batch)
+    # a batch built in Python reads its relative paths from its stated folder, a file's from the file's
+    spec, base = (o.spec, Path(o.base_dir)) if o.spec is not None and o.base_dir else load_batch(o.batch)
     if o.continue_past and spec.sequential is None:
         raise InputError("--continue", f"{o.batch} has no `sequential:` block, so there is no decision to go past",
                          "leave --continue out")

@@ -107,15 +107,15 @@ def print_run(r: BatchRun) -> int:
     print(f"batch {r.batch}: {r.runs} runs ({r.skipped} already done, {submissions_text(r.submitted, r.retries)}) in "
           f"{r.wall_s:.1f} s; {r.ok} ok, {r.failed} failed, {r.pending} pending"
           f"{f', {r.not_needed} not_needed' if r.not_needed else ''}; "
-          f"state {r.state}; table rows: {', '.join(f'{k} {v}' for k, v in r.tables.items())}; "
+          f"state {r.state}; table rows: {', '.join(f'{k} {v}' for k, v in r.tables.model_dump().items())}; "
           f"results in {r.results_dir.resolve()}")  # not configs/batches/../../results/…
     if r.provider_batches is not None:
         pb = r.provider_batches
-        print(f"provider batches: {pb['provider_batches']} created for {pb['requests']} requests "
-              f"({pb['answered']} answered, {pb['errored']} answered with an error and asked again, {pb['resubmitted']} "
-              f"resubmitted from an expired or failed batch), journaled in {pb['journal']}")
+        print(f"provider batches: {pb.provider_batches} created for {pb.requests} requests "
+              f"({pb.answered} answered, {pb.errored} answered with an error and asked again, {pb.resubmitted} "
+              f"resubmitted from an expired or failed batch), journaled in {pb.journal}")
     if r.sequential is not None:
-        print("sequential: " + "\n  ".join(r.sequential["lines"]))
+        print("sequential: " + "\n  ".join(r.sequential.lines))
     spent, reached = budget_lines(r.spend.model_dump(), r.batch_file, r.spend.unpriced_calls)
     if spent:
         print(spent)
@@ -143,7 +143,7 @@ def print_estimate(e: BatchEstimate, as_json: bool) -> int:
     d = e.estimate.model_dump()
     print(json.dumps(d, indent=1) if as_json else format_table(d))
     if e.estimate.sequential is not None and not as_json:
-        print("\n".join(sequential_lines(e.estimate.sequential)))
+        print("\n".join(sequential_lines(e.estimate.sequential.model_dump())))
     if e.estimate.budget_note:
         print(e.estimate.budget_note, file=sys.stderr)
     return 0
