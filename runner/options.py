@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from madbench.data.errors import InputError, format_validation_error
 from madbench.runner.batch import BatchSpec
+from madbench.runner.deployment import set_twice
 
 #: The flag of a field whose name is not the flag's.
 FLAGS = {"settings": "--set", "continue_past": "--continue", "results_dir": "--results-dir"}
@@ -79,9 +80,7 @@ class RunOptions(BaseModel):
     @field_validator("settings")
     @classmethod
     def _each_key_once(cls, value: list[str]) -> list[str]:
-        # the last would win silently, and the run record would not say which one was meant
-        keys = [item.partition("=")[0].strip() for item in value]
-        twice = sorted({k for k in keys if keys.count(k) > 1 or any(o.startswith(f"{k}.") for o in keys)})
+        twice = set_twice(value)
         if twice:
             raise ValueError(f"{', '.join(twice)} is set more than once (alone or within another setting)")
         return value

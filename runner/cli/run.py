@@ -13,7 +13,7 @@ from madbench.runner.batch import MAX_RUNS, MAX_RUNS_CEILING
 from madbench.runner.batch_view import FailureGroup, attempt_counts
 from madbench.runner.budget import spend_text
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import add_pack_args, number
+from madbench.runner.cli.common import add_pack_args, add_routing_args, number
 from madbench.runner.estimate import format_table
 from madbench.runner.options import RunOptions
 
@@ -38,12 +38,9 @@ def register(sub) -> None:
                    help="a sequential batch: run on past its recorded decision (the runs it made not_needed); recorded")
     p.add_argument("--model", help="every role and phase on this model, overriding the batch's `model` and each config's "
                                    "routing (e.g. rules/auto: any batch offline); results go to <batch>@<model>")
-    p.add_argument("--routing", metavar="NAME", help="every config on the routing profile configs/routing/NAME.yaml, "
-                   "its own routing replaced (e.g. rules, paper-openai); results go to <batch>@<NAME>")
-    p.add_argument("--set", dest="settings", action="append", default=[], metavar="TIER.FIELD=VALUE",
-                   help="override a tier's deployment setting (api_base, api_key_env, limits.<field>) in every config "
-                        "with that tier, over the batch's `routing.tiers`; repeatable; run ids do not change, e.g. "
-                        "--set agents.limits.rpm=200 --set strong.api_base=http://localhost:8000/v1")
+    add_routing_args(p, "every config on the routing profile configs/routing/NAME.yaml, its own routing replaced (e.g. "
+                        "rules, paper-openai); results go to <batch>@<NAME>",
+                     "in every config with that tier, over the batch's `routing.tiers` (run ids do not change)")
     p.add_argument("--provider-batch", action="store_true", help="answer LLM calls through the provider's batch API "
                    "(about half the price, results within hours): one provider batch per debate phase; the same as "
                    "`execution: batch` in the batch file")
