@@ -113,9 +113,12 @@ class EstimateFigures(Record):
     models_without_price: list[str]
 
 
-class ConfigEstimate(EstimateFigures):
-    """One config's runs: their figures, a scenario's time, and the config's wall time were it alone."""
+class _Config(Record):
     config: str
+
+
+class ConfigEstimate(EstimateFigures, _Config):  # the config first, as the estimate's JSON has it
+    """One config's runs: their figures, a scenario's time, and the config's wall time were it alone."""
     minutes_per_scenario: Number
     minutes_per_scenario_worst: Number
     wall_s_alone: Number
