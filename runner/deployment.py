@@ -149,3 +149,21 @@ def _deployment(fields: dict[str, tuple[str, Any]]) -> Deployment:
             node = node.setdefault(part, {})
         node[last] = value
     return Deployment.model_validate(nested)
+
+
+def config_routing(own: ModelRouting, model: str | None, profile: str | None, settings: list[str]) -> ModelRouting:
+    """The routing one config runs on from the command line (`madbench debate`), as `madbench run` gives each of a
+    batch's configs: ``--model`` or ``--routing``'s profile in place of its own, then the ``--set`` settings over its
+    tiers (a tier it does not have is an InputError)."""
+    if model and profile:
+        raise InputError("--routing", "--model and --routing both replace the config's routing", "give one of them")
+    routing = ModelRouting.single(model) if model else own
+    if profile:
+        routing = load_routing_profile(profile, "--routing").routing()
+    given = parse_settings(settings)
+    for name in given:
+        if name not in routing.tiers:
+            raise InputError("--set", f"tier {name!r} is not one of this routing's ({', '.join(routing.tiers)})",
+                             "set a field of one of its tiers")
+    flat = {tier: {key: ("--set", value) for key, value in _flat(values)} for tier, values in given.items()}
+    return with_deployment(routing, {tier: _deployment(values) for tier, values in flat.items()}, "--set")

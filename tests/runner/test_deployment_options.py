@@ -1,15 +1,20 @@
 """Every command that calls a model takes `--routing NAME` and `--set TIER.FIELD=VALUE` as `madbench run` does, resolved
 by one code path (``runner.deployment``); `--api-base`, `--api-key-env`, `--rpm`, ... are shorthands of `--set`."""
 
+import json
+
 import pandas as pd
 import pytest
+import yaml
 
 from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack
+from madbench.gateway.models import ModelRouting
 from madbench.runner.cli import main
-from madbench.runner.deployment import OWN_TIER, one_model
+from madbench.runner.deployment import OWN_TIER, config_routing, one_model
 from madbench.sim.provider import SimProvider
 from madbench.sim.recall_answers import RecallAnswerer
+from tests.runner.test_demo_and_debate_cli import SCENARIOS
 from tests.runner.test_option_checks import KEY, closed_port, one_line, scenarios_file
 from tests.runner.test_probe_recall import setup  # noqa: F401  (a fixture)
 
@@ -83,3 +88,22 @@ def test_probe_recall_reaches_the_simulated_provider_through_set_as_through_api_
     assert code == 0, capsys.readouterr().err
     observations = pd.read_parquet(tmp_path / "out" / "recall.parquet")
     assert len(observations) > 0 and observations["hit"].all()  # a model that remembers every bucket
+
+
+def test_a_single_debate_takes_a_routing_profile_and_set_as_run_does(make_pack, tmp_path, capsys):
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump(SCENARIOS))
+    base = ["debate", "a", "--scenarios", str(scen), "--config", "configs/debate/causal-debate-3.yaml", "--pack",
+            str(make_pack()), "--out", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"), "--json"]
+    assert main([*base, "--routing", "rules", "--set", "quick.limits.rpm=100"]) == 0
+    by_profile = json.loads(capsys.readouterr().out)
+    assert main([*base, "--model", "rules/auto"]) == 0
+    by_model = json.loads(capsys.readouterr().out)
+    # the rules profile answers as rules/auto everywhere; a limit is deployment, which a run's identity never sees
+    assert by_profile["status"] == "ok" and by_profile["weights"] == by_model["weights"]
+    assert main([*base, "--routing", "rules", "--set", "strong.limits.rpm=100"]) == 2
+    assert "--set: tier 'strong' is not one of this routing's (deep, quick)" in capsys.readouterr().err
+    assert main([*base, "--routing", "rules", "--model", "rules/auto"]) == 2
+    assert "--model and --routing both replace" in capsys.readouterr().err
+    routing = config_routing(ModelRouting.single("openai/gpt-4o-mini"), None, None, ["quick.api_base=http://127.0.0.1:9/v1"])
+    assert routing.tiers["quick"].api_base == "http://127.0.0.1:9/v1"
