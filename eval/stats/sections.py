@@ -234,7 +234,7 @@ class Ols(Section):
         return {"ols": a._frame(a.ols_table) if a.ols_table is not None else None}
 
     def record(self, a: AnalysisData) -> dict[str, Any]:
-        regression = a.regression.record() if a.regression else {"formula": a.ols_formula, "note": a.ols_note}
+        regression: dict[str, Any] = a.regression.record() if a.regression else {"formula": a.ols_formula, "note": a.ols_note}
         if "coefficients" in regression:
             regression["coefficients"] = a._rows(regression["coefficients"])
         return {"regression": regression}
