@@ -100,14 +100,16 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
         notes.append(f"{len(failed)} failed run(s) are excluded from every statistic; see the explorer and the status column.")
     cost = figures.cost_summary(runs, data.calls)
     metrics = [m for m in FIGURE_METRICS if m in ok.columns]
+    paper_table = analysis.paper_table
+    assert paper_table is not None  # analyse() builds it with the main table
     context = {
         "batch": data.batch, "n_runs": len(runs), "n_ok": len(ok), "n_failed": len(failed), "configs": configs,
         "n_scenarios": runs["scenario_id"].nunique(), "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "notes": notes, "correction": correction, "plotly_js": get_plotlyjs(),
         "table_html": analysis.table.html(),
         "pairs_html": _html_table(analysis.paired_frame()), "unit_line": analysis.unit_line, "family_line": analysis.family,
-        "table_note": analysis.table.note(), "paper_table_html": analysis.paper_table.html(),
-        "paper_table_note": analysis.paper_table.note(),
+        "table_note": analysis.table.note(), "paper_table_html": paper_table.html(),
+        "paper_table_note": paper_table.note(),
         "ols_lines": analysis.regression.lines() if analysis.regression else [],
         "beats_html": _html_table(pd.DataFrame(analysis.beats)),
         "distribution_figs": [_fig_html(figures.distributions(ok, configs, m, BASELINES)) for m in metrics],

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -121,7 +123,8 @@ class Analysis:
                           *[f"- {line}" for line in self.skipped_correlations], ""]
         heading = f"## OLS `{self.ols_formula}`" if self.ols_formula else "## OLS"
         if self.ols_table is not None:
-            parts += [heading, "", *[x for line in self.regression.lines() for x in (line, "")], _md(self._frame(self.ols_table)), ""]
+            lines = self.regression.lines() if self.regression else []
+            parts += [heading, "", *[x for line in lines for x in (line, "")], _md(self._frame(self.ols_table)), ""]
         elif self.ols_note:
             parts += [heading, "", self.ols_note, ""]
         if self.power:
@@ -149,7 +152,7 @@ class Analysis:
 
     def record(self) -> dict:
         """Everything `madbench stats --json` prints (NaN as null through ``frame.json_safe``)."""
-        regression = self.regression.record() if self.regression else {"formula": self.ols_formula, "note": self.ols_note}
+        regression: dict[str, Any] = self.regression.record() if self.regression else {"formula": self.ols_formula, "note": self.ols_note}
         if "coefficients" in regression:
             regression["coefficients"] = self._rows(regression["coefficients"])
         return {**({"batches": self.study} if self.study else {}),
@@ -195,7 +198,7 @@ class Analysis:
             (out / "ols.csv").unlink(missing_ok=True)
         written = []
         for name, frame in frames.items():
-            written.append(atomic_write(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
+            written.append(atomic_write(out / f"{name}.csv", functools.partial(frame.to_csv, index=False)))
         return written
 
 
