@@ -17,19 +17,18 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Literal
 
-import jinja2
 from pydantic import BaseModel, ConfigDict
 
 from madbench.data.errors import InputError
 from madbench.data.memo import PRICE_FEATURE_KEYS, EvidenceItem
 from madbench.data.paths import CONFIGS_DIR
-from madbench.data.templates import PromptSpec, compile_template, load_yaml_model
+from madbench.data.templates import BoundedTemplate, PromptSpec, compile_template, load_yaml_model
 from madbench.debate.context import RunContext, constraints_text, raise_if
 from madbench.debate.events import Turn
 from madbench.debate.request_schemas import constrained_schema
 from madbench.debate.schemas import Holding, json_schema
 from madbench.debate.task import StageTask
-from madbench.debate.validation import check_allocation, parse_json, schema_outline
+from madbench.debate.validation import M, check_allocation, parse_json, schema_outline
 
 PROTOCOL_PROMPTS = CONFIGS_DIR / "protocols"
 
@@ -76,7 +75,7 @@ class ProtocolPrompts(BaseModel):
 
 
 @lru_cache(maxsize=16)
-def load_prompts(protocol: str) -> tuple[ProtocolPrompts, dict[str, jinja2.Template]]:
+def load_prompts(protocol: str) -> tuple[ProtocolPrompts, dict[str, BoundedTemplate]]:
     path = PROTOCOL_PROMPTS / f"{protocol}.yaml"
     if not path.is_file():
         raise InputError(path, "protocol prompt file not found", f"add configs/protocols/{protocol}.yaml")
@@ -118,9 +117,9 @@ def tickers_check(tickers: list[str], universe: list[str], field: str) -> list[s
     return [f"{field}: {', '.join(outside)} not in the universe ({', '.join(universe)})"] if outside else []
 
 
-async def ask_stage(ctx: RunContext, task: StageTask, schema: type[BaseModel], variables: dict[str, Any],
-                    check: Callable[[BaseModel], list[str]] | None = None, label: str | None = None,
-                    allocation: Callable[[BaseModel], tuple[list[Holding], float]] | None = None,
+async def ask_stage(ctx: RunContext, task: StageTask, schema: type[M], variables: dict[str, Any],
+                    check: Callable[[M], list[str]] | None = None, label: str | None = None,
+                    allocation: Callable[[M], tuple[list[Holding], float]] | None = None,
                     visible_ids: set[str] | None = None, enums: dict[str, list[str]] | None = None):
     """Render, call, validate (with feedback retries), trace. Returns (answer, weights or None, cash or None)."""
     prompts, compiled = load_prompts(task.protocol)
