@@ -20,7 +20,7 @@ from madbench.debate.context import RunContext, gather_turns
 from madbench.debate.control import PIDState, PIDStep, cash_spread, jsd, pairwise_js, pid_step
 from madbench.debate.events import ControllerStep, Divergence, EarlyStop
 from madbench.debate.grading import CritScore
-from madbench.debate.interventions import INTERVENTIONS, configured, hooks_at
+from madbench.debate.interventions import INTERVENTIONS, configured, hooks_at, max_retries
 from madbench.debate.interventions.hooks import HOOKS, RevisionRequest
 from madbench.debate.outcome import Outcome
 from madbench.debate.protocols.plan import Call, Check, Firing, Plan, Step
@@ -46,10 +46,7 @@ def judged(cfg: DebateConfig) -> bool:
 def _firing(name: str, p: BaseModel) -> Firing:
     """The intervention's chance to act, at the rates its module names (it fires; it fires again)."""
     rates = INTERVENTIONS[name].FIRING_RATES
-    retries = getattr(p, "max_retries", None)
-    if not isinstance(retries, int):
-        raise TypeError(f"intervention {name}: its Params has no max_retries (each intervention's must)")
-    return Firing(name, rates[0], retries, rates[1] if len(rates) > 1 else None)
+    return Firing(name, rates[0], max_retries(name, p), rates[1] if len(rates) > 1 else None)
 
 
 def _turn(a: AgentConfig, phase: str, variant: str = "", check: Check | None = None) -> Call:
