@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from madbench.data.memo import Memo
 from madbench.data.scenario import Constraints, Scenario
@@ -27,10 +27,11 @@ from madbench.debate.schemas import Tier
 from madbench.debate.task import AgentTask
 from madbench.debate.trace import TraceWriter
 from madbench.debate.validation import TurnRules, Validated, schema_outline, validate_turn
-from madbench.gateway import Gateway, GatewayFailure, LLMRequest, Message, Totals
+from madbench.gateway import GatewayFailure, LLMRequest, Message, Totals
 from madbench.gateway.accounting import Completion
 from madbench.gateway.errors import CallCancelled, OutputInvalid
-from madbench.gateway.models import ModelSpec
+from madbench.gateway.gateway import Validator, passthrough
+from madbench.gateway.models import ModelSpec, SchemaScope
 
 T = TypeVar("T")
 
@@ -64,6 +65,15 @@ def constraints_text(c: Constraints) -> str:
     return "; ".join(parts)
 
 
+class TurnGateway(Protocol):
+    """What a run's context asks of its gateway: a blind run's wraps the gateway to rewrite what it sends."""
+
+    async def complete(self, request: LLMRequest, spec: ModelSpec | str | None = None, validate: Validator = passthrough,
+                       account: Totals | None = None) -> Completion: ...
+
+    def schema_scope(self, spec: ModelSpec) -> SchemaScope: ...
+
+
 @dataclass
 class RunContext:
     run_id: str
@@ -71,7 +81,7 @@ class RunContext:
     memo: Memo
     constraints: Constraints
     config: DebateConfig
-    gateway: Gateway
+    gateway: TurnGateway
     trace: TraceWriter
     scorer: Scorer
     sample_index: int = 0

@@ -260,7 +260,11 @@ def recorded_answers(records: list[dict[str, Any]]) -> dict[str, set[str]]:
     return out
 
 
-def unblinded(events: list[Event]) -> list[Event]:
+#: Any kind of event list: a trace read as its union of event models, or as plain events.
+E = TypeVar("E", bound=Event)
+
+
+def unblinded(events: list[E]) -> list[E]:
     """The events with every turn's weights in real tickers when the run was blind (from its ``BlindMap``), as its
     final allocation and result are; a named run's events as they are."""
     maps = [e for e in events if isinstance(e, BlindMap)]
@@ -269,10 +273,6 @@ def unblinded(events: list[Event]) -> list[Event]:
     back = {p: t for t, p in maps[-1].mapping.items()}
     return [e.model_copy(update={"weights": {back[k]: w for k, w in e.weights.items()}})
             if isinstance(e, Turn) and e.weights else e for e in events]
-
-
-#: Any kind of event list: a trace read as its union of event models, or as plain events.
-E = TypeVar("E", bound=Event)
 
 
 def last_attempt(events: list[E]) -> list[E]:
