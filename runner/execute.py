@@ -95,7 +95,11 @@ class RunnerActor:
         # A node that sees the results directory writes there as it goes; one that does not stages each run on its
         # own disk and hands it to the driver, which commits it (runner/staging.py).
         self.staged = not sees_results(root, holder)
+        self.guard: OwnerGuard | WriterGuard
         if self.staged:
+            if not isinstance(budget, RayBudget):
+                raise TypeError("a node that cannot see the results asks the batch's budget actor (a RayBudget) whether "
+                                f"its driver lives, not a {type(budget).__name__}")
             self.guard = OwnerGuard(budget.handle)
             self.layout = BatchLayout(staging_root(root))
         else:
