@@ -30,6 +30,7 @@ from madbench.debate.config import DebateConfig
 from madbench.debate.config_file import load_debate_config, parse_debate_config
 from madbench.debate.protocols import protocol_of, protocol_options
 from madbench.debate.protocols.self_consistency import MAX_SAMPLES, config_problems, samples_for
+from madbench.debate.protocols.self_consistency import Options as SelfConsistencyOptions
 from madbench.gateway import ModelRouting
 from madbench.gateway.models import ModelSpec
 from madbench.gateway.routing_profiles import Deployment, load_routing_profile, with_deployment
@@ -262,7 +263,7 @@ class BatchSpec(BaseModel):
         return list(range(self.replicates)) if isinstance(self.replicates, int) else list(self.replicates)
 
 
-def check_size(spec: BatchSpec, where: str, max_runs: int | None = None, n_scenarios: int | None = None) -> int:
+def check_size(spec: BatchSpec, where: str, max_runs: float | None = None, n_scenarios: int | None = None) -> int:
     """The number of runs ``spec`` expands to, computed from its counts alone (nothing is built); an ``InputError``
     when the grid has more than ``MAX_GRID_CELLS`` cells or an empty value list, or the runs exceed ``max_runs``
     (default ``MAX_RUNS``). ``n_scenarios`` unknown (a file not yet read): the spec's own lower bound is used."""
@@ -470,6 +471,8 @@ def resolve_samples(cfg: DebateConfig, config_dir: Path, where: str) -> DebateCo
     if problems:
         raise InputError(where, "; ".join(problems), "fix the self_consistency config")
     opt = protocol_options(cfg, where)
+    if not isinstance(opt, SelfConsistencyOptions):
+        raise TypeError(f"{where}: resolve_samples reads a self_consistency config, not a {cfg.protocol} one")
     if opt.match_generated_of is not None and opt.pilot is not None:
         pilot = _rel(config_dir, opt.pilot)
         targets = pilot_generated(pilot, opt.match_generated_of, where)
@@ -479,6 +482,7 @@ def resolve_samples(cfg: DebateConfig, config_dir: Path, where: str) -> DebateCo
         return cfg.model_copy(update={"options": options, "description": f"{cfg.description.strip()} [{note}]".strip()})
     if opt.match_tokens_of is None:
         return cfg
+    assert opt.pilot is not None  # Options refuses match_tokens_of without its pilot
     pilot = _rel(config_dir, opt.pilot)
     per_run, per_sample, n_runs = pilot_tokens(pilot, opt.match_tokens_of, where)
     n = samples_for(per_run, per_sample)

@@ -52,6 +52,7 @@ from madbench.runner.budget import (
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
 from madbench.runner.dispatch import BUDGET_STOP, FINISHED, ActorPool, Dispatch, Work
 from madbench.runner.lock import ResultsLock, WriterGuard
+from madbench.runner.outcome import BatchOutcome
 from madbench.runner.pipeline import check_run_id, run_debate
 from madbench.runner.progress import BatchLine, Progress
 from madbench.runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
@@ -94,7 +95,11 @@ class RunnerActor:
         # A node that sees the results directory writes there as it goes; one that does not stages each run on its
         # own disk and hands it to the driver, which commits it (runner/staging.py).
         self.staged = not sees_results(root, holder)
+        self.guard: OwnerGuard | WriterGuard
         if self.staged:
+            if not isinstance(budget, RayBudget):
+                raise TypeError("a node that cannot see the results asks the batch's budget actor (a RayBudget) whether "
+                                f"its driver lives, not a {type(budget).__name__}")
             self.guard = OwnerGuard(budget.handle)
             self.layout = BatchLayout(staging_root(root))
         else:
@@ -539,7 +544,7 @@ def _collector_ready(ray, ready, quiet: bool) -> None:
 
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False, continue_past: bool = False,
-              provenance: Provenance | None = None, spent_before: float | None = None) -> dict[str, Any]:
+              provenance: Provenance | None = None, spent_before: float | None = None) -> BatchOutcome:
     """Run the batch's pending runs, holding the results directory's lock (runner/lock.py) throughout: a second
     driver on the same directory fails at once, naming this one. ``continue_past``: a sequential batch goes on past
     its decision (runner/sequential.py). ``spent_before``: earlier invocations' spend (None: budget.json's now)."""
@@ -601,4 +606,4 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             write_manifest(layout.root, spec_json, list(manifest_runs.values()), state, provenance)
         stats |= {"state": state, "tables": compact(layout), "wall_s": time.perf_counter() - t0}
         stats["status"] = {s: sum(1 for m in manifest_runs.values() if m.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
-        return stats
+        return BatchOutcome.model_validate(stats)

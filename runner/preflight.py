@@ -147,9 +147,11 @@ def context_problems(configs: list[DebateConfig], memos: dict[str, Memo]) -> lis
     for config in configs:
         for _, _, spec in reachable_models(config):
             provider = providers.for_model(spec.model)
-            window = provider.context_window(spec) if isinstance(provider, LiteLLMProvider) else None
+            if not isinstance(provider, LiteLLMProvider):
+                continue  # no hosted model: nothing to check against
+            window = provider.context_window(spec)
             if window is None:
-                continue  # a model litellm does not know, or no hosted model: nothing to check against
+                continue  # a model litellm does not know
             for sid, memo in memos.items():
                 if len(memo.text.encode()) <= window:
                     continue

@@ -7,6 +7,7 @@ the scoring, because it answers for both; the runner hands it to the gateway.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -19,7 +20,7 @@ from madbench.debate.envelope import ANSWER_IN
 from madbench.debate.protocols import protocol_named
 from madbench.debate.protocols.self_consistency import SAMPLE_STRIDE
 from madbench.debate.rules import ANALYSTS, respond
-from madbench.debate.schemas import Holding
+from madbench.debate.schemas import BasicProposal, Holding, JudgeDecision, Proposal
 from madbench.debate.task import AgentTask, StageTask
 from madbench.debate.validation import cap_weights
 from madbench.scoring import rca_judge, rules_scorer
@@ -40,8 +41,12 @@ def answer_stage(context: dict) -> BaseModel:
     return answers[task.stage](task)
 
 
+def _analyst_answer(name: str, ctx: dict) -> BaseModel:
+    return respond(name, AgentTask.model_validate(ctx))
+
+
 HANDLERS: dict[str, Callable[[dict], BaseModel]] = {
-    **{name: (lambda ctx, n=name: respond(n, AgentTask.model_validate(ctx))) for name in [*ANALYSTS, "judge"]},
+    **{name: functools.partial(_analyst_answer, name) for name in [*ANALYSTS, "judge"]},
     "crit": lambda ctx: rules_scorer.score(rules_scorer.CritTask.model_validate(ctx)),
     "rca": lambda ctx: rca_judge.rules_verdict(rca_judge.RCATask.model_validate(ctx)),
     "stage": answer_stage,
@@ -60,6 +65,8 @@ def sampled_answer(name: str, context: dict) -> BaseModel:
     """
     task = {k: v for k, v in context.items() if k != SAMPLE_KEY}
     out = respond(name, AgentTask.model_validate(task))
+    if not isinstance(out, Proposal | BasicProposal | JudgeDecision):
+        raise TypeError(f"rules/{name} answered a {type(out).__name__}: no allocation to draw a sample of")
     sigma = RULE_SAMPLE_SCALE * float(context[SAMPLE_KEY]["temperature"])
     held = {h.ticker: h.weight for h in out.allocation if h.weight > 0}
     if sigma == 0 or not held or int(context[SAMPLE_KEY]["index"]) < SAMPLE_STRIDE:

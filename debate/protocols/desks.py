@@ -222,7 +222,7 @@ async def run(ctx: RunContext) -> Outcome:
     history = await bull_bear(ctx, "desks", reports, opt.debate_rounds)
     shared = {"reports": {d: r.model_dump(mode="json") for d, r in reports.items()}, "history": history}
     text = {"reports": reports_json(reports), "history": json.dumps(history, indent=1)}
-    dmap, _, _ = await ask_stage(ctx, stage_task(ctx, "desks", DEBATE_MAP.kind, DEBATE_MAP.role, [], shared), DEBATE_MAP.schema,
+    dmap, _, _ = await ask_stage(ctx, stage_task(ctx, "desks", DEBATE_MAP.kind, DEBATE_MAP.role, [], shared), DebateMap,
                                  text)
     ruling = None
     if opt.enable_research_manager:
@@ -233,12 +233,12 @@ async def run(ctx: RunContext) -> Outcome:
             return [f"invalidation_conditions: metric_id {', '.join(bad)} not in the memo; name a memo evidence ID"] if bad else []
         ruling, _, _ = await ask_stage(ctx, stage_task(ctx, "desks", RESEARCH_MANAGER.kind, RESEARCH_MANAGER.role, [],
                                                        {**shared, "debate_map": dmap.model_dump(mode="json")}),
-                                       RESEARCH_MANAGER.schema, {**text, "debate_map": dmap.model_dump_json(indent=1)}, check_ruling)
+                                       Ruling, {**text, "debate_map": dmap.model_dump_json(indent=1)}, check_ruling)
     ruling_json = ruling.model_dump_json(indent=1) if ruling else "(no research manager in this configuration)"
     synth, _, _ = await ask_stage(
         ctx, stage_task(ctx, "desks", SYNTHESISER.kind, SYNTHESISER.role, [],
                         {**shared, "debate_map": dmap.model_dump(mode="json"), "ruling": ruling.model_dump(mode="json") if ruling else None}),
-        SYNTHESISER.schema, {**text, "debate_map": dmap.model_dump_json(indent=1), "ruling": ruling_json},
+        Synthesis, {**text, "debate_map": dmap.model_dump_json(indent=1), "ruling": ruling_json},
         lambda s: covers_universe([v.ticker for v in s.views], ctx.universe, "views"))
     per_ticker = {t: [s for r in reports.values() for s in r.signals if s.ticker == t] for t in ctx.universe}
     convergence = {t: signal_convergence(per_ticker[t]) for t in ctx.universe}

@@ -331,8 +331,8 @@ async def run(ctx: RunContext) -> Outcome:
         raise InputError(f"config {ctx.config.name}", "; ".join(problems), "fix the self_consistency config")
     outs, target = await _draw_all(ctx, opt)
     generated = ctx.account.completion_tokens
-    weights = [v.weights for v in outs]
-    cash = [v.value.cash_weight for v in outs]
+    weights = [v.held_weights for v in outs]
+    cash = [v.cash_weight for v in outs]
     ids = [f"sample{i}" for i in range(len(outs))]
     spread = jsd(weights, cash)
     ctx.trace.write(Divergence(phase="propose", round=0, jsd=spread, pairwise=pairwise_js(dict(zip(ids, weights, strict=True))),

@@ -17,13 +17,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-import jinja2
 from pydantic import BaseModel, ConfigDict
 
 from madbench.data.errors import InputError
 from madbench.data.memo import PRICE_FEATURE_KEYS, EvidenceItem
 from madbench.data.paths import CONFIGS_DIR
-from madbench.data.templates import PromptSpec, compile_template, load_yaml_model
+from madbench.data.templates import BoundedTemplate, PromptSpec, compile_template, load_yaml_model
 from madbench.debate.config import DebateConfig
 from madbench.debate.context import RunContext, constraints_text, raise_if
 from madbench.debate.events import Turn
@@ -32,7 +31,7 @@ from madbench.debate.protocols.registry import protocol_named
 from madbench.debate.request_schemas import constrained_schema
 from madbench.debate.schemas import Holding, json_schema
 from madbench.debate.task import StageTask
-from madbench.debate.validation import check_allocation, parse_json, schema_outline
+from madbench.debate.validation import M, check_allocation, parse_json, schema_outline
 from madbench.gateway.phases import CRIT_PHASE, STAGE_PHASE
 
 PROTOCOL_PROMPTS = CONFIGS_DIR / "protocols"
@@ -79,7 +78,7 @@ class ProtocolPrompts(BaseModel):
     stages: dict[str, PromptSpec]
 
 
-def load_prompts(protocol: str) -> tuple[ProtocolPrompts, dict[str, jinja2.Template]]:
+def load_prompts(protocol: str) -> tuple[ProtocolPrompts, dict[str, BoundedTemplate]]:
     """The stage prompts of the protocol a config names ``protocol``, each template compiled."""
     path = protocol_named(protocol).prompt_file()
     if path is None:
@@ -88,7 +87,7 @@ def load_prompts(protocol: str) -> tuple[ProtocolPrompts, dict[str, jinja2.Templ
 
 
 @lru_cache(maxsize=16)
-def load_prompt_file(path: Path) -> tuple[ProtocolPrompts, dict[str, jinja2.Template]]:
+def load_prompt_file(path: Path) -> tuple[ProtocolPrompts, dict[str, BoundedTemplate]]:
     if not path.is_file():
         raise InputError(path, "protocol prompt file not found", "add it, or fix the protocol's stage_prompts")
     prompts = load_yaml_model(path, ProtocolPrompts)
@@ -124,9 +123,9 @@ def tickers_check(tickers: list[str], universe: list[str], field: str) -> list[s
     return [f"{field}: {', '.join(outside)} not in the universe ({', '.join(universe)})"] if outside else []
 
 
-async def ask_stage(ctx: RunContext, task: StageTask, schema: type[BaseModel], variables: dict[str, Any],
-                    check: Callable[[BaseModel], list[str]] | None = None, label: str | None = None,
-                    allocation: Callable[[BaseModel], tuple[list[Holding], float]] | None = None,
+async def ask_stage(ctx: RunContext, task: StageTask, schema: type[M], variables: dict[str, Any],
+                    check: Callable[[M], list[str]] | None = None, label: str | None = None,
+                    allocation: Callable[[M], tuple[list[Holding], float]] | None = None,
                     visible_ids: set[str] | None = None, enums: dict[str, list[str]] | None = None):
     """Render, call, validate (with feedback retries), trace. Returns (answer, weights or None, cash or None)."""
     prompts, compiled = load_prompts(task.protocol)

@@ -54,7 +54,7 @@ class Probe:
         import ray
         self.node = ray.get_runtime_context().get_node_id()
         self.cluster = build_gateway(cache=plan.open(self.node, ray.get_runtime_context().get_actor_id()))
-        self.local = ResponseCache(local_dir)
+        self.local = ResponseCache(Path(local_dir))
         fill(self.local, n)
         self.n = n
 
@@ -98,6 +98,7 @@ def bench_cluster_cache(n: int = 500) -> dict:
                 plan, str(tmp / "worker-local"), n)
             times = ray.get(probe.measure.remote())
             stats = stop_cache(ray, plan)
+            assert stats is not None  # start_cache(cluster=True) started the actor stop_cache reads
         finally:
             ray.shutdown()
     served = stats["by_node"].get(nodes["w"], {})

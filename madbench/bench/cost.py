@@ -25,7 +25,7 @@ from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.paths import CONFIGS_DIR
 from madbench.gateway.models import ModelSpec, RateLimits, SchemaScope, StructuredMode
-from madbench.gateway.providers.litellm_provider import import_litellm, token_cost
+from madbench.gateway.providers.litellm_provider import has_price, import_litellm, token_cost
 from madbench.results import ResultsDir
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.execute import run_batch
@@ -50,8 +50,8 @@ def batch_price_source(model: str) -> str:
     except litellm.exceptions.ModelNotMappedError:
         raise InputError("--price-model", f"{model} has no price in litellm's cost map",
                          "name a listed model, e.g. openai/gpt-5-mini, openai/gpt-4o-mini or anthropic/claude-sonnet-4-5") from None
-    if info.get("input_cost_per_token") is None or info.get("output_cost_per_token") is None:
-        raise InputError("--price-model", f"{model} has no per-token price in litellm's cost map", "name a chat model")
+    if not has_price(model):  # no per-token price, or a hosted model listed at $0 (token_cost prices it at None)
+        raise InputError("--price-model", f"{model} has no per-token price in litellm's cost map", "name a priced chat model")
     if info.get("input_cost_per_token_batches") is not None and info.get("output_cost_per_token_batches") is not None:
         return "litellm's batch prices (input_cost_per_token_batches, output_cost_per_token_batches)"
     return "assumed 50% of the synchronous price (litellm's cost map has no batch price for this model)"
@@ -63,11 +63,17 @@ def price_calls(calls: pd.DataFrame, model: str) -> dict[str, float]:
     out = {"sync": 0.0, "sync_cached": 0.0, "batch": 0.0, "batch_cached": 0.0}
     for p, c, k in zip(paid["prompt_tokens"].fillna(0).astype(int), paid["completion_tokens"].fillna(0).astype(int),
                        paid["cached_tokens"].fillna(0).astype(int), strict=True):
-        out["sync"] += token_cost(model, p, c)
-        out["sync_cached"] += token_cost(model, p, c, cached_tokens=k)
-        out["batch"] += token_cost(model, p, c, batch=True)
-        out["batch_cached"] += token_cost(model, p, c, cached_tokens=k, batch=True)
+        out["sync"] += _priced(token_cost(model, p, c), model)
+        out["sync_cached"] += _priced(token_cost(model, p, c, cached_tokens=k), model)
+        out["batch"] += _priced(token_cost(model, p, c, batch=True), model)
+        out["batch_cached"] += _priced(token_cost(model, p, c, cached_tokens=k, batch=True), model)
     return out
+
+
+def _priced(usd: float | None, model: str) -> float:
+    if usd is None:  # batch_price_source refuses such a model before anything runs
+        raise InputError("--price-model", f"{model} has no price in litellm's cost map", "name a priced chat model")
+    return usd
 
 
 def _runs(n: int, model: ModelSpec, pack: str | None, evidence: list[str] | None):

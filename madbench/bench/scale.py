@@ -34,6 +34,7 @@ from madbench.gateway.models import ModelSpec, RateLimits
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.batch import BatchSpec, expand, resolve_configs, resolve_scenarios
 from madbench.runner.execute import init_ray, run_batch
+from madbench.runner.outcome import BatchOutcome
 from madbench.runner.store import BatchLayout
 from madbench.sim.provider import SimConfig, SimProvider
 
@@ -146,13 +147,13 @@ def per_node(root: Path, events: dict, t0: float, wall: float) -> dict:
     return out
 
 
-def integrity(root: Path, n: int, stats: dict) -> dict:
+def integrity(root: Path, n: int, stats: BatchOutcome) -> dict:
     """Every run committed exactly once: a result file each, one table row each, no result settled twice."""
     table = ResultsDir(root).runs
     attempts = {p.stem: sum(json.loads(line)["event"] == "run_start" for line in p.read_text().splitlines())
                 for p in BatchDirs(root).traces.glob("*.jsonl")}
     return {"runs": n, "result_files": committed(root), "table_rows": len(table), "distinct_run_ids": int(table.run_id.nunique()),
-            "ok": int((table.status == "ok").sum()), "settled_twice": len(stats["committed_twice"]),
+            "ok": int((table.status == "ok").sum()), "settled_twice": len(stats.committed_twice),
             "traces_with_more_than_one_attempt": sum(1 for a in attempts.values() if a > 1)}
 
 
@@ -187,7 +188,7 @@ def bench_scale(runs: int = 1000, pack: str | None = None, latency_median: float
                    "http_requests": requests,
                    "lost_and_joined": {k: v for k, v in events.items() if k not in ("nodes", "killed_at")},
                    "committed_exactly_once": integrity(root, len(batch), stats),
-                   "per_node": per_node(root, events, t0, wall), "memory": memory.figures(), "cluster_cache": stats["cache"]}
+                   "per_node": per_node(root, events, t0, wall), "memory": memory.figures(), "cluster_cache": stats.cache}
         finally:
             ray.shutdown()
     by_node = (out["cluster_cache"] or {}).get("by_node", {})

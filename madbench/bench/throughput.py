@@ -31,6 +31,7 @@ from madbench.gateway.models import ModelSpec, RateLimits
 from madbench.results import ResultsDir
 from madbench.runner.batch import BatchSpec, expand, resolve_configs, resolve_scenarios
 from madbench.runner.execute import init_ray, run_batch
+from madbench.runner.outcome import BatchOutcome
 from madbench.runner.store import BatchLayout
 from madbench.sim.provider import SimConfig, SimProvider
 
@@ -78,7 +79,7 @@ def _model(url: str, rpm: float | None, tpm: float | None, concurrency: int, max
                      limits=RateLimits(rpm=rpm, tpm=tpm, max_concurrency=max_requests or max(8, 3 * concurrency)))
 
 
-def _batch(spec, runs, root: Path, cache: Path, pack_dir: str, **over) -> dict:
+def _batch(spec, runs, root: Path, cache: Path, pack_dir: str, **over) -> BatchOutcome:
     return run_batch(spec.model_copy(update=over), runs, BatchLayout(root), pack_dir, [], str(cache), quiet=True)
 
 
@@ -145,7 +146,7 @@ def bench_throughput(runs: int = 100, rpm: float = 600, tpm: float | None = None
         "one_request_at_a_time_s_per_run": round(one_call_per_run, 2),
         "speedup_vs_one_request_at_a_time": round(one_call_per_run * runs / wall, 1),
         "overhead_p50_ms": round(_pct(llm["overhead_ms"], 0.5), 2), "overhead_p95_ms": round(_pct(llm["overhead_ms"], 0.95), 2),
-        "peak_rss_mb": round(peak[0], 1), "batch_wall_s": round(stats["wall_s"], 1),
+        "peak_rss_mb": round(peak[0], 1), "batch_wall_s": round(stats.wall_s, 1),
         "targets": {"efficiency": 0.90, "share_429": 0.02, "speedup_vs_serial": 20, "peak_rss_mb": 4096},
     }
     return out

@@ -54,6 +54,8 @@ def _stage_shape(cfg: DebateConfig, call: Call, scenario: Scenario, memo: MemoIn
     n = len(scenario.tickers)
     prompts, compiled = load_prompts(cfg.protocol)
     spec_t = prompts.stages[call.kind]
+    if call.schema is None:
+        raise ValueError(f"stage {call.kind} of protocol {cfg.protocol} names no answer schema (a bug)")
     supplied = {"universe": ", ".join(scenario.tickers),
                 "constraints": constraints_text(cfg.effective_constraints(scenario.constraints, "estimate")),
                 "evidence": "", "role": call.role, "round": call.round, "schema": schema_outline(json_schema(call.schema)),
