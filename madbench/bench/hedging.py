@@ -100,10 +100,11 @@ def bench_hedging(modes: list[str], runs: int = 70, rpm: float = 500, median_s: 
                                **{mode: m["summary"] for mode, m in measured.items()}}
         if "off" in measured and "on" in measured:
             off, on = (measured[m]["runs"].set_index("run_id") for m in ("off", "on"))
-            both = off.join(on, lsuffix="_off", rsuffix="_on", how="outer")
+            both = off.merge(on, left_index=True, right_index=True, suffixes=("_off", "_on"), how="outer")
             changed = both[(both["status_off"] != both["status_on"]) | (both["weights_off"] != both["weights_on"])]
             out["runs_changed_in_outcome"] = int(len(changed))
         if "on" in measured:
+            (base / "on" / "replay").mkdir(parents=True, exist_ok=True)
             result = replay(base / "on" / "results", cache_dir=base / "on" / "cache", scratch=base / "on" / "replay")
             out["replay_of_hedged"] = {"identical": result.identical, "differences": len(result.differences),
                                        "provider_requests": result.provider_requests}
@@ -146,7 +147,7 @@ def _one(mode: str, folder: Path, runs: int, rpm: float, median_s: float, sigma:
         "hedged_calls": len(hedged), "hedged_share": round(len(hedged) / len(fresh), 4) if len(fresh) else 0.0,
         "hedges_won": int(hedged["hedge_won"].fillna(False).astype(bool).sum()),
         "closed_by_client": abandoned,
-        "spent_usd": round(read_budget(root, None).spent_usd, 6), "calls_cost_usd": round(float(calls["cost_usd"].sum()), 6),
+        "spent_usd": round(read_budget(root, None).spent_usd, 6), "paid_calls_cost_usd": round(float(calls.loc[~calls["cached"].astype(bool), "cost_usd"].sum()), 6),
         "outraced_cost_usd": round(float(calls["outraced_cost_usd"].fillna(0).sum()), 6),
         "simulator_billed_usd": round(billed, 6),
     }}
