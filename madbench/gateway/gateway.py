@@ -106,6 +106,10 @@ class _Sending:
         return self.race is not None and self.race.lost
 
 
+#: The copies of a raced request: each one's task and what became of it (the first copy first).
+_Legs = dict["asyncio.Task[tuple[RawResponse, float]]", _Sending]
+
+
 #: How long a call cancelled with its request at the provider waits for the answer, to count it at what it billed
 #: rather than at its reserved maximum (a failed run's report waits that long at most for its sibling turns).
 CANCELLED_ANSWER_PATIENCE_S = 15.0
@@ -338,7 +342,7 @@ class Gateway:
         the winner's last."""
         self.hedger.requests += 1
         first = _Sending(race=Race())
-        legs = {asyncio.ensure_future(self._leg(request, spec, provider, first)): first}
+        legs: _Legs = {asyncio.ensure_future(self._leg(request, spec, provider, first)): first}
         try:
             delay = self.hedger.delay(spec.limit_key())
             task = next(iter(legs))
@@ -627,7 +631,7 @@ async def _due(task: asyncio.Future[Any], sending: _Sending, delay: float) -> bo
     return False
 
 
-async def _first_answer(legs: dict[asyncio.Future[Any], _Sending]) -> asyncio.Future[Any] | None:
+async def _first_answer(legs: _Legs) -> asyncio.Task[tuple[RawResponse, float]] | None:
     """The first of ``legs`` to end with an answer (the first leg's when both end at once), None when all fail."""
     pending = set(legs)
     while pending:
@@ -638,14 +642,14 @@ async def _first_answer(legs: dict[asyncio.Future[Any], _Sending]) -> asyncio.Fu
     return None
 
 
-def _merged(legs: dict[asyncio.Future[Any], _Sending], winner: asyncio.Future[Any] | None) -> list[Attempt]:
+def _merged(legs: _Legs, winner: asyncio.Task[tuple[RawResponse, float]] | None) -> list[Attempt]:
     """The attempts of every copy of a raced request, a hedge's marked, the winner's last (its answer is the call's
     last attempt, which validation may mark invalid)."""
     order = [t for t in legs if t is not winner] + ([winner] if winner is not None else [])
     return [a.model_copy(update={"hedge": True}) if legs[t].hedge else a for t in order for a in legs[t].attempts]
 
 
-def _read_outcomes(legs: dict[asyncio.Future[Any], _Sending]) -> None:
+def _read_outcomes(legs: _Legs) -> None:
     """Each ended copy's error read, so that none is reported as never retrieved (its attempts record it)."""
     for t in legs:
         if t.done() and not t.cancelled():

@@ -24,7 +24,7 @@ SchemaScope = Literal["turn", "run"]
 #: them at their defaults, and a batch or the command line may override them (``madbench.gateway.routing_profiles``).
 DEPLOYMENT_FIELDS: tuple[str, ...] = ("api_base", "api_key_env", "limits")
 #: The ModelSpec fields a run's identity leaves out entirely (added after run ids existed: ids stay the same).
-UNSEEN_FIELDS = frozenset({"price", "hedge"})
+UNSEEN_FIELDS: tuple[str, ...] = ("price", "hedge")
 #: What an environment variable's name may be (POSIX): anything else given as ``api_key_env`` is most likely the key.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -171,8 +171,8 @@ def spec_identity(value: ModelSpec | str) -> dict[str, Any] | str:
         return value
     # A price changes what is counted, and hedging how fast it is answered, not what is answered; both left out
     # entirely, so that ids from before the fields existed stay the same.
-    data = value.model_dump(mode="json", exclude=UNSEEN_FIELDS) | {"fallbacks": [spec_identity(f) for f in value.fallbacks]}
-    defaults = ModelSpec(model=value.model).model_dump(mode="json", exclude=UNSEEN_FIELDS)
+    data = value.model_dump(mode="json", exclude=set(UNSEEN_FIELDS)) | {"fallbacks": [spec_identity(f) for f in value.fallbacks]}
+    defaults = ModelSpec(model=value.model).model_dump(mode="json", exclude=set(UNSEEN_FIELDS))
     data |= {f: defaults[f] for f in DEPLOYMENT_FIELDS}
     return value.model if data == defaults else data
 
