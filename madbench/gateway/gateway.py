@@ -373,6 +373,11 @@ class Gateway:
                 leg.race.lost = True
                 t.cancel()
         await asyncio.wait(list(legs))
+        for t, leg in legs.items():
+            if t is not winner and not t.cancelled() and t.exception() is None:  # answered in the same instant
+                leg.attempts[-1] = leg.attempts[-1].model_copy(update={
+                    "kind": "outraced", "reason": "answered too, just after the other copy of this hedged request: its "
+                                                  "answer was dropped, counted at what it billed"})
         attempts.extend(_merged(legs, winner))
         _read_outcomes(legs)  # a copy that failed before the other answered: its attempts say why
         return answer
