@@ -15,12 +15,12 @@ from madbench.runner.cli.commands import command_parser
 
 #: Benchmark name -> (module, one-line description), in the order `madbench bench --help` lists them.
 BENCHMARKS: dict[str, tuple[str, str]] = {
-    "memo": ("madbench.bench.memo", "point-in-time memos of a scenario file, the pack loaded once"),
-    "backtest": ("madbench.bench.backtest", "single-quarter backtests, vectorised and one call at a time"),
-    "gateway": ("madbench.bench.gateway", "the gateway's overhead per uncached call and per cache hit, against raw httpx"),
-    "runner": ("madbench.bench.runner", "the runner's overhead per run on rules-35, and peak memory with 200 runs in flight"),
+    "memo": ("madbench.bench.memos", "point-in-time memos of a scenario file, the pack loaded once"),
+    "backtest": ("madbench.bench.backtests", "single-quarter backtests, vectorised and one call at a time"),
+    "gateway": ("madbench.bench.gateway_overhead", "the gateway's overhead per uncached call and per cache hit, against raw httpx"),
+    "runner": ("madbench.bench.runner_overhead", "the runner's overhead per run on rules-35, and peak memory with 200 runs in flight"),
     "throughput": ("madbench.bench.throughput", "debates against a rate-limited simulated provider: sustained share of the limit"),
-    "cache": ("madbench.bench.cache", "replay a finished batch from the response cache into a new results directory"),
+    "cache": ("madbench.bench.cached_replay", "replay a finished batch from the response cache into a new results directory"),
     "cost": ("madbench.bench.cost", "cost per run of the paper's A7 treatment, prompt cache and provider batch mode"),
     "cluster-cache": ("madbench.bench.cluster_cache", "cache hits served through a local multi-node cluster's cache actor"),
     "scale": ("madbench.bench.scale", "a batch at scale on a local multi-node cluster, a node lost and one joined"),

@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 
 from madbench.bench.local_cluster import LocalCluster, can_hide
-from madbench.bench.options import add_pack_only
+from madbench.bench.pack_option import add_pack_only
 from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.paths import PROJECT_ROOT

@@ -1,5 +1,6 @@
 """`madbench bench memo|backtest|gateway|runner`: measured figures for the data, backtest, gateway and runner stages
-(each benchmark's options and entry point are its own module: memo.py, backtest.py, gateway.py, runner.py).
+(each benchmark's options and entry point are its own module: memos.py, backtests.py, gateway_overhead.py,
+runner_overhead.py).
 
 Benchmarks measure; they assert nothing. Targets (this project's, on a 2-core
 machine): 35 paper memos in under 10 s with the pack loaded once; 10,000

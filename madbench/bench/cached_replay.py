@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from madbench.bench.options import add_pack_only
+from madbench.bench.pack_option import add_pack_only
 from madbench.bench.throughput import bench_cache, positive_runs
 from madbench.runner.cli.common import ROOT, number
 
