@@ -307,7 +307,7 @@ def page_tables() -> str:
 # -- the hook ---------------------------------------------------------------------------------------------------
 
 def page_changelog() -> str:
-    """The repository's CHANGELOG.md, its links into docs/ made relative to the site."""
+    """The repository's CHANGELOG.md, its links into docs/ (files beside the README) made relative to the site."""
     root = Path(__file__).resolve().parents[2]
     return (root / "CHANGELOG.md").read_text(encoding="utf-8").replace("](docs/", "](")
 
