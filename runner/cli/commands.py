@@ -84,7 +84,7 @@ GROUPS: tuple[Group, ...] = (
 #: One example per command path (its --help ends with it); `madbench bench`'s benchmarks carry their own (EXAMPLE).
 EXAMPLES: dict[str, str] = {
     "": "madbench demo",
-    "demo": "madbench demo --out results",
+    "demo": "madbench demo --results results",
     "run": "madbench run configs/batches/rules-35.yaml --dry-run",
     "status": "madbench status results/rules-35",
     "data": "madbench data check",

@@ -54,6 +54,7 @@ def test_results_is_spelled_as_run_spells_it_and_the_old_spelling_still_works():
     for argv in (["bench", "cost", "--results", "x"], ["bench", "cost", "--results-dir", "x"]):
         assert parser.parse_args(argv).results_dir == "x"
     assert parser.parse_args(["run", "b.yaml", "--results", "x"]).results_dir == "x"
+    assert parser.parse_args(["demo", "--results", "x"]).out == parser.parse_args(["demo", "--out", "x"]).out == "x"
 
 
 @pytest.mark.parametrize("path", [p for p, _ in walk(build_parser())], ids=lambda p: " ".join(p) or "madbench")
