@@ -94,12 +94,24 @@ def _describe(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> No
                 _describe(sub, (*path, choice.dest))
 
 
+def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``argv`` names: `madbench bench scale ...` is bench scale's."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     owner = group_of(command_word(argv))
     parser = build_parser([owner] if owner else [])
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named by the command they were given to, whose --help lists what it takes
+            prog = _command_parser(parser, argv).prog
+            parser.exit(EXIT_INPUT, f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see `{prog} --help`)\n")
         return args.func(args)
     except InputError as exc:
         print(f"madbench: error: {exc}", file=sys.stderr)

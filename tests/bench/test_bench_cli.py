@@ -39,7 +39,9 @@ def test_a_benchmarks_help_shows_only_its_own_options(capsys):
 def test_an_option_of_another_benchmark_is_refused(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["bench", "scale", "--experiments", "100"])
-    assert exit_.value.code == 2 and "unrecognized arguments: --experiments" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "unrecognized arguments: --experiments 100" in err
+    assert "(see `madbench bench scale --help`)" in err  # the command it was given to, not the top level
 
 
 def test_every_benchmark_module_has_the_interface():
