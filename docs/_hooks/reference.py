@@ -69,9 +69,7 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
         name = ", ".join(action.option_strings) or str(action.metavar or action.dest)
         if action.option_strings and action.nargs != 0:
             name += " " + formatter._format_args(action, action.dest.upper())
-        name = f"`{name}`"
-        if action.choices and not isinstance(action.choices, dict):
-            name += " (" + " \\| ".join(f"`{c}`" for c in action.choices) + ")"
+        name = f"`{name}`"  # choices show as {a,b,c}, as in the usage line
         text = formatter._expand_help(action) if action.help else ""
         rows.append(f"| {name} | {'yes' if action.required else ''} | {_cell(text)} |")
     return rows
