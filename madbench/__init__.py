@@ -6,21 +6,11 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-#: The folders the design keeps at the top of the repository, imported as ``madbench.<name>``.
-CHECKOUT_PACKAGES = ("runner", "debate", "scoring", "eval")
+from madbench.checkout import install
 
-
-def _checkout_root() -> Path | None:
-    """The repository this package sits in, when it runs from a checkout rather than an installed wheel."""
-    root = Path(__file__).resolve().parent.parent
-    is_checkout = (root / "pyproject.toml").is_file() and all((root / n / "__init__.py").is_file() for n in CHECKOUT_PACKAGES)
-    return root if is_checkout else None
-
-
-# A wheel installs runner/ as madbench/runner/. A checkout on PYTHONPATH (a Ray working_dir upload, a node that runs
-# the checkout uninstalled) has it beside this folder: look there too, so madbench.runner imports either way.
-if (_root := _checkout_root()) is not None and str(_root) not in __path__:
-    __path__.append(str(_root))
+# A wheel installs runner/ as madbench/runner/; a checkout on PYTHONPATH (a Ray working_dir upload, a node that runs
+# the checkout uninstalled) has it beside this folder: one __path__ entry names those folders (madbench.checkout).
+install(__path__, Path(__file__).parent)
 
 
 # The public API, imported on first use (PEP 562): `import madbench.data.paths` and `madbench --help` stay free of

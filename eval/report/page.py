@@ -102,6 +102,8 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
     cost = figures.cost_summary(runs, data.calls)
     stats = {section.key: section.html(analysis) for section in sections.SECTIONS}
     metrics = [m for m in FIGURE_METRICS if m in ok.columns]
+    paper_table = analysis.paper_table
+    assert paper_table is not None  # analyse() builds it with the main table
     context = {
         "batch": data.batch, "n_runs": len(runs), "n_ok": len(ok), "n_failed": len(failed), "configs": configs,
         "n_scenarios": runs["scenario_id"].nunique(), "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),

@@ -9,6 +9,7 @@ import pandas as pd
 
 from madbench.data.atomic import atomic_write
 from madbench.data.errors import InputError
+from madbench.debate.run_metrics import metric_columns, named_metric_columns
 from madbench.eval.stats import sections
 from madbench.eval.stats.analysis_data import AnalysisData
 from madbench.eval.stats.beats import PAPER_SHARE, beats_baseline
@@ -65,7 +66,8 @@ def analyse(runs: pd.DataFrame, where: str, compare: list[str] | None = None, me
     (``frame.batch_pairs``), whose comparisons alone are tested, treatment − control; None tests every pair of
     configurations. ``correction``: how the family of every pair × metric is adjusted (holm, bh, none); ``share``:
     the share of wins over 1/N tested beside 1/2; ``power``: target powers to plan a design for (none: no planning)."""
-    metrics = metrics or [m for m in DEFAULT_METRICS if m in runs.columns]
+    # the runs' own metrics (madbench.debate.run_metrics) by their names, and among the defaults
+    runs, metrics = named_metric_columns(runs), metrics or [m for m in DEFAULT_METRICS if m in runs.columns] + metric_columns(runs)
     check_runs(runs, where, metrics)
     configs = ordered_configs(runs, compare, where)
     runs = runs[runs["config"].isin(configs)]

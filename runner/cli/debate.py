@@ -15,6 +15,7 @@ from madbench.data.market.pack import resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.scenario import find_scenario, load_scenarios
 from madbench.debate.config_file import load_debate_config
 from madbench.debate.events import (
+    AnyEvent,
     Backtest,
     BlindMap,
     ControllerStep,
@@ -113,6 +114,7 @@ def cmd_debate(args) -> int:
     if result.interventions:
         print("interventions: " + "; ".join(f"{i['name']} r{i['round']} {i.get('agent', '')} {i.get('reason', '')}".strip() for i in result.interventions))
     m = result.metrics
+    assert m is not None  # an ok run holds its backtest's metrics
     print(f"metrics: return {m['total_return_pct']:.2f}% | SPY {m['spy_return_pct']:.2f}% | excess {m['excess_return_pct']:.2f}% | "
           f"Sharpe {_f(m['sharpe'])} | Sortino {_f(m['sortino'])} | vol {_f(m['volatility'])} | max DD {m['max_drawdown_pct']:.2f}%")
     for name, b in result.baselines.items():
@@ -151,7 +153,7 @@ def cmd_trace_show(args) -> int:
     return EXIT_INPUT if unreadable or readout.problems else 0  # a damaged trace is shown, and said so
 
 
-def render_event(e: Event, responses: bool = False) -> str:
+def render_event(e: AnyEvent, responses: bool = False) -> str:
     """One trace event as a line (an LLM call with ``responses`` also gets its raw response, indented)."""
     line = _RENDERERS.get(type(e), _render_other)(e)
     if responses and isinstance(e, LLMCall):
@@ -159,13 +161,13 @@ def render_event(e: Event, responses: bool = False) -> str:
     return line
 
 
-def _fields(e: Event, *leave_out: str) -> dict:
+def _fields(e: AnyEvent, *leave_out: str) -> dict:
     """The event's fields as written in its trace line (the hash-chain fields and ``leave_out`` left out)."""
     return {k: v for k, v in {"event": e.event, **e.model_dump(mode="json", exclude_unset=True)}.items()
             if k not in ("seq", "prev", "t", *leave_out)}
 
 
-def _render_other(e: Event) -> str:
+def _render_other(e: AnyEvent) -> str:
     return f"   {e.event} " + json.dumps(_fields(e), sort_keys=True)[:300]
 
 

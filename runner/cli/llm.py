@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -171,7 +172,7 @@ def cmd_llm_ask(args) -> int:
     finally:
         if cache:
             cache.close()
-    meta = {"model_requested": c.model_requested, "model_used": c.model_used, "is_llm": c.is_llm, "cached": c.cached,
+    meta: dict[str, Any] = {"model_requested": c.model_requested, "model_used": c.model_used, "is_llm": c.is_llm, "cached": c.cached,
             "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens, "cost_usd": c.cost_usd,
             "latency_s": round(c.latency_s, 4), "overhead_ms": round(c.overhead_s * 1000, 3),
             "retries": [{"kind": a.kind, "reason": a.reason, "wait_s": round(a.wait_s, 3)} for a in c.attempts if a.kind != "ok"],
@@ -308,6 +309,7 @@ def _check_calls(cache: ResponseCache, calls: list[_Call], verdict: _Verdict) ->
             continue
         used = "was served from the cache" if call.cached else "received from the provider"
         source = " (hash of its traced response: the trace predates answer_sha256)" if call.from_response else ""
+        assert state.answer_sha256 is not None  # neither missing nor corrupt: present, with its hash
         verdict.mismatched.append({**finding, "cache_sha256": state.answer_sha256, "line": call.line(
             f"the cache's answer (sha256 {state.answer_sha256[:12]}) differs from the one the run {used} "
             f"(sha256 {call.sha256[:12]}){source}: edited or replaced after the run")})
