@@ -20,6 +20,7 @@ from madbench.debate.envelope import envelope_schema
 from madbench.debate.schemas import Tier, critique_targets, json_schema, schema_for
 from madbench.debate.validation import TurnRules
 from madbench.gateway.models import SchemaScope
+from madbench.gateway.phases import AGENT_PHASES
 
 #: Evidence IDs are enumerated up to this many; beyond it a phase gets a bounded ID pattern, a stage no constraint.
 ENUM_LIMIT = 300
@@ -74,9 +75,9 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
     return schema
 
 
-#: The phases whose answers share a run's envelope (the scorer's CRIT and RCA, and the staged protocols' stages,
-#: send their own schemas).
-ENVELOPE_PHASES = ("propose", "critique", "revise", "judge")
+#: The phases whose answers share a run's envelope: the agents' (the scorer's CRIT and RCA, and the staged protocols'
+#: stages, send their own schemas).
+ENVELOPE_PHASES = AGENT_PHASES
 
 
 def enveloped(phase: str, scope: SchemaScope) -> bool:

@@ -15,10 +15,11 @@ install(__path__, Path(__file__).parent)
 
 # The public API, imported on first use (PEP 562): `import madbench.data.paths` and `madbench --help` stay free of
 # Ray and pandas, which the API's modules import.
-__all__ = ["run", "estimate", "open_results", "runs_df", "study_stats", "BatchRun", "BatchEstimate", "Estimate", "Spend", "Results", "BatchStatus",
-           "FailureGroup", "RunOptions", "InputError", "__version__"]
+__all__ = ["run", "estimate", "open_results", "runs_df", "study_stats", "BatchSpec", "BatchRun", "BatchEstimate", "Estimate",
+           "Spend", "Results", "BatchStatus", "FailureGroup", "RunOptions", "InputError", "__version__"]
 #: Where each name of the API is defined.
-_HOMES = {"madbench.runner.api": ("run", "estimate", "open_results", "BatchRun", "BatchEstimate", "Estimate", "Spend"),
+_HOMES = {"madbench.runner.api": ("run", "estimate", "open_results", "BatchRun", "BatchEstimate", "Estimate"),
+          "madbench.runner.batch": ("BatchSpec",), "madbench.runner.outcome": ("Spend",),
           "madbench.runner.batch_view": ("Results", "BatchStatus", "FailureGroup"),
           "madbench.runner.study_dirs": ("runs_df", "study_stats"),
           "madbench.runner.options": ("RunOptions",), "madbench.data.errors": ("InputError",)}
@@ -26,9 +27,11 @@ _LAZY = {name: module for module, names in _HOMES.items() for name in names}
 
 if TYPE_CHECKING:
     from madbench.data.errors import InputError
-    from madbench.runner.api import BatchEstimate, BatchRun, Estimate, Spend, estimate, open_results, run
+    from madbench.runner.api import BatchEstimate, BatchRun, Estimate, estimate, open_results, run
+    from madbench.runner.batch import BatchSpec
     from madbench.runner.batch_view import BatchStatus, FailureGroup, Results
     from madbench.runner.options import RunOptions
+    from madbench.runner.outcome import Spend
     from madbench.runner.study_dirs import runs_df, study_stats
 
     __version__: str

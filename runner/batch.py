@@ -28,10 +28,11 @@ from madbench.data.scenario_gen import draw_scenarios
 from madbench.data.templates import read_yaml
 from madbench.debate.config import DebateConfig
 from madbench.debate.config_file import load_debate_config, parse_debate_config
-from madbench.debate.protocols import protocol_options
+from madbench.debate.protocols import protocol_of, protocol_options
 from madbench.debate.protocols.self_consistency import MAX_SAMPLES, config_problems, samples_for
 from madbench.debate.protocols.self_consistency import Options as SelfConsistencyOptions
 from madbench.gateway import ModelRouting
+from madbench.gateway.hedging import HedgeSettings
 from madbench.gateway.models import ModelSpec
 from madbench.gateway.routing_profiles import Deployment, load_routing_profile, with_deployment
 from madbench.results import BatchDirs, ResultsDir
@@ -40,7 +41,7 @@ from madbench.runner.pairs import check_pairs
 from madbench.runner.pipeline import config_identity, run_id_for
 from madbench.runner.provider_batches import ProviderBatchOptions
 from madbench.runner.sequential import SequentialSpec
-from madbench.scoring.debate_scorer import scorer_for
+from madbench.scoring.scorers import scorer_for
 
 #: The most runs one batch expands to (configs × grid cells × scenarios × replicates) unless `madbench run
 #: --max-runs N` allows more: checked arithmetically from the spec before anything is allocated.
@@ -189,6 +190,9 @@ class BatchSpec(BaseModel):
     #: The identification probe and residue pass of `madbench leakage audit` on the batch's own blind memos before
     #: any debate, recorded in <results>/leakage_audit/ (runner/leakage_gate.py); needs a blind config.
     leakage_audit: LeakageAuditSpec | None = None
+    #: Hedged requests (madbench.gateway.hedging): a slow request sent a second time, the first answer taken; on for
+    #: priced models, at most ``max_share`` (5%) more requests. ``hedging: {enabled: false}`` turns it off.
+    hedging: HedgeSettings = Field(default_factory=HedgeSettings)
 
     @field_validator("model", "results_dir", "cache_dir")
     @classmethod
@@ -376,7 +380,7 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
                 data["name"] = cfg.name + "".join(safe_name_text(f"+{k}={v}") for k, v in override.items())
             c = parse_debate_config(data, f"{where}: configs[{i}] with grid {override}" if override else f"{where}: configs[{i}]")
             c = c.model_copy(update={"models": batch_routing(spec, c.models, where)})
-            if c.protocol == "self_consistency":
+            if protocol_of(c).matches_spend:
                 c = resolve_samples(c, _rel(base, name).parent, f"{where}: configs[{i}] ({c.name})")
             scorer_for(c)  # its rubric and CRIT prompt exist
             configs.append(c)
@@ -415,7 +419,7 @@ def with_settings(spec: BatchSpec, settings: dict[str, Any], where: str) -> Batc
     try:
         routing = BatchRouting.model_validate({"profile": spec.routing.profile, "tiers": tiers})
     except ValidationError as exc:
-        raise InputError(where, format_validation_error(exc, "routing"), "set api_base, api_key_env or "
+        raise InputError(where, format_validation_error(exc, "routing"), "set api_base, api_key_env, hedge or "
                          "limits.<rpm|tpm|max_concurrency|…> of a tier") from None
     return spec.model_copy(update={"routing": routing})
 

@@ -17,11 +17,11 @@ from collections.abc import Callable
 from pydantic import BaseModel
 
 from madbench.debate.envelope import ANSWER_IN
+from madbench.debate.protocols import protocol_named
 from madbench.debate.protocols.self_consistency import SAMPLE_STRIDE
 from madbench.debate.rules import ANALYSTS, respond
-from madbench.debate.rules.staged_answers import answer as answer_stage
 from madbench.debate.schemas import BasicProposal, Holding, JudgeDecision, Proposal
-from madbench.debate.task import AgentTask
+from madbench.debate.task import AgentTask, StageTask
 from madbench.debate.validation import cap_weights
 from madbench.scoring import rca_judge, rules_scorer
 
@@ -31,6 +31,14 @@ SAMPLE_KEY = "sample"
 #: of temperature (0.7, the ready configs' temperature, moves a weight by about ×/÷ 1.4 at one sigma).
 RULE_SAMPLE_SCALE = 0.5
 
+def answer_stage(context: dict) -> BaseModel:
+    """A stage's rule-based answer, as the protocol that asks it declares (``Protocol.rule_answers``)."""
+    task = StageTask.model_validate(context)
+    answers = protocol_named(task.protocol).rule_answers
+    if task.stage not in answers:
+        raise KeyError(f"no rule-based answer for protocol {task.protocol!r} stage {task.stage!r} (it declares: "
+                       f"{', '.join(answers) or 'none'})")
+    return answers[task.stage](task)
 
 
 def _analyst_answer(name: str, ctx: dict) -> BaseModel:

@@ -17,7 +17,8 @@ from madbench.debate.context import RunContext
 from madbench.debate.outcome import Outcome
 from madbench.debate.protocols.desks import stage_task
 from madbench.debate.protocols.plan import Call, Plan, Step, stage
-from madbench.debate.protocols.staged import ask_stage, known_ids_check
+from madbench.debate.protocols.staged import Staged, ask_stage, known_ids_check
+from madbench.debate.rules import staged_answers as rules
 from madbench.debate.schemas import Claim, PositionRationale, Proposal
 from madbench.debate.stage_schemas import Attack, CIOVerdict, FactBase, Rebuttal, RiskScorecard, Thesis
 
@@ -141,3 +142,18 @@ async def run(ctx: RunContext) -> Outcome:
                                          "cio_confidence": verdict.confidence, "risk_scorecard": scores,
                                          "risk_mean": round(sum(scores.values()) / len(scores), 3),
                                          "attacked_claim": target, "thesis_weights": thesis_w})
+
+
+class Adversarial(Staged):
+    """The adversarial investment committee: planner, bull, bear, risk auditor, CIO."""
+    name = P
+    Options = Options
+    rule_answers = {"planner": rules.planner, "bull_thesis": rules.bull_thesis, "bear_attack": rules.bear_attack,
+                    "bear_changes": rules.bear_attack, "bull_rebuttal": rules.bull_rebuttal,
+                    "risk_auditor": rules.risk_auditor, "cio": rules.cio}
+
+    def plan(self, cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+        return plan(cfg, desks)
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        return await run(ctx)

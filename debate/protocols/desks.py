@@ -20,7 +20,16 @@ from madbench.debate.context import RunContext, gather_turns
 from madbench.debate.events import Conviction
 from madbench.debate.outcome import Outcome
 from madbench.debate.protocols.plan import Call, Plan, Step, stage
-from madbench.debate.protocols.staged import SLICES, ask_stage, known_ids_check, memo_slice, record_local, tickers_check
+from madbench.debate.protocols.staged import (
+    SLICES,
+    Staged,
+    ask_stage,
+    known_ids_check,
+    memo_slice,
+    record_local,
+    tickers_check,
+)
+from madbench.debate.rules import staged_answers as rules
 from madbench.debate.rules.analyst import fix_rounding
 from madbench.debate.stage_schemas import Argument, DebateMap, DeskReport, Ruling, Synthesis, TickerSignal, TickerView
 from madbench.debate.task import StageTask
@@ -247,3 +256,17 @@ async def run(ctx: RunContext) -> Outcome:
                        "conviction": calibrated, "conviction_zeroed": len(zeroed),
                        "desks_without_evidence": sum(1 for d in SLICES if not memo_slice(ctx.memo.items, d)),
                        "departs_from_ruling": synth.departs_from_ruling})
+
+
+class Desks(Staged):
+    """Independent analyst desks → bull/bear debate → debate map → research manager → synthesiser."""
+    name = "desks"
+    Options = Options
+    rule_answers = {"desk": rules.desk, "bull": rules.researcher, "bear": rules.researcher, "debate_map": rules.debate_map,
+                    "research_manager": rules.research_manager, "synthesiser": rules.synthesiser}
+
+    def plan(self, cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+        return plan(cfg, desks)
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        return await run(ctx)

@@ -24,6 +24,7 @@ from madbench.debate.interventions import INTERVENTIONS, configured, hooks_at, m
 from madbench.debate.interventions.hooks import HOOKS, RevisionRequest
 from madbench.debate.outcome import Outcome
 from madbench.debate.protocols.plan import Call, Check, Firing, Plan, Step
+from madbench.debate.protocols.protocol import Protocol
 from madbench.debate.schemas import BasicCritique, BasicCritiqueItem, BasicProposal, Claim, Critique, CritiqueItem, Proposal
 from madbench.debate.task import ReceivedCritique
 from madbench.debate.validation import Validated, cap_weights
@@ -312,3 +313,21 @@ async def run(ctx: RunContext) -> Outcome:
 
 
 __all__ = ["PaperDebate", "mean_allocation", "plan", "run"]
+
+
+class Paper(Protocol):
+    """The paper's debate: the config's agents, rounds, judge and interventions."""
+    Options = Options
+    prompts = "profiles"
+    needs_agents = True
+    runs_interventions = True
+
+    def plan(self, cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+        return plan(cfg, desks)
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        return await run(ctx)
+
+    def prompt_hashes(self, name: str) -> dict[str, str]:
+        """None of its own: its prompts are the role profiles, hashed per agent with every run's."""
+        return {}

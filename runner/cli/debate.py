@@ -34,12 +34,13 @@ from madbench.debate.events import (
     parse_event,
 )
 from madbench.debate.trace import read_trace
-from madbench.gateway import ModelRouting, ResponseCache, resolve_cache_dir
+from madbench.gateway import ResponseCache, resolve_cache_dir
 from madbench.results import FORMAT_VERSION, DebateDirs
 from madbench.results.records import DebateManifest, write_debate_manifest
 from madbench.runner.api import checked_provenance
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack, number
+from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, add_routing_args, load_pack, number
+from madbench.runner.deployment import config_routing
 from madbench.runner.exit_codes import EXIT_INPUT
 from madbench.runner.pipeline import run_debate
 from madbench.runner.wiring import build_gateway
@@ -51,6 +52,8 @@ def register(sub) -> None:
     p.add_argument("--scenarios", required=True, help="scenario YAML file")
     p.add_argument("--config", required=True, help="debate config, e.g. configs/debate/causal-debate-3.yaml")
     p.add_argument("--model", help="run every role and phase on this model (e.g. rules/auto, local/gemma3-270m, openai/gpt-4o-mini)")
+    add_routing_args(p, "run the config on the routing profile configs/routing/NAME.yaml, its own routing replaced (e.g. "
+                        "rules, paper-openai)", "of the config's routing (run ids do not change)")
     p.add_argument("--sample-index", type=number(int, ge=0), default=0, help="replicate number (default 0)")
     p.add_argument("--out", default="results/debates", help="directory for the run directory (default results/debates)")
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
@@ -73,10 +76,10 @@ def cmd_debate(args) -> int:
         raise InputError("--out", f"{args.out} is a file, not a directory", "give a directory for the run directories "
                          "(it is made if missing)")
     config = load_debate_config(args.config)
-    if args.model:
-        if "/" not in args.model:
-            raise InputError("--model", f"{args.model!r} is not a model string", "write e.g. rules/auto, local/gemma3-270m or openai/gpt-4o-mini")
-        config = config.model_copy(update={"models": ModelRouting.single(args.model)})
+    if args.model and "/" not in args.model:
+        raise InputError("--model", f"{args.model!r} is not a model string", "write e.g. rules/auto, local/gemma3-270m or openai/gpt-4o-mini")
+    if args.model or args.routing or args.settings:
+        config = config.model_copy(update={"models": config_routing(config.models, args.model, args.routing, args.settings)})
     scenarios = load_scenarios(args.scenarios)
     _, scenario = find_scenario(scenarios, args.scenario_id, args.scenarios)
     pack = load_pack(args)

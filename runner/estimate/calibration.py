@@ -13,7 +13,9 @@ from madbench.data.errors import InputError
 from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
 from madbench.debate.interventions import configured, max_retries
+from madbench.debate.protocols import protocol_of
 from madbench.debate.trace import read_trace
+from madbench.gateway.phases import PHASES
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.estimate.assumptions import EXPECTED_RATES, LATENCY_CV, Calibration, Factors, Rates
 from madbench.runner.estimate.batch_estimate import mean
@@ -30,8 +32,7 @@ def _label_parts(label: str) -> list[str]:
 def kind_of(phase: str, label: str) -> str:
     """The calibration kind of a ``calls.parquet`` row: the paper's phase, or a staged protocol's stage
     (its label's first part: ``risk:aggressive`` → ``risk``)."""
-    return phase if phase in ("propose", "critique", "revise", "judge", "crit", "rca") and \
-        _label_parts(label)[0] in ("propose", "critique", "revise", "judge", "crit", "rca") else _label_parts(label)[0]
+    return phase if phase in PHASES and _label_parts(label)[0] in PHASES else _label_parts(label)[0]
 
 
 def observed_rates(runs: list[dict[str, Any]], calls_by_run: dict[str, list[dict[str, Any]]]) -> tuple[Rates, dict[str, str]]:
@@ -55,7 +56,7 @@ def observed_rates(runs: list[dict[str, Any]], calls_by_run: dict[str, list[dict
         for row in rows:
             acc["validation_retries"][0] += float(row.get("validation_retries") or 0)
             acc["validation_retries"][1] += 1
-        if cfg.protocol != "paper":
+        if not protocol_of(cfg).runs_interventions:
             continue
         t = int(run.get("rounds_run") or 0)
         if cfg.rounds:
