@@ -30,7 +30,7 @@ from madbench.gateway.models import ModelSpec, RateLimits
 from madbench.results import ResultsDir
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.budget import read_budget
-from madbench.runner.cli.common import number
+from madbench.runner.cli.common import add_pack_args, number
 from madbench.runner.execute import run_batch
 from madbench.runner.replay import replay
 from madbench.runner.store import BatchLayout
@@ -64,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hedge-min-delay", type=number(ge=0, le=3600), default=HedgeSettings().min_delay_s,
                         help="`hedging`: never hedge before this many seconds at the provider (default 1)")
     parser.add_argument("--hedge-keep", metavar="DIR", help="`hedging`: keep each mode's results and cache under DIR")
+    add_pack_args(parser)
 
 
 def main(args: argparse.Namespace) -> int:
