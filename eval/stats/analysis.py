@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ class Analysis(AnalysisData):
                 if frame is None:
                     (out / f"{name}.csv").unlink(missing_ok=True)
                 else:
-                    written.append(atomic_write(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
+                    written.append(atomic_write(out / f"{name}.csv", functools.partial(frame.to_csv, index=False)))
         return written
 
 

@@ -30,7 +30,7 @@ from madbench.gateway.models import ModelSpec, RateLimits
 from madbench.results import ResultsDir
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.budget import read_budget
-from madbench.runner.cli.common import number
+from madbench.runner.cli.common import add_pack_args, number
 from madbench.runner.execute import run_batch
 from madbench.runner.replay import replay
 from madbench.runner.store import BatchLayout
@@ -64,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hedge-min-delay", type=number(ge=0, le=3600), default=HedgeSettings().min_delay_s,
                         help="`hedging`: never hedge before this many seconds at the provider (default 1)")
     parser.add_argument("--hedge-keep", metavar="DIR", help="`hedging`: keep each mode's results and cache under DIR")
+    add_pack_args(parser)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -137,7 +138,7 @@ def _one(mode: str, folder: Path, runs: int, rpm: float, median_s: float, sigma:
     return {"runs": table[["run_id", "status", "weights"]], "summary": {
         "load_1_5_15_before": [round(x, 2) for x in load_before],
         "load_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
-        "runs": len(table), "ok_runs": int((table["status"] == "ok").sum()), "state": stats["state"],
+        "runs": len(table), "ok_runs": int((table["status"] == "ok").sum()), "state": stats.state,
         "wall_s": round(wall, 1), "from_first_request_s": round(e2e_after_start, 1),
         "critical_path_median_s": round(float(paths.median()), 1), "critical_path_max_s": round(float(paths.max()), 1),
         "wall_over_median_path": round(wall / float(paths.median()), 2),
