@@ -10,9 +10,12 @@ import pytest
 
 from madbench.bench.hedging import critical_paths
 from madbench.results.table_schemas import CALLS, to_table
+from madbench.runner.batch import load_batch, resolve_configs, with_settings
 from madbench.runner.cli import main
+from madbench.runner.launch import parse_settings
 from madbench.runner.store import hedge_columns
 from tests.conftest import requires_shared
+from tests.runner.test_routing_profiles import CONFIGS, expanded, write_batch
 
 
 def _attempt(kind: str, cost: float | None = 0.01, hedge: bool | None = None) -> dict:
@@ -36,6 +39,20 @@ def test_the_hedge_columns_are_declared_in_calls_parquet():
     row = {"run_id": "r", "seq": 1, "hedged": True, "hedge_won": False, "outraced_cost_usd": 0.5}
     table = to_table([dict.fromkeys(CALLS.names) | row], "calls", "calls.parquet")
     assert table.column("hedge_won").to_pylist() == [False] and table.column("outraced_cost_usd").to_pylist() == [0.5]
+
+
+def test_hedging_settings_reach_the_models_and_leave_run_ids_alone(tmp_path):
+    configs = [CONFIGS / "paper-debate3-causal.yaml"]
+    plain = [r.run_id for r in expanded(write_batch(tmp_path, configs))]
+    hedged = write_batch(tmp_path, configs, hedging={"quantile": 0.75, "max_share": 0.1},
+                         routing={"tiers": {"strong": {"hedge": True}}})
+    assert [r.run_id for r in expanded(hedged)] == plain
+    spec, base = load_batch(hedged)
+    assert (spec.hedging.quantile, spec.hedging.max_share, spec.hedging.enabled) == (0.75, 0.1, True)
+    spec = with_settings(spec, parse_settings(["agents.hedge=false"]), "--set")
+    [cfg] = resolve_configs(spec, base, str(hedged))
+    assert cfg.models.resolve("judge", "crit").hedge is True  # strong
+    assert cfg.models.resolve("macro", "propose").hedge is False  # agents
 
 
 def test_a_runs_critical_path_sums_the_slowest_call_of_each_step():
