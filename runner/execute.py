@@ -31,6 +31,7 @@ import psutil
 from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack
 from madbench.data.paths import PROJECT_ROOT
+from madbench.data.plugins import code_roots
 from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
 from madbench.gateway import Budget
@@ -52,6 +53,7 @@ from madbench.runner.budget import (
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
 from madbench.runner.dispatch import BUDGET_STOP, FINISHED, ActorPool, Dispatch, Work
 from madbench.runner.lock import ResultsLock, WriterGuard
+from madbench.runner.outcome import BatchOutcome
 from madbench.runner.pipeline import check_run_id, run_debate
 from madbench.runner.progress import BatchLine, Progress
 from madbench.runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
@@ -94,7 +96,11 @@ class RunnerActor:
         # A node that sees the results directory writes there as it goes; one that does not stages each run on its
         # own disk and hands it to the driver, which commits it (runner/staging.py).
         self.staged = not sees_results(root, holder)
+        self.guard: OwnerGuard | WriterGuard
         if self.staged:
+            if not isinstance(budget, RayBudget):
+                raise TypeError("a node that cannot see the results asks the batch's budget actor (a RayBudget) whether "
+                                f"its driver lives, not a {type(budget).__name__}")
             self.guard = OwnerGuard(budget.handle)
             self.layout = BatchLayout(staging_root(root))
         else:
@@ -200,8 +206,9 @@ WORKER_NICENESS = "RAY_worker_niceness"
 
 
 def worker_env(address: str | None) -> dict[str, Any]:
-    """The runtime env this driver gives its Ray workers: the forwarded variables, and the project on PYTHONPATH
-    only where its path means something to them. Not in a ``--working-dir`` job (Ray puts each node's copy of the
+    """The runtime env this driver gives its Ray workers: the forwarded variables, and the project (with the folders
+    of plug-ins imported by path, ``madbench.data.plugins.code_roots``) on PYTHONPATH only where its path means
+    something to them. Not in a ``--working-dir`` job (Ray puts each node's copy of the
     upload on the path itself, and this process's copy is one of them), nor through the Ray client (the checkout is
     on this machine; the nodes import the madbench installed on them)."""
     # Ray starts its workers at niceness 15 (to keep its own daemons responsive), so any process at the default 0
@@ -210,7 +217,9 @@ def worker_env(address: str | None) -> dict[str, Any]:
     # (Ray's own job supervisor does the same); a user's RAY_worker_niceness is kept.
     env_vars = {WORKER_NICENESS: os.environ.get(WORKER_NICENESS, "0"), **forwarded_env()}
     if job_working_dir() is None and not ray_client(address):
-        env_vars = {"PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_vars}
+        # and the folders of the researcher's own protocols, scorers and metrics (import paths in the configs)
+        path = [str(PROJECT_ROOT), *map(str, code_roots()), os.environ.get("PYTHONPATH", "")]
+        env_vars = {"PYTHONPATH": os.pathsep.join(path), **env_vars}
     return {"env_vars": env_vars}
 
 
@@ -537,7 +546,7 @@ def _collector_ready(ray, ready, quiet: bool) -> None:
 
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False, continue_past: bool = False,
-              provenance: Provenance | None = None, spent_before: float | None = None) -> dict[str, Any]:
+              provenance: Provenance | None = None, spent_before: float | None = None) -> BatchOutcome:
     """Run the batch's pending runs, holding the results directory's lock (runner/lock.py) throughout: a second
     driver on the same directory fails at once, naming this one. ``continue_past``: a sequential batch goes on past
     its decision (runner/sequential.py). ``spent_before``: earlier invocations' spend (None: budget.json's now)."""
@@ -599,4 +608,4 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             write_manifest(layout.root, spec_json, list(manifest_runs.values()), state, provenance)
         stats |= {"state": state, "tables": compact(layout), "wall_s": time.perf_counter() - t0}
         stats["status"] = {s: sum(1 for m in manifest_runs.values() if m.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
-        return stats
+        return BatchOutcome.model_validate(stats)

@@ -94,9 +94,10 @@ def paid_cost(events: list[AnyEvent]) -> float | None:
             costs = [a.get("cost_usd") for a in e.attempts if a.get("prompt_tokens") is not None]
         else:
             continue
-        if None in costs:
+        known = [c for c in costs if c is not None]
+        if len(known) < len(costs):
             return None
-        total += sum(costs)
+        total += sum(known)
     return total
 
 
@@ -178,7 +179,8 @@ def _list_cost(e: LLMCall) -> float | None:
     them has no list price. 0 for an answer from madbench's own cache, which records no attempt: nothing was billed
     now (as its ``cached_tokens``; its ``cost_usd`` stays what it cost when it was first asked)."""
     costs = [a.get("list_cost_usd") for a in e.attempts if a.get("prompt_tokens") is not None]
-    return None if None in costs else float(sum(costs))
+    known = [c for c in costs if c is not None]
+    return None if len(known) < len(costs) else float(sum(known))
 
 
 def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[dict]:
@@ -225,7 +227,7 @@ def ledger_rows(untraced: dict[str, UntracedCall], billed: dict[str, float],
     def cost(call: str, u: UntracedCall) -> float:
         return u.cost_usd if u.cost_usd is not None else billed.get(call, u.reserved_usd)
 
-    answered = {}  # (run id, key) -> the orphaned call whose answer the row counts
+    answered: dict[tuple[str, str], str] = {}  # (run id, key) -> the orphaned call whose answer the row counts
     for call, u in sorted(untraced.items()):
         where = (u.run_id or "", u.key or "")
         if u.orphaned and where in counted:

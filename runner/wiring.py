@@ -22,8 +22,8 @@ from madbench.gateway.providers import Providers
 from madbench.gateway.providers.batching import BatchCollector, BatchingProvider
 from madbench.gateway.providers.rules import RuleAnswer, RulesProvider
 from madbench.runner.leakage_audit import is_identify_probe, rule_identify_answer
-from madbench.scoring.debate_scorer import scorer_for
 from madbench.scoring.rule_answers import answer
+from madbench.scoring.scorers import scorer_for
 
 
 def rule_answer(name: str, context: dict) -> BaseModel:

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator, model_validator
 
-Phase = Literal["propose", "critique", "revise", "judge", "crit", "rca"]
-PHASES: tuple[str, ...] = ("propose", "critique", "revise", "judge", "crit", "rca")
+from madbench.gateway.phases import PHASES, Phase
+
 StructuredMode = Literal["json_schema", "json_object_schema", "prompt_only"]
 WeightPolicy = Literal["strict", "normalize"]
 #: How narrowly the JSON schema sent with a turn is fitted (debate.request_schemas): to the turn (its peers' claims,

@@ -47,7 +47,8 @@ class RulesProvider:
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return None
 
-    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, **cache_split: int | None) -> float:
+    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, cached_tokens: int | None = None,
+             cache_write_tokens: int | None = None, batch: bool = False) -> float:
         return 0.0
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:
