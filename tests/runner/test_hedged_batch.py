@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from madbench.bench.hedging import critical_paths
+from madbench.bench.tail_latency import critical_paths
 from madbench.results.table_schemas import CALLS, to_table
 from madbench.runner.batch import load_batch, resolve_configs, with_settings
 from madbench.runner.cli import main
