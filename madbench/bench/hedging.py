@@ -30,7 +30,7 @@ from madbench.gateway.models import ModelSpec, RateLimits
 from madbench.results import ResultsDir
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.budget import read_budget
-from madbench.runner.cli.common import number
+from madbench.runner.cli.common import add_pack_args, number
 from madbench.runner.execute import run_batch
 from madbench.runner.replay import replay
 from madbench.runner.store import BatchLayout
@@ -40,30 +40,39 @@ BATCH_FILE = CONFIGS_DIR / "batches" / "a7.yaml"
 #: Priced in litellm's cost map (what bench kills prices the simulator's bill at), answered by the simulator.
 PRICED_MODEL = "openai/gpt-4o-mini"
 MODES = {"off": False, "on": True}
+EXAMPLE = "madbench bench hedging --mode on --in-flight 70"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--hedge", choices=["off", "on", "both"], default="both",
-                        help="`hedging`: run the batch without hedged requests, with them, or both (default)")
-    parser.add_argument("--hedge-runs", type=number(int, ge=1, le=70), default=70,
-                        help="`hedging`: runs of the a7 batch (a7 and a7-control alternately; default all 70)")
-    parser.add_argument("--hedge-rpm", type=number(gt=0), default=500,
-                        help="`hedging`: requests/min the simulated provider allows (default 500)")
-    parser.add_argument("--hedge-latency-median", type=number(ge=0, le=3600), default=8.0,
-                        help="`hedging`: median latency in s, lognormal (default 8)")
-    parser.add_argument("--hedge-latency-sigma", type=number(ge=0, le=10), default=0.5,
-                        help="`hedging`: sigma of the lognormal latency (default 0.5)")
-    parser.add_argument("--hedge-in-flight", type=number(int, ge=1, le=10_000),
-                        help="`hedging`: runs in flight (default: the batch file's max_in_flight, 32)")
-    parser.add_argument("--hedge-quantile", type=number(gt=0, lt=1), default=HedgeSettings().quantile,
-                        help="`hedging`: the latency quantile past which a request is hedged (default 0.9)")
-    parser.add_argument("--hedge-max-share", type=number(ge=0, le=1), default=HedgeSettings().max_share,
-                        help="`hedging`: extra requests at most, as a share of requests (default 0.05)")
-    parser.add_argument("--hedge-min-samples", type=number(int, ge=1, le=100_000), default=HedgeSettings().min_samples,
-                        help="`hedging`: answers of the model seen before hedging starts (default 20)")
-    parser.add_argument("--hedge-min-delay", type=number(ge=0, le=3600), default=HedgeSettings().min_delay_s,
-                        help="`hedging`: never hedge before this many seconds at the provider (default 1)")
-    parser.add_argument("--hedge-keep", metavar="DIR", help="`hedging`: keep each mode's results and cache under DIR")
+    parser.add_argument("--mode", "--hedge", dest="hedge", choices=["off", "on", "both"], default="both",
+                        help="run the batch without hedged requests, with them, or both (default)")
+    parser.add_argument("--runs", "--hedge-runs", dest="hedge_runs", type=number(int, ge=1, le=70), default=70,
+                        help="runs of the a7 batch (a7 and a7-control alternately; default all 70)")
+    parser.add_argument("--rpm", "--hedge-rpm", dest="hedge_rpm", type=number(gt=0), default=500,
+                        help="requests/min the simulated provider allows (default 500)")
+    parser.add_argument("--latency-median", "--hedge-latency-median", dest="hedge_latency_median",
+                        type=number(ge=0, le=3600), default=8.0,
+                        help="median latency in s, lognormal (default 8)")
+    parser.add_argument("--latency-sigma", "--hedge-latency-sigma", dest="hedge_latency_sigma",
+                        type=number(ge=0, le=10), default=0.5,
+                        help="sigma of the lognormal latency (default 0.5)")
+    parser.add_argument("--in-flight", "--hedge-in-flight", dest="hedge_in_flight", type=number(int, ge=1, le=10_000),
+                        help="runs in flight (default: the batch file's max_in_flight, 32)")
+    parser.add_argument("--quantile", "--hedge-quantile", dest="hedge_quantile",
+                        type=number(gt=0, lt=1), default=HedgeSettings().quantile,
+                        help="the latency quantile past which a request is hedged (default 0.9)")
+    parser.add_argument("--max-share", "--hedge-max-share", dest="hedge_max_share",
+                        type=number(ge=0, le=1), default=HedgeSettings().max_share,
+                        help="extra requests at most, as a share of requests (default 0.05)")
+    parser.add_argument("--min-samples", "--hedge-min-samples", dest="hedge_min_samples",
+                        type=number(int, ge=1, le=100_000), default=HedgeSettings().min_samples,
+                        help="answers of the model seen before hedging starts (default 20)")
+    parser.add_argument("--min-delay", "--hedge-min-delay", dest="hedge_min_delay",
+                        type=number(ge=0, le=3600), default=HedgeSettings().min_delay_s,
+                        help="never hedge before this many seconds at the provider (default 1)")
+    parser.add_argument("--keep", "--hedge-keep", dest="hedge_keep",
+                        metavar="DIR", help="keep each mode's results and cache under DIR")
+    add_pack_args(parser)
 
 
 def main(args: argparse.Namespace) -> int:

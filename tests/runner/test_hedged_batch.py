@@ -50,9 +50,9 @@ def test_a_runs_critical_path_sums_the_slowest_call_of_each_step():
 def test_a_hedged_a7_batch_counts_every_hedge_and_ends_as_the_unhedged_one(tmp_path, capsys):
     # 4 runs of the paper's a7 against the simulator with a long latency tail (σ 1), hedging past the median after 3
     # answers, up to half the requests: hedges are sure to be sent, won and lost.
-    assert main(["bench", "hedging", "--hedge-runs", "4", "--hedge-latency-median", "0.4", "--hedge-latency-sigma", "1",
-                 "--hedge-quantile", "0.5", "--hedge-max-share", "0.5", "--hedge-min-samples", "3",
-                 "--hedge-min-delay", "0.3", "--hedge-keep", str(tmp_path)]) == 0
+    assert main(["bench", "hedging", "--runs", "4", "--latency-median", "0.4", "--latency-sigma", "1",
+                 "--quantile", "0.5", "--max-share", "0.5", "--min-samples", "3",
+                 "--min-delay", "0.3", "--keep", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
     off, on = out["off"], out["on"]
     assert off["ok_runs"] == on["ok_runs"] == 4 and off["hedged_calls"] == 0 and off["closed_by_client"] == 0
