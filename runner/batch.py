@@ -32,6 +32,7 @@ from madbench.debate.protocols import protocol_of, protocol_options
 from madbench.debate.protocols.self_consistency import MAX_SAMPLES, config_problems, samples_for
 from madbench.debate.protocols.self_consistency import Options as SelfConsistencyOptions
 from madbench.gateway import ModelRouting
+from madbench.gateway.hedging import HedgeSettings
 from madbench.gateway.models import ModelSpec
 from madbench.gateway.routing_profiles import Deployment, load_routing_profile, with_deployment
 from madbench.results import BatchDirs, ResultsDir
@@ -189,6 +190,9 @@ class BatchSpec(BaseModel):
     #: The identification probe and residue pass of `madbench leakage audit` on the batch's own blind memos before
     #: any debate, recorded in <results>/leakage_audit/ (runner/leakage_gate.py); needs a blind config.
     leakage_audit: LeakageAuditSpec | None = None
+    #: Hedged requests (madbench.gateway.hedging): a slow request sent a second time, the first answer taken; on for
+    #: priced models, at most ``max_share`` (5%) more requests. ``hedging: {enabled: false}`` turns it off.
+    hedging: HedgeSettings = Field(default_factory=HedgeSettings)
 
     @field_validator("model", "results_dir", "cache_dir")
     @classmethod
@@ -415,7 +419,7 @@ def with_settings(spec: BatchSpec, settings: dict[str, Any], where: str) -> Batc
     try:
         routing = BatchRouting.model_validate({"profile": spec.routing.profile, "tiers": tiers})
     except ValidationError as exc:
-        raise InputError(where, format_validation_error(exc, "routing"), "set api_base, api_key_env or "
+        raise InputError(where, format_validation_error(exc, "routing"), "set api_base, api_key_env, hedge or "
                          "limits.<rpm|tpm|max_concurrency|…> of a tier") from None
     return spec.model_copy(update={"routing": routing})
 

@@ -36,10 +36,12 @@ from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
 from madbench.gateway import Budget
 from madbench.gateway.errors import BudgetExhausted
+from madbench.gateway.hedging import HedgeSettings
 from madbench.gateway.providers.batching import current_party
 from madbench.gateway.secrets import redact, remember
 from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
 from madbench.results.provenance import Provenance
+from madbench.runner.api_records import BatchOutcome
 from madbench.runner.batch import BatchSpec, RunSpec
 from madbench.runner.budget import (
     BudgetRecord,
@@ -52,7 +54,6 @@ from madbench.runner.budget import (
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
 from madbench.runner.dispatch import BUDGET_STOP, FINISHED, ActorPool, Dispatch, Work
 from madbench.runner.lock import ResultsLock, WriterGuard
-from madbench.runner.outcome import BatchOutcome
 from madbench.runner.pipeline import check_run_id, run_debate
 from madbench.runner.progress import BatchLine, Progress
 from madbench.runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
@@ -86,7 +87,7 @@ class RunnerActor:
     """Hosts agents and the CRIT scorer for many runs (one gateway, one cache, one pack)."""
 
     def __init__(self, pack_dir: str, evidence: list[str], cache: CachePlan, root: str, batch: str, budget: Budget,
-                 holder: str, collector: CollectorClient | None = None):
+                 holder: str, collector: CollectorClient | None = None, hedging: HedgeSettings | None = None):
         import ray
 
         ctx = ray.get_runtime_context()
@@ -111,7 +112,8 @@ class RunnerActor:
                 budget.journal_settlements(root)  # what a call in flight at a kill billed outlives the driver
         self.cache = cache.open(self.node_id, ctx.get_actor_id())
         # Provider batch mode (a collector given): litellm-routed calls wait for the batch's collector.
-        self.gateway = build_gateway(cache=self.cache, budget=budget, guard=self.guard, collector=collector)
+        self.gateway = build_gateway(cache=self.cache, budget=budget, guard=self.guard, collector=collector,
+                                     hedging=hedging)
         self.collector = collector
         self.running: set[str] = set()  # the runs in flight on this actor (what ``beats`` reports on)
         if collector is not None:
@@ -580,7 +582,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             collector, ready = start_collector(ray, layout.root, lock.holder, batches) if batches else (None, None)
             pool = ActorPool(ray, RunnerActor, (portable(pack_dir, job_dir), [portable(e, job_dir) for e in evidence], cache,
                                                 str(layout.root), spec.name, budget, lock.holder,
-                                                CollectorClient(collector) if collector else None),
+                                                CollectorClient(collector) if collector else None, spec.hedging),
                              min(spec.workers, len(todo)), spec.max_in_flight)
             _collector_ready(ray, ready, quiet)
             progress.poll = lambda: {"spent_usd": budget.snapshot()["spent_usd"], **pool.totals()}

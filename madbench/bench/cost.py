@@ -15,7 +15,10 @@ model are understated; the cached share is what the prompts allow, and a real pr
 
 from __future__ import annotations
 
+import argparse
+import json
 import tempfile
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ from madbench.gateway.models import ModelSpec, RateLimits, SchemaScope, Structur
 from madbench.gateway.providers.litellm_provider import has_price, import_litellm, token_cost
 from madbench.results import ResultsDir
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
+from madbench.runner.cli.common import add_pack_args, check_out, number
 from madbench.runner.execute import run_batch
 from madbench.runner.provider_batches import ProviderBatchOptions, journal_summary
 from madbench.runner.store import BatchLayout
@@ -154,3 +158,34 @@ def format_cost(out: dict[str, Any]) -> str:
         "simulated answers carry no reasoning tokens: a reasoning model's output cost is understated",
     ]
     return "\n".join(lines)
+
+
+EXAMPLE = "madbench bench cost --runs 2 --json --results /tmp/a7-cost"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=number(int, le=1_000_000), default=3,
+                        help="scenarios of the paper's A7 treatment to run (default 3)")
+    parser.add_argument("--price-model", default=PRICE_MODEL,
+                        help=f"the model whose list prices (litellm's cost map) every call is priced at (default {PRICE_MODEL})")
+    parser.add_argument("--structured-output", choices=typing.get_args(StructuredMode),
+                        help="how the answer schema is sent (default: the provider's, json_schema; prompt_only sends none)")
+    parser.add_argument("--schema-scope", choices=typing.get_args(SchemaScope),
+                        help="one schema per run (run, the default for hosted models: the schema leads the provider's "
+                             "cached prefix) or per turn (turn: each turn's own, and far fewer cache hits)")
+    parser.add_argument("--results", "--results-dir", dest="results_dir",
+                        help="keep the simulated batch's results there (calls.parquet has every call's prompt, completion "
+                             "and cached tokens); default: a temporary directory")
+    parser.add_argument("--json", action="store_true", help="print only the headline JSON record")
+    add_pack_args(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.results_dir is not None:
+        check_out(args.results_dir, "--results")
+    if args.runs < 1:
+        raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
+    out = bench_cost(args.runs, args.price_model, args.structured_output, args.pack, args.evidence, args.results_dir,
+                     args.schema_scope)
+    print(json.dumps({k: out[k] for k in JSON_KEYS}) if args.json else format_cost(out))
+    return 0

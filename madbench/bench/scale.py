@@ -16,6 +16,7 @@ the nodes that did not own it. A benchmark measures; it asserts nothing.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -27,14 +28,17 @@ from pathlib import Path
 import psutil
 
 from madbench.bench.local_cluster import LocalCluster, can_hide
+from madbench.bench.pack_option import add_pack_only
+from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.paths import PROJECT_ROOT
 from madbench.data.scenario import load_scenarios
 from madbench.gateway.models import ModelSpec, RateLimits
 from madbench.results import BatchDirs, ResultsDir
+from madbench.runner.api_records import BatchOutcome
 from madbench.runner.batch import BatchSpec, expand, resolve_configs, resolve_scenarios
+from madbench.runner.cli.common import number
 from madbench.runner.execute import init_ray, run_batch
-from madbench.runner.outcome import BatchOutcome
 from madbench.runner.store import BatchLayout
 from madbench.sim.provider import SimConfig, SimProvider
 
@@ -195,3 +199,19 @@ def bench_scale(runs: int = 1000, pack: str | None = None, latency_median: float
     names = {node: name for name, node in events["nodes"].items()}
     out["cluster_cache"] = {names.get(k, k[:8]): v for k, v in by_node.items()}
     return out
+
+
+EXAMPLE = "madbench bench scale --runs 200"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=number(int, le=1_000_000), default=1000,
+                        help="single-agent runs on 3 raylets (default 1000)")
+    add_pack_only(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.runs < 1:
+        raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
+    print(json.dumps(bench_scale(args.runs, args.pack), indent=1))
+    return 0

@@ -25,6 +25,7 @@ class RulesProvider:
     is_llm = False
     cacheable = False  # recomputing is cheaper than a cache read, and always identical
     rate_limited = False
+    hedgeable = False
 
     def __init__(self, answer: RuleAnswer):
         self.answer = answer
