@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,8 +55,12 @@ class Analysis(AnalysisData):
                 if frame is None:
                     (out / f"{name}.csv").unlink(missing_ok=True)
                 else:
-                    written.append(atomic_write(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
+                    written.append(atomic_write(out / f"{name}.csv", partial(_to_csv, frame)))
         return written
+
+
+def _to_csv(frame: pd.DataFrame, path: Path) -> None:
+    frame.to_csv(path, index=False)
 
 
 def analyse(runs: pd.DataFrame, where: str, compare: list[str] | None = None, metrics: list[str] | None = None,
