@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import partial
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +55,8 @@ class Analysis(AnalysisData):
                 if frame is None:
                     (out / f"{name}.csv").unlink(missing_ok=True)
                 else:
-                    written.append(atomic_write(out / f"{name}.csv", partial(_to_csv, frame)))
+                    written.append(atomic_write(out / f"{name}.csv", functools.partial(frame.to_csv, index=False)))
         return written
-
-
-def _to_csv(frame: pd.DataFrame, path: Path) -> None:
-    frame.to_csv(path, index=False)
 
 
 def analyse(runs: pd.DataFrame, where: str, compare: list[str] | None = None, metrics: list[str] | None = None,
