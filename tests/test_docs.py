@@ -150,6 +150,15 @@ def test_the_readmes_python_example_is_ten_lines_and_is_the_one_the_suite_runs()
     assert 'madbench.run("configs/batches/rules-35.yaml"' in example and "res.report()" in example
 
 
+@requires_shared
+@pytest.mark.slow
+def test_the_readmes_python_example_runs_as_written_offline_in_a_scratch_folder(readme_rules35):
+    here, namespace = readme_rules35  # conftest ran the block verbatim, from a scratch folder holding configs/
+    run = namespace["run"]
+    assert (run.ok, run.failed, run.pending) == (105, 0, 0)
+    assert (here / "results" / "rules-35" / "report.html").is_file()  # its last line wrote the report
+
+
 def test_every_relative_link_in_the_readme_and_changelog_points_at_a_file():
     for doc in ("README.md", "CHANGELOG.md"):
         text = (ROOT / doc).read_text(encoding="utf-8")
