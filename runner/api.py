@@ -20,18 +20,7 @@ from madbench.eval.stats.group_sequential import design_power
 from madbench.eval.stats.sequential_record import SequentialSummary, batch_summary, read_record
 from madbench.results import BatchDirs, ResultsDir, read_manifest
 from madbench.results.provenance import Provenance, collect, dirty_warning, require_clean
-from madbench.runner.batch import BatchSpec
-from madbench.runner.batch_view import FailureGroup, Results, attempt_counts, failure_groups
-from madbench.runner.budget import read_budget
-from madbench.runner.dispatch import FINISHED
-from madbench.runner.estimate import MemoInfo, calibrate, estimate_batch
-from madbench.runner.execute import ray_client, run_batch
-from madbench.runner.exit_codes import EXIT_INTERRUPTED, EXIT_RUNS_FAILED
-from madbench.runner.launch import Launch, load_checked
-from madbench.runner.leakage_gate import audit_batch
-from madbench.runner.matching import split, with_targets
-from madbench.runner.options import RunOptions
-from madbench.runner.outcome import (
+from madbench.runner.api_records import (
     CalibrationSource,
     ConfigEstimate,
     EstimateFigures,
@@ -44,6 +33,17 @@ from madbench.runner.outcome import (
     Spend,
     TableRows,
 )
+from madbench.runner.batch import BatchSpec
+from madbench.runner.batch_view import FailureGroup, Results, attempt_counts, failure_groups
+from madbench.runner.budget import read_budget
+from madbench.runner.dispatch import FINISHED
+from madbench.runner.estimate import MemoInfo, calibrate, estimate_batch
+from madbench.runner.execute import ray_client, run_batch
+from madbench.runner.exit_codes import EXIT_INTERRUPTED, EXIT_RUNS_FAILED
+from madbench.runner.launch import Launch, load_checked
+from madbench.runner.leakage_gate import audit_batch
+from madbench.runner.matching import split, with_targets
+from madbench.runner.options import RunOptions
 from madbench.runner.preflight import reachable_models
 from madbench.runner.provider_batches import batch_problems
 from madbench.runner.sequential import design_of, quarters_of

@@ -16,8 +16,8 @@ from madbench.eval.stats.analysis import Analysis, analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, load_runs
 from madbench.eval.stats.sequential_record import SequentialRecord, batch_summary, read_record
 from madbench.results import Manifest, ManifestRun, ResultsDir, read_manifest
+from madbench.runner.api_records import RunCounts
 from madbench.runner.lock import lock_holder
-from madbench.runner.outcome import RunCounts
 from madbench.runner.sequential import NOT_NEEDED
 from madbench.runner.store import BatchLayout, current_step, group_failures
 

@@ -15,9 +15,10 @@ from madbench.eval.report import figures
 from madbench.eval.report.collect import load_report_data
 from madbench.eval.report.glossary import CAVEATS, DYNAMICS
 from madbench.eval.report.leakage import leakage_parts
+from madbench.eval.stats import sections
 from madbench.eval.stats.analysis import analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, ok_runs
-from madbench.eval.stats.sections import SECTIONS, html_table
+from madbench.eval.stats.sections import html_table
 from madbench.eval.stats.sequential_record import batch_summary, path_frame, read_record
 
 HERE = Path(__file__).parent
@@ -99,7 +100,7 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
     if len(failed):
         notes.append(f"{len(failed)} failed run(s) are excluded from every statistic; see the explorer and the status column.")
     cost = figures.cost_summary(runs, data.calls)
-    stats = {section.key: section.html(analysis) for section in SECTIONS}
+    stats = {section.key: section.html(analysis) for section in sections.SECTIONS}
     metrics = [m for m in FIGURE_METRICS if m in ok.columns]
     paper_table = analysis.paper_table
     assert paper_table is not None  # analyse() builds it with the main table

@@ -27,7 +27,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "sequential": ("madbench.bench.sequential_designs", "type I error, power and scenarios used of group-sequential designs"),
     "ends": ("madbench.bench.ends", "an all-invalid batch ends (and does not hang) under CPU load"),
     "kills": ("madbench.bench.kills", "the budget ledger holds across SIGKILLs of the driver"),
-    "hedging": ("madbench.bench.hedging", "the paper's A7 against a slow simulated provider, with and without hedged requests"),
+    "hedging": ("madbench.bench.tail_latency", "the paper's A7 against a slow simulated provider, with and without hedged requests"),
 }
 
 
