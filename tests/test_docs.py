@@ -59,7 +59,9 @@ def test_every_markdown_page_is_in_the_nav_and_every_nav_entry_exists():
                 yield from entries(value) if isinstance(value, list) else [value]
 
     generated = {*reference_hook().GENERATED, "changelog.md"}
-    in_nav = set(entries(config["nav"]))
+    listed = list(entries(config["nav"]))
+    assert len(listed) == len(set(listed)), "a page is in the nav twice"
+    in_nav = set(listed)
     on_disk = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
     assert in_nav - generated == on_disk
     assert generated <= in_nav
