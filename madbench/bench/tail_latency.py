@@ -144,7 +144,7 @@ def _one(mode: str, folder: Path, runs: int, rpm: float, median_s: float, sigma:
     return {"runs": table[["run_id", "status", "weights"]], "summary": {
         "load_1_5_15_before": [round(x, 2) for x in load_before],
         "load_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
-        "runs": len(table), "ok_runs": int((table["status"] == "ok").sum()), "state": stats["state"],
+        "runs": len(table), "ok_runs": int((table["status"] == "ok").sum()), "state": stats.state,
         "wall_s": round(wall, 1), "from_first_request_s": round(e2e_after_start, 1),
         "critical_path_median_s": round(float(paths.median()), 1), "critical_path_max_s": round(float(paths.max()), 1),
         "wall_over_median_path": round(wall / float(paths.median()), 2),
