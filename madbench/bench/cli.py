@@ -10,6 +10,7 @@ import typing
 
 import psutil
 
+from madbench.bench import sweep_designs
 from madbench.bench.cluster_cache import bench_cluster_cache
 from madbench.bench.cost import JSON_KEYS, PRICE_MODEL, bench_cost, format_cost
 from madbench.bench.reliability import bench_ends, bench_kills
@@ -24,8 +25,8 @@ from madbench.runner.batch import load_batch, resolve_scenarios
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import ROOT, add_pack_args, check_out, number
 
-WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost", "cluster-cache", "scale", "sequential", "ends",
-        "kills"]
+WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost", "cluster-cache", "scale", "sequential", "sweep",
+        "ends", "kills"]
 #: --runs when it is not given: `throughput` and `cache` measure a sustained rate, `cost` prices a few a7 runs,
 #: `scale` runs a thousand (about 10 min on 2 cores), `cluster-cache` asks for 500 cached answers.
 DEFAULT_RUNS = {"cost": 3, "scale": 1000, "cluster-cache": 500, "kills": 12}
@@ -91,6 +92,7 @@ def register(sub) -> None:
     p.add_argument("--every", type=number(int, ge=1, le=1_000_000), default=1,
                    help="`kills`: requests into each invocation at which its driver is killed (default 1: its first "
                         "phase's calls are in flight, and each invocation spends little of the cap)")
+    sweep_designs.add_arguments(p)
     add_pack_args(p)
     p.set_defaults(func=_run)
 
@@ -158,6 +160,8 @@ def _run(args) -> int:
     if args.what == "gateway" and args.n > GATEWAY_MAX_CALLS:  # said, not clamped in silence
         raise InputError("--n", f"{args.n} calls: `bench gateway` sends at most {GATEWAY_MAX_CALLS}",
                          f"give --n {GATEWAY_MAX_CALLS} or fewer")
+    if args.what == "sweep":  # simulation only: no model, no Ray
+        return sweep_designs.main(args)
     if args.what == "sequential":
         quarters = sequential_quarters(args)
         n_max = len(quarters) if quarters else args.max_scenarios

@@ -77,7 +77,7 @@ GROUPS: tuple[Group, ...] = (
         "sim": "a simulated OpenAI-compatible provider (rate limits, latency) for trying setups offline",
     }),
     Group("madbench.bench.cli", {
-        "bench": "benchmarks: memo, backtest, gateway, runner, throughput against a simulated provider, cached replay, cost per run, sequential designs",
+        "bench": "benchmarks: memo, backtest, gateway, runner, throughput against a simulated provider, cached replay, cost per run, sequential designs, sweep designs",
     }),
 )
 
