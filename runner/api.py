@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict
 from madbench.data.memo import build_memo
 from madbench.eval.stats.group_sequential import design_power
 from madbench.eval.stats.sequential_record import batch_summary, read_record
+from madbench.eval.stats.sweep_record import read_record as read_sweep_record
+from madbench.eval.stats.sweep_record import summary as sweep_record_summary
 from madbench.results import BatchDirs, ResultsDir, read_manifest
 from madbench.results.provenance import Provenance, collect, dirty_warning, require_clean
 from madbench.runner.batch_view import FailureGroup, Results, attempt_counts, failure_groups
@@ -32,6 +34,7 @@ from madbench.runner.preflight import reachable_models
 from madbench.runner.provider_batches import batch_problems
 from madbench.runner.sequential import design_of, quarters_of
 from madbench.runner.store import BatchLayout
+from madbench.runner.sweep import sweep_plan
 
 #: A figure the estimate rounds: an int stays an int (its JSON says 12, not 12.0).
 Number = int | float
@@ -72,6 +75,8 @@ class BatchRun(BaseModel):
     not_needed: int = 0
     #: A sequential batch's decision and looks (``sequential_record.summary``), else None.
     sequential: dict[str, Any] | None = None
+    #: A sweep's decisions per arm (``sweep_record.summary``), else None.
+    sweep: dict[str, Any] | None = None
     #: Rows of runs.parquet, rounds.parquet and calls.parquet.
     tables: dict[str, int]
     failures: list[FailureGroup]
@@ -120,6 +125,9 @@ class Estimate(BaseModel):
     #: A sequential batch's plan (``sequential_plan``): its looks, and its maximum and expected scenarios, cost and
     #: time under the null and under the planned effect.
     sequential: dict[str, Any] | None = None
+    #: A sweep's plan (``runner.sweep.sweep_plan``): its looks and bounds, its runs and cost at most and expected under
+    #: the global null and under one better arm.
+    sweep: dict[str, Any] | None = None
 
 
 class BatchEstimate(BaseModel):
@@ -186,7 +194,7 @@ def run_with(o: RunOptions) -> BatchRun:
     return BatchRun(batch=b.spec.name, batch_file=o.batch, results_dir=b.root, runs=stats["runs"], skipped=stats["skipped"],
                     submitted=submitted, retries=retries,
                     wall_s=stats["wall_s"], state=stats["state"], **status, tables=stats["tables"],
-                    sequential=sequential_summary(b.root),
+                    sequential=sequential_summary(b.root), sweep=sweep_summary(b.root),
                     failures=failure_groups(manifest_runs), spend=Spend(**stats["budget"], unpriced_calls=unpriced_calls(b.root)),
                     provider_batches=None if pb is None else pb | {"journal": str(b.root / "provider_batches")},
                     retry_command=o.retry_command(), exit_status=exit_status(stats["state"], status))
@@ -203,6 +211,14 @@ def checked_provenance(pack_dir: Path | None, evidence: Sequence[Path], scenario
     if warning:
         print(f"madbench: warning: {warning}", file=sys.stderr)
     return provenance
+
+
+def sweep_summary(root: Path) -> dict[str, Any] | None:
+    """A sweep's decision per arm with its adjusted figures, and what it saved (None for another batch)."""
+    record = read_sweep_record(root)
+    if record is None:
+        return None
+    return sweep_record_summary(record, ResultsDir(root).runs if BatchDirs(root).table("runs").is_file() else None)
 
 
 def sequential_summary(root: Path) -> dict[str, Any] | None:
@@ -278,6 +294,8 @@ def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimat
     out["provider_batch_unsupported"] = batch_problems([m for c in configs for _, _, m in reachable_models(c)])
     if spec.sequential is not None:
         out["sequential"] = sequential_plan(spec, b.runs, todo, out)
+    if spec.sweep is not None:
+        out["sweep"] = sweep_plan(spec, b.runs, todo, out)
     return Estimate(**out)
 
 

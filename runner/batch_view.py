@@ -15,6 +15,8 @@ from madbench.eval.report.page import build_report
 from madbench.eval.stats.analysis import Analysis, analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, load_runs
 from madbench.eval.stats.sequential_record import SequentialRecord, batch_summary, read_record
+from madbench.eval.stats.sweep_record import read_record as read_sweep_record
+from madbench.eval.stats.sweep_record import summary as sweep_summary
 from madbench.results import Manifest, ManifestRun, ResultsDir, read_manifest
 from madbench.runner.lock import lock_holder
 from madbench.runner.sequential import NOT_NEEDED
@@ -152,6 +154,9 @@ class Results(ResultsDir):
         record = read_record(self.path)
         if record is not None:  # the looks' adjusted inference leads; the plain paired tests below are naive
             analysis.sequential = batch_summary(record, self.runs)
+        swept = read_sweep_record(self.path)
+        if swept is not None:  # each arm's adjusted inference leads; the plain paired tests below are naive
+            analysis.sweep = sweep_summary(swept, self.runs)
         return analysis
 
     def report(self, out: str | Path | None = None, compare: list[str] | None = None, correction: str = "holm",

@@ -198,6 +198,11 @@ class Work(ABC, Generic[Unit]):
         the head anyway once nothing is in flight, so a hold never stalls it."""
         return False
 
+    def needed(self, unit: Unit) -> bool:
+        """Whether ``unit`` is still wanted (a sweep's arm that a look stopped wants no more runs): one that is not is
+        taken off the queue unsent, and the job marks it."""
+        return True
+
     def tick(self) -> None:
         """Every ``STATUS_INTERVAL_S`` seconds while the loop runs."""
 
@@ -261,6 +266,7 @@ class Dispatch(Generic[Unit]):
         return FINISHED
 
     def _submit(self) -> None:
+        self.queue = [u for u in self.queue if self.work.needed(u)]
         while self.queue and len(self.in_flight) < self.max_in_flight and not self.budget_hit and not self.work.enough():
             ready = next((i for i, u in enumerate(self.queue) if not self.work.waits(u)), None)
             if ready is None and self.in_flight:

@@ -66,6 +66,8 @@ class Analysis:
 
     #: A sequential batch's decision and its inference adjusted for the looks (``sequential_record.summary``).
     sequential: dict | None = None
+    #: A sweep's decisions per arm, adjusted for the arms and the looks (``sweep_record.summary``).
+    sweep: dict | None = None
 
     #: Tests in the family ``p_adj`` is adjusted over, when larger than this analysis's own (``adjust_across``).
     family_size: int | None = None
@@ -100,6 +102,11 @@ class Analysis:
                       *[f"- {line}" for line in self.sequential["lines"]], "",
                       "The tables below are naive for this pair: they test the pairs that ran as if no look had been "
                       "taken.", ""]
+        if self.sweep is not None:
+            parts += ["## Sweep: every arm against the control, adjusted for the arms and the looks", "",
+                      *[f"- {line}" for line in self.sweep["lines"]], "",
+                      "The tables below are naive for the sweep: one test per pair, as if no other arm and no look "
+                      "had been taken.", ""]
         parts += ["## Comparison (paired on scenario means)", "", self.unit_line, "", self._batch_row(self.table.markdown()), ""]
         if self.replicated:
             spread = self._frame(pd.DataFrame(self.summaries)[["config", "metric", "n", "n_runs", "within_sd"]])
@@ -159,7 +166,8 @@ class Analysis:
                 "paired": self._rows([p.record() for p in self.pairs]), "summaries": self._rows(self.summaries),
                 "beats_1n": self._rows(self.beats), "regression": regression,
                 **({"power": self._rows(self.power)} if self.power else {}),
-                **({"sequential": self.sequential} if self.sequential is not None else {})}
+                **({"sequential": self.sequential} if self.sequential is not None else {}),
+                **({"sweep": self.sweep} if self.sweep is not None else {})}
 
     @property
     def computed_correlations(self) -> list[dict]:
