@@ -217,12 +217,12 @@ class BatchSpec(BaseModel):
     def _one_routing(self):
         if self.model is not None and self.routing.profile is not None:
             raise ValueError("give `model` (one model everywhere) or `routing.profile` (a routing profile), not both")
-        if self.sequential is not None and self.sequential.pair not in [p.treatment for p in self.pairs]:
-            raise ValueError(f"sequential.pair: {self.sequential.pair!r} is not the treatment of a declared pair (the "
-                             f"batch's: {', '.join(p.treatment for p in self.pairs) or 'none'}); declare it under `pairs:`")
         if self.sequential is not None and self.sweep is not None:
             raise ValueError("sweep: a batch is a sweep (many arms against one control) or a sequential experiment (one "
                              "pair), not both: keep one of `sweep:` and `sequential:`")
+        if self.sequential is not None and self.sequential.pair not in [p.treatment for p in self.pairs]:
+            raise ValueError(f"sequential.pair: {self.sequential.pair!r} is not the treatment of a declared pair (the "
+                             f"batch's: {', '.join(p.treatment for p in self.pairs) or 'none'}); declare it under `pairs:`")
         if self.sequential is not None and self.grid:
             raise ValueError("sequential: a design compares one pair of configs; a grid makes more (drop the grid)")
         if "routing" in self.grid:

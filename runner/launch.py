@@ -72,7 +72,7 @@ def load(o: RunOptions) -> Launch:
         split_address(o.address or os.environ["RAY_ADDRESS"], "--address" if o.address else "RAY_ADDRESS")
     spec, base = load_batch(o.batch)
     if o.continue_past and spec.sequential is None and spec.sweep is None:
-        raise InputError("--continue", f"{o.batch} has no `sequential:` or `sweep:` block, so there is no decision to go past",
+        raise InputError("--continue", f"{o.batch} has no `sequential:` block (nor `sweep:`), so there is no decision to go past",
                          "leave --continue out")
     spec, name = with_routing(spec, o)
     if o.provider_batch and spec.provider_batches is None:

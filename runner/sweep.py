@@ -113,7 +113,7 @@ class SweepSpec(BaseModel):
 def arms_of(spec, names: Iterable[str]) -> list[str]:
     """The sweep's arms among the batch's config ``names`` (in the batch's order)."""
     sw = spec.sweep
-    return list(sw.arms) if sw.arms is not None else [n for n in names if n != sw.control]
+    return list(sw.arms) if sw.arms is not None else [n for n in dict.fromkeys(names) if n != sw.control]
 
 
 def check_sweep(spec, config_names: list[str], n_scenarios: int, where: str) -> None:
@@ -351,7 +351,8 @@ class SweepMonitor:
                 self.record.results[a] = r.model_copy(update={"ci_low": float(low), "ci_high": float(high), "ci_look": k})
         corr = None
         if len(cols) >= 2:
-            mat = np.corrcoef(np.stack(list(cols.values())))
+            with np.errstate(invalid="ignore", divide="ignore"):  # an arm without spread has no correlation
+                mat = np.corrcoef(np.stack(list(cols.values())))
             off = mat[~np.eye(len(cols), dtype=bool)]
             corr = float(np.nanmean(off)) if np.isfinite(off).any() else None
         self.record.looks.append(SweepLook(look=k, n=len(scenarios), planned_n=planned, scenarios=list(scenarios),

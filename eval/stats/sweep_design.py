@@ -256,7 +256,9 @@ def decide(d: SweepDesign, look: int, t: np.ndarray, df_k: float, effect_size: n
     if select_margin is not None and not last:
         pool = racing | (declared if declared is not None else np.zeros_like(racing))
         lead = np.where(pool, effect_size, -np.inf).max(-1, keepdims=True)
-        out[racing & (out == 0) & (lead - effect_size > select_margin)] = 3
+        with np.errstate(invalid="ignore"):  # an infinite d_z (no spread) behind an infinite leader is not behind
+            behind = np.nan_to_num(lead - effect_size, nan=0.0) > select_margin
+        out[racing & (out == 0) & behind] = 3
     if last:
         out[racing & (out == 0)] = 4
     return out
