@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add(parser, "--design-correlation", type=float, default=0.5,
          help="`sweep`: the correlation the mams boundary is computed for (default 0.5)")
     _add(parser, "--margin", type=float, help="`sweep`: drop arms more than this d_z behind the leader (default: none)")
+    _add(parser, "--quarters", metavar="SCENARIOS", help="lay the scenarios out in quarters as this scenario file's are, "
+         "in the schedule order of seed 0, and test each look with the quarter-clustered t (default: independent)")
+    _add(parser, "--icc", type=float, default=0.0, help="with --quarters: the intra-quarter correlation (default 0)")
 
 
 def check(args: argparse.Namespace) -> None:
@@ -78,34 +81,51 @@ def check(args: argparse.Namespace) -> None:
         raise InputError("--looks", str(exc), "give fewer looks or more scenarios") from None
 
 
-def designs(args: argparse.Namespace) -> list[tuple[str, SweepDesign]]:
+def clusters_of(args: argparse.Namespace) -> list[str] | None:
+    """Each scenario's quarter in the schedule order of seed 0 (``--quarters``), or None: independent scenarios."""
+    if not args.quarters:
+        if args.icc:
+            raise InputError("--icc", "independent scenarios have no quarters to correlate within",
+                             "give --quarters SCENARIOS with it")
+        return None
+    from madbench.data.scenario import load_scenarios
+    from madbench.runner.sequential import schedule_order
+    quarters = {s.id: s.invest_quarter for s in load_scenarios(args.quarters)}
+    args.max_scenarios = len(quarters)
+    return [quarters[s] for s in schedule_order(quarters, 0)]
+
+
+def designs(args: argparse.Namespace, clusters: list[str] | None = None) -> list[tuple[str, SweepDesign]]:
     n = planned_looks(args.max_scenarios, args.looks)
-    df = planned_df(n)
+    df = planned_df(n, clusters)
     out = []
     for rule in [args.rule] if args.rule else list(RULES):
         d = make_sweep(n, args.arms, 0.05, rule, args.spending, args.design_correlation, True, args.sweep_effect,
                        args.sweep_power, df=df)
         out.append((f"{rule} {args.spending} + futility", d))
     fixed = make_sweep([args.max_scenarios], args.arms, 0.05, args.rule or "mams", args.spending,
-                       args.design_correlation, False, args.sweep_effect, args.sweep_power, df=planned_df([args.max_scenarios]))
+                       args.design_correlation, False, args.sweep_effect, args.sweep_power,
+                       df=planned_df([args.max_scenarios], clusters))
     out.append((f"fixed grid ({args.rule or 'mams'}, one look)", fixed))
     return out
 
 
 def bench_sweep(args: argparse.Namespace) -> list[dict]:
     """Every design in every cell: a row each."""
+    clusters = clusters_of(args)
     rng = np.random.default_rng(args.seed)
     rows = []
-    for label, d in designs(args):
+    for label, d in designs(args, clusters):
         for cell, spec in CELLS.items():
             effects = effects_of(spec, args.arms)
             t0 = time.perf_counter()
-            out = simulate(d, effects, args.sweeps, rng, args.correlation, Rules(args.margin))
+            out = simulate(d, effects, args.sweeps, rng, args.correlation, Rules(args.margin), clusters, args.icc)
             rows.append({"design": label, "cell": cell, "effects": effects.tolist(), "looks": list(d.n),
                          "efficacy_z": [round(x, 4) for x in d.efficacy],
                          "futility_z": None if d.futility is None else [round(x, 4) for x in d.futility],
                          "planned_power": d.power, "sweeps": args.sweeps, "correlation": args.correlation,
-                         "margin": args.margin, **out, "seconds": round(time.perf_counter() - t0, 2)})
+                         "margin": args.margin, "quarters": None if clusters is None else len(set(clusters)),
+                         "icc": args.icc, **out, "seconds": round(time.perf_counter() - t0, 2)})
     return rows
 
 
@@ -129,6 +149,8 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.quarters:
+        clusters_of(args)  # the maximum is the file's scenarios
     check(args)
     rows = bench_sweep(args)
     print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
