@@ -38,6 +38,7 @@ from madbench.eval.stats.sweep_record import (
     read_record,
     write_record,
 )
+from madbench.eval.stats.sweep_simulation import Rules, simulate
 from madbench.results import BatchDirs, ManifestRun
 from madbench.runner.sequential import MAX_LOOKS, NOT_NEEDED, _now, numeric_metric, quarters_of, schedule_order
 
@@ -407,7 +408,6 @@ def sweep_plan(spec, runs: list[RunSpec], todo: list[RunSpec], figures: dict[str
     expected under the global null (no arm better) and under the planned alternative (one arm at ``effect``, the
     rest null), by simulating ``sweeps`` sweeps with a fixed seed on the batch's own looks (``sweep_simulation``),
     the dollars at the estimate's mean cost per run left."""
-    from madbench.eval.stats.sweep_simulation import Rules, simulate
     sw = spec.sweep
     arms = arms_of(spec, [r.config.name for r in runs])
     quarters = quarters_of(runs)

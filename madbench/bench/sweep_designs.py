@@ -18,9 +18,11 @@ import time
 import numpy as np
 
 from madbench.data.errors import InputError
+from madbench.data.scenario import load_scenarios
 from madbench.eval.stats.group_sequential import SPENDING, planned_looks
 from madbench.eval.stats.sweep_design import RULES, SweepDesign, make_sweep
 from madbench.eval.stats.sweep_simulation import Rules, planned_df, simulate
+from madbench.runner.sequential import schedule_order
 
 #: The cells: name → (how many arms at which d_z; the rest at 0).
 CELLS = {"global null": {}, "partial null": {0.39: 2}, "one better": {0.5: 1}, "two better": {0.5: 2},
@@ -88,8 +90,6 @@ def clusters_of(args: argparse.Namespace) -> list[str] | None:
             raise InputError("--icc", "independent scenarios have no quarters to correlate within",
                              "give --quarters SCENARIOS with it")
         return None
-    from madbench.data.scenario import load_scenarios
-    from madbench.runner.sequential import schedule_order
     quarters = {s.id: s.invest_quarter for s in load_scenarios(args.quarters)}
     args.max_scenarios = len(quarters)
     return [quarters[s] for s in schedule_order(quarters, 0)]
