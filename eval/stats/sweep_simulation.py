@@ -56,25 +56,30 @@ def look_stats(x: np.ndarray, size: int, clusters=None) -> tuple[np.ndarray, np.
     return mean, se.reshape(mean.shape), sd, float(df)
 
 
-def simulate(d: SweepDesign, effects, sweeps: int, rng: np.random.Generator, correlation: float = 0.5,
-             rules: Rules = Rules(), clusters=None, icc: float = 0.0) -> dict:
-    """``sweeps`` sweeps of design ``d`` on arms of standardised effects ``effects`` (module docstring): the
-    family-wise error (any arm with δ ≤ 0 declared better), each better arm's power, the chance of selecting the best
-    arm, the runs used against the fixed grid's, the simultaneous CIs' joint coverage, and the naive figures (each arm's
-    unadjusted one-sided t-test at α at the look that stopped it, and its unadjusted 1 − α interval)."""
-    from scipy.stats import t as student
-    effects = np.asarray(effects, float)
-    arms, n = len(effects), np.asarray(d.n)
-    x = draw(sweeps, int(n[-1]), effects, correlation, rng, clusters, icc)
+@dataclass
+class _Race:
+    """What the looks of ``sweeps`` simulated sweeps decided: each arm's decision code and look, whether it was
+    declared better, the last look it was sampled at, and every look's (d̄, SE, t) and df."""
+    declared: np.ndarray
+    decided_at: np.ndarray
+    last: np.ndarray
+    means: np.ndarray
+    ses: np.ndarray
+    ts: np.ndarray
+    dfs: np.ndarray
+
+
+def _race(d: SweepDesign, x: np.ndarray, rules: Rules, clusters=None) -> _Race:
+    """The runner's rules look by look (``sweep_design.decide``) on every sweep's arms at once."""
+    sweeps, arms, _ = x.shape
     racing = np.ones((sweeps, arms), bool)
     running = racing.copy()
     declared = np.zeros((sweeps, arms), bool)
-    decision = np.zeros((sweeps, arms), int)
     decided_at = np.full((sweeps, arms), d.looks - 1)
     last = np.zeros((sweeps, arms), int)
     stats_at = []
     for k in range(d.looks):
-        mean, se, sd, df = look_stats(x, int(n[k]), clusters)
+        mean, se, sd, df = look_stats(x, int(d.n[k]), clusters)
         with np.errstate(divide="ignore", invalid="ignore"):
             t = mean / se
             es = mean / sd
@@ -82,55 +87,64 @@ def simulate(d: SweepDesign, effects, sweeps: int, rng: np.random.Generator, cor
         last[running] = k
         dec = decide(d, k + 1, t, df, es, racing & running, rules.margin, declared)
         new = dec > 0
-        decision[new], decided_at[new] = dec[new], k
+        decided_at[new] = k
         declared |= dec == 1
         racing &= ~new
-        stop = np.isin(dec, (2, 3, 4)) | ((dec == 1) & (rules.on_efficacy == "stop"))
-        running &= ~stop
+        running &= ~(np.isin(dec, (2, 3, 4)) | ((dec == 1) & (rules.on_efficacy == "stop")))
         running &= racing.any(1, keepdims=True)  # no arm racing: the sweep ends, the continuing arms with it
-    rows = np.arange(sweeps)[:, None]
-    cols = np.arange(arms)[None, :]
-    means = np.stack([s[0] for s in stats_at], -1)
-    ses = np.stack([s[1] for s in stats_at], -1)
-    ts = np.stack([s[2] for s in stats_at], -1)
-    dfs = np.array([s[3] for s in stats_at])
-    # inference: the adjusted p at the deciding look, the simultaneous CI at the last look sampled
-    t_dec = ts[rows, cols, decided_at]
+    return _Race(declared, decided_at, last, *(np.stack([s[i] for s in stats_at], -1) for i in range(3)),
+                 np.array([s[3] for s in stats_at]))
+
+
+def simulate(d: SweepDesign, effects, sweeps: int, rng: np.random.Generator, correlation: float = 0.5,
+             rules: Rules = Rules(), clusters=None, icc: float = 0.0) -> dict:
+    """``sweeps`` sweeps of design ``d`` on arms of standardised effects ``effects`` (module docstring): the
+    family-wise error (any arm with δ ≤ 0 declared better), each better arm's power, the chance of selecting the best
+    arm, the runs used against the fixed grid's, the simultaneous CIs' joint coverage, and the naive figures (each arm's
+    unadjusted one-sided t-test at α at the look that stopped it, and its unadjusted 1 − α interval)."""
+    effects = np.asarray(effects, float)
+    n = np.asarray(d.n)
+    r = _race(d, draw(sweeps, int(n[-1]), effects, correlation, rng, clusters, icc), rules, clusters)
+    return _report(d, effects, r)
+
+
+def _report(d: SweepDesign, effects: np.ndarray, r: _Race) -> dict:
+    """``simulate``'s figures from what the looks decided: the adjusted p at each arm's deciding look, the
+    simultaneous CI at the last look it was sampled, and the naive figures beside them."""
+    from scipy.stats import t as student
+    sweeps, arms = r.declared.shape
+    n = np.asarray(d.n)
+    rows, cols = np.arange(sweeps)[:, None], np.arange(arms)[None, :]
+    t_dec = r.ts[rows, cols, r.decided_at]
     p_adj = np.ones((sweeps, arms))
-    for k in range(d.looks):
-        sel = decided_at == k
-        if sel.any():
-            p_adj[sel] = adjusted_p(d, k + 1, t_to_z(t_dec[sel], dfs[k]))
-    m_last, se_last = means[rows, cols, last], ses[rows, cols, last]
+    m_last, se_last = r.means[rows, cols, r.last], r.ses[rows, cols, r.last]
     low, high = np.empty_like(m_last), np.empty_like(m_last)
     for k in range(d.looks):
-        sel = last == k
-        low[sel], high[sel] = simultaneous_ci(d, m_last[sel], se_last[sel], dfs[k], k + 1)
-    covers = ((low <= effects) & (effects <= high)).all(1)
-    df_last = dfs[last]
-    naive_half = student.ppf(1 - d.alpha / 2, df_last) * se_last
+        if (sel := r.decided_at == k).any():
+            p_adj[sel] = adjusted_p(d, k + 1, t_to_z(t_dec[sel], r.dfs[k]))
+        sel = r.last == k
+        low[sel], high[sel] = simultaneous_ci(d, m_last[sel], se_last[sel], r.dfs[k], k + 1)
+    naive_half = student.ppf(1 - d.alpha / 2, r.dfs[r.last]) * se_last
     naive_covers = ((m_last - naive_half <= effects) & (effects <= m_last + naive_half)).all(1)
-    naive_reject = student.sf(t_dec, dfs[decided_at]) < d.alpha
-    used = n[last]
-    control = np.where(True, n[last.max(1)], 0)
-    runs = used.sum(1) + control
+    naive_reject = student.sf(t_dec, r.dfs[r.decided_at]) < d.alpha
+    control = n[r.last.max(1)]
+    runs = n[r.last].sum(1) + control
     fixed = (arms + 1) * n[-1]
-    null = effects <= 0
+    null, declared = effects <= 0, r.declared
     better = ~null
     out = {"fwer": float((declared & null).any(1).mean()) if null.any() else math.nan,
            "naive_fwer": float((naive_reject & null).any(1).mean()) if null.any() else math.nan,
            "power_per_better_arm": float(declared[:, better].mean()) if better.any() else math.nan,
            "any_better_declared": float((declared & better).any(1).mean()) if better.any() else math.nan,
            "runs": float(runs.mean()), "fixed_runs": int(fixed), "share_of_fixed": float(runs.mean() / fixed),
-           "scenarios_control": float(control.mean()), "ci_covers_all": float(covers.mean()),
+           "scenarios_control": float(control.mean()),
+           "ci_covers_all": float(((low <= effects) & (effects <= high)).all(1).mean()),
            "naive_ci_covers_all": float(naive_covers.mean()),
            "adjusted_p_agrees": float(((p_adj <= d.alpha) == declared).mean()),
-           "decided_by_look": [float((decided_at == k).mean()) for k in range(d.looks)]}
+           "decided_by_look": [float((r.decided_at == k).mean()) for k in range(d.looks)]}
     if better.any():
-        best = np.flatnonzero(effects == effects.max())
         pick = np.where(declared, m_last, -np.inf).argmax(1)
-        chosen = declared.any(1)
-        out["select_best"] = float((chosen & np.isin(pick, best)).mean())
+        out["select_best"] = float((declared.any(1) & np.isin(pick, np.flatnonzero(effects == effects.max()))).mean())
         out["power_by_effect"] = {f"{e:g}": float(declared[:, effects == e].mean()) for e in sorted(set(effects[better]))}
     return out
 
