@@ -266,12 +266,13 @@ class Dispatch(Generic[Unit]):
         return FINISHED
 
     def _submit(self) -> None:
-        self.queue = [u for u in self.queue if self.work.needed(u)]
         while self.queue and len(self.in_flight) < self.max_in_flight and not self.budget_hit and not self.work.enough():
             ready = next((i for i, u in enumerate(self.queue) if not self.work.waits(u)), None)
             if ready is None and self.in_flight:
                 break
             unit = self.queue.pop(ready or 0)
+            if not self.work.needed(unit):
+                continue  # taken off unsent: the job marks it
             key = self.work.key(unit)
             self.attempts[key] += 1
             k = self.sent % len(self.pool.actors)
