@@ -45,9 +45,11 @@ def _monitor(tmp_path: Path, spec, upto: int, continue_past: bool = False) -> tu
     manifest = {r.run_id: ManifestRun(run_id=r.run_id, scenario_id=r.scenario.id, config=r.config.name, replicate=0,
                                       status="pending") for r in runs}
     m = SweepMonitor(spec, runs, layout, manifest, continue_past)
-    for r in runs:
+    for r in runs:  # what a resumed driver does (runner/execute.py): the committed runs read, the looks due taken
         if layout.part("runs", r.run_id).exists():
             manifest[r.run_id].status = "ok"
+            m.seen(r)
+    m.update()
     for s in m.order[:upto]:
         for r in runs:
             if r.scenario.id == s and m.needed(r) and manifest[r.run_id].status == "pending":
@@ -98,3 +100,14 @@ def test_a_sweep_changed_after_a_look_is_refused(tmp_path):
         with pytest.raises(InputError) as err:
             _monitor(tmp_path, _spec(**change), 0)
         assert "sweep.json" in str(err.value) and "another sweep" in str(err.value)
+
+
+def test_a_sweep_interrupted_between_looks_resumes_to_the_same_decisions(tmp_path):
+    straight, _ = _monitor(tmp_path / "straight", _spec(), 12)
+    _monitor(tmp_path / "resumed", _spec(), 6)  # the driver dies with look 2's scenarios half in
+    resumed, _ = _monitor(tmp_path / "resumed", _spec(), 12)
+    a, b = read_record(tmp_path / "straight"), read_record(tmp_path / "resumed")
+    assert [x.scenarios for x in a.looks] == [x.scenarios for x in b.looks]
+    assert {k: (v.decision, v.look, v.adjusted_p) for k, v in a.results.items()} == {
+        k: (v.decision, v.look, v.adjusted_p) for k, v in b.results.items()}
+    assert sorted(straight.finish()) == sorted(resumed.finish())
