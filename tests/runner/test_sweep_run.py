@@ -86,3 +86,16 @@ def test_a_sweep_with_a_sequential_design_is_one_line(make_pack, tmp_path, capsy
     batch.write_text(yaml.safe_dump(spec))
     assert exit_code(["run", str(batch), "--dry-run"]) == 2
     assert "not both: keep one of `sweep:` and `sequential:`" in one_line(capsys)
+
+
+def test_the_dry_run_plans_a_sweeps_runs_under_the_null_and_one_better_arm(make_pack, tmp_path, capsys):
+    batch = small_batch(tmp_path, make_pack())
+    assert main(["run", str(batch), "--model", "rules/auto", "--dry-run", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["sweep"]
+    assert plan["max_runs"] == 9 * 12 and plan["looks"] == [4, 8, 12] and len(plan["arms"]) == 8
+    for cell in ("h0", "h1"):
+        assert 0 < plan[cell]["expected_runs"] < plan["max_runs"]
+        assert plan[cell]["expected_cost_usd"] == 0  # rule-based runs cost nothing
+    assert plan["h1"]["power"] is not None and plan["h0"]["power"] is None
+    assert main(["run", str(batch), "--model", "rules/auto", "--dry-run"]) == 0
+    assert "under the global null (no arm better)" in capsys.readouterr().out
