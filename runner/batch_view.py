@@ -19,6 +19,7 @@ from madbench.eval.stats.sweep_record import SweepRecord
 from madbench.eval.stats.sweep_record import read_record as read_sweep_record
 from madbench.eval.stats.sweep_record import summary as sweep_summary
 from madbench.results import Manifest, ManifestRun, ResultsDir, read_manifest
+from madbench.runner.api_records import RunCounts
 from madbench.runner.lock import lock_holder
 from madbench.runner.sequential import NOT_NEEDED
 from madbench.runner.store import BatchLayout, current_step, group_failures
@@ -70,8 +71,8 @@ class BatchStatus(BaseModel):
     #: Runs whose result file is committed.
     committed: int
     in_flight: list[InFlight]
-    #: Config name -> {"ok": n, "failed": n, "pending": n}.
-    by_config: dict[str, dict[str, int]]
+    #: Config name -> its runs by status.
+    by_config: dict[str, RunCounts]
     failures: list[FailureGroup]
 
 
@@ -157,7 +158,8 @@ class Results(ResultsDir):
         counts = {s: sum(1 for r in runs if r.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
         return BatchStatus(batch=m.spec["name"], state=state, driver=driver, updated=m.updated, **counts,
                            looks=look_lines(read_record(self.path)) + sweep_look_lines(read_sweep_record(self.path)),
-                           committed=committed, in_flight=in_flight, by_config=by_config, failures=failure_groups(runs))
+                           committed=committed, in_flight=in_flight,
+                           by_config={c: RunCounts(**n) for c, n in by_config.items()}, failures=failure_groups(runs))
 
     def stats(self, compare: list[str] | None = None, metrics: list[str] | None = None, correction: str = "holm",
               all_pairs: bool = False) -> Analysis:

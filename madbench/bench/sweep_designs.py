@@ -37,34 +37,32 @@ def effects_of(cell: dict[float, int], arms: int) -> np.ndarray:
     return np.array(out + [0.0] * (arms - len(out)))
 
 
-def _add(parser: argparse.ArgumentParser, *flags: str, **kw) -> None:
-    # `madbench bench` is still one parser whose benchmarks share some options (--looks, --seed, --json,
-    # --max-scenarios, with the same defaults): each is added once
-    if not any(f in parser._option_string_actions for f in flags):
-        parser.add_argument(*flags, **kw)
+#: One command line, shown under `madbench bench sweep --help`.
+EXAMPLE = "madbench bench sweep --json   # 8 arms, 70 scenarios, 5 looks; add --margin 0.5 for drop-the-losers"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`bench sweep`'s options."""
-    _add(parser, "--sweeps", type=int, default=4000, help="`sweep`: simulated sweeps per design and cell (default 4000)")
-    _add(parser, "--arms", type=int, default=8, help="`sweep`: arms against the control (default 8)")
-    _add(parser, "--max-scenarios", type=int, default=70, help="the designs' maximum of scenarios (default 70)")
-    _add(parser, "--looks", type=int, default=5, help="looks (default 5)")
-    _add(parser, "--seed", type=int, default=0, help="the simulation's seed (default 0)")
-    _add(parser, "--json", action="store_true", help="print JSON")
-    _add(parser, "--rule", choices=RULES, help="`sweep`: measure this rule only (default: mams and bonferroni)")
-    _add(parser, "--spending", choices=tuple(SPENDING), default="pocock", help="`sweep`: spending shape (default pocock)")
-    _add(parser, "--sweep-effect", type=float, default=0.5,
-         help="`sweep`: the d_z the futility bounds are planned for (default 0.5)")
-    _add(parser, "--sweep-power", type=float, default=0.85, help="`sweep`: one arm's planned power there (default 0.85)")
-    _add(parser, "--correlation", type=float, default=0.5,
-         help="`sweep`: the simulated correlation of two arms' differences (default 0.5: equal noise)")
-    _add(parser, "--design-correlation", type=float, default=0.5,
-         help="`sweep`: the correlation the mams boundary is computed for (default 0.5)")
-    _add(parser, "--margin", type=float, help="`sweep`: drop arms more than this d_z behind the leader (default: none)")
-    _add(parser, "--quarters", metavar="SCENARIOS", help="lay the scenarios out in quarters as this scenario file's are, "
-         "in the schedule order of seed 0, and test each look with the quarter-clustered t (default: independent)")
-    _add(parser, "--icc", type=float, default=0.0, help="with --quarters: the intra-quarter correlation (default 0)")
+    parser.add_argument("--sweeps", type=int, default=4000, help="simulated sweeps per design and cell (default 4000)")
+    parser.add_argument("--arms", type=int, default=8, help="arms against the control (default 8)")
+    parser.add_argument("--max-scenarios", type=int, default=70, help="the designs' maximum of scenarios (default 70)")
+    parser.add_argument("--looks", type=int, default=5, help="looks (default 5)")
+    parser.add_argument("--seed", type=int, default=0, help="the simulation's seed (default 0)")
+    parser.add_argument("--json", action="store_true", help="print every row as JSON")
+    parser.add_argument("--rule", choices=RULES, help="measure this rule only (default: mams and bonferroni)")
+    parser.add_argument("--spending", choices=tuple(SPENDING), default="pocock", help="spending shape (default pocock)")
+    parser.add_argument("--effect", type=float, default=0.5,
+                        help="the d_z the futility bounds are planned for (default 0.5)")
+    parser.add_argument("--power", type=float, default=0.85, help="one arm's planned power there (default 0.85)")
+    parser.add_argument("--correlation", type=float, default=0.5,
+                        help="the simulated correlation of two arms' differences (default 0.5: equal noise)")
+    parser.add_argument("--design-correlation", type=float, default=0.5,
+                        help="the correlation the mams boundary is computed for (default 0.5)")
+    parser.add_argument("--margin", type=float, help="drop arms more than this d_z behind the leader (default: none)")
+    parser.add_argument("--quarters", metavar="SCENARIOS",
+                        help="lay the scenarios out in quarters as this scenario file's are, in the schedule order of "
+                             "seed 0, and test each look with the quarter-clustered t (default: independent)")
+    parser.add_argument("--icc", type=float, default=0.0, help="with --quarters: the intra-quarter correlation (default 0)")
 
 
 def check(args: argparse.Namespace) -> None:
@@ -72,7 +70,7 @@ def check(args: argparse.Namespace) -> None:
     for flag, value, lo, hi in (("--sweeps", args.sweeps, 100, 10_000_000), ("--arms", args.arms, 1, 50),
                                 ("--correlation", args.correlation, 0.0, 0.999),
                                 ("--design-correlation", args.design_correlation, 0.0, 0.999),
-                                ("--sweep-power", args.sweep_power, 0.01, 0.999)):
+                                ("--power", args.power, 0.01, 0.999)):
         if not lo <= value <= hi:
             raise InputError(flag, f"{value} is out of range", f"give a value from {lo} to {hi}")
     if args.margin is not None and not args.margin > 0:
@@ -100,11 +98,11 @@ def designs(args: argparse.Namespace, clusters: list[str] | None = None) -> list
     df = planned_df(n, clusters)
     out = []
     for rule in [args.rule] if args.rule else list(RULES):
-        d = make_sweep(n, args.arms, 0.05, rule, args.spending, args.design_correlation, True, args.sweep_effect,
-                       args.sweep_power, df=df)
+        d = make_sweep(n, args.arms, 0.05, rule, args.spending, args.design_correlation, True, args.effect,
+                       args.power, df=df)
         out.append((f"{rule} {args.spending} + futility", d))
     fixed = make_sweep([args.max_scenarios], args.arms, 0.05, args.rule or "mams", args.spending,
-                       args.design_correlation, False, args.sweep_effect, args.sweep_power,
+                       args.design_correlation, False, args.effect, args.power,
                        df=planned_df([args.max_scenarios], clusters))
     out.append((f"fixed grid ({args.rule or 'mams'}, one look)", fixed))
     return out
