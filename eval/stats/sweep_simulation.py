@@ -92,8 +92,8 @@ def _race(d: SweepDesign, x: np.ndarray, rules: Rules, clusters=None) -> _Race:
         racing &= ~new
         running &= ~(np.isin(dec, (2, 3, 4)) | ((dec == 1) & (rules.on_efficacy == "stop")))
         running &= racing.any(1, keepdims=True)  # no arm racing: the sweep ends, the continuing arms with it
-    return _Race(declared, decided_at, last, *(np.stack([s[i] for s in stats_at], -1) for i in range(3)),
-                 np.array([s[3] for s in stats_at]))
+    means, ses, ts = (np.stack([s[i] for s in stats_at], -1) for i in range(3))
+    return _Race(declared, decided_at, last, means, ses, ts, np.array([s[3] for s in stats_at]))
 
 
 def simulate(d: SweepDesign, effects, sweeps: int, rng: np.random.Generator, correlation: float = 0.5,
