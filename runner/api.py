@@ -18,6 +18,8 @@ from madbench.data.errors import InputError, format_validation_error
 from madbench.data.memo import build_memo
 from madbench.eval.stats.group_sequential import design_power
 from madbench.eval.stats.sequential_record import SequentialSummary, batch_summary, read_record
+from madbench.eval.stats.sweep_record import read_record as read_sweep_record
+from madbench.eval.stats.sweep_record import summary as sweep_record_summary
 from madbench.results import BatchDirs, ResultsDir, read_manifest
 from madbench.results.provenance import Provenance, collect, dirty_warning, require_clean
 from madbench.runner.api_records import (
@@ -48,6 +50,7 @@ from madbench.runner.preflight import reachable_models
 from madbench.runner.provider_batches import batch_problems
 from madbench.runner.sequential import design_of, quarters_of
 from madbench.runner.store import BatchLayout
+from madbench.runner.sweep import sweep_plan
 
 
 class BatchRun(BaseModel):
@@ -73,6 +76,8 @@ class BatchRun(BaseModel):
     not_needed: int = 0
     #: A sequential batch's decision and looks (``sequential_record.summary``), else None.
     sequential: SequentialSummary | None = None
+    #: A sweep's decisions per arm (``sweep_record.summary``), else None.
+    sweep: dict[str, Any] | None = None
     #: Rows of runs.parquet, rounds.parquet and calls.parquet.
     tables: TableRows
     failures: list[FailureGroup]
@@ -122,6 +127,9 @@ class Estimate(BaseModel):
     #: A sequential batch's plan (``sequential_plan``): its looks, and its maximum and expected scenarios, cost and
     #: time under the null and under the planned effect.
     sequential: SequentialPlan | None = None
+    #: A sweep's plan (``runner.sweep.sweep_plan``): its looks and bounds, its runs and cost at most and expected under
+    #: the global null and under one better arm.
+    sweep: dict[str, Any] | None = None
 
 
 class BatchEstimate(BaseModel):
@@ -220,7 +228,8 @@ def run_with(o: RunOptions) -> BatchRun:
     return BatchRun(batch=b.spec.name, batch_file=o.batch, results_dir=b.root, runs=outcome.runs,
                     skipped=outcome.skipped, submitted=submitted, retries=retries, wall_s=outcome.wall_s,
                     state=outcome.state, **outcome.status.model_dump(), tables=outcome.tables,
-                    sequential=sequential_summary(b.root), failures=failure_groups(manifest_runs),
+                    sequential=sequential_summary(b.root), sweep=sweep_summary(b.root),
+                    failures=failure_groups(manifest_runs),
                     spend=outcome.budget.model_copy(update={"unpriced_calls": unpriced_calls(b.root)}),
                     provider_batches=None if pb is None else pb.model_copy(update={"journal": str(b.root / "provider_batches")}),
                     retry_command=o.retry_command(), exit_status=exit_status(outcome.state, outcome.status))
@@ -237,6 +246,14 @@ def checked_provenance(pack_dir: Path | None, evidence: Sequence[Path], scenario
     if warning:
         print(f"madbench: warning: {warning}", file=sys.stderr)
     return provenance
+
+
+def sweep_summary(root: Path) -> dict[str, Any] | None:
+    """A sweep's decision per arm with its adjusted figures, and what it saved (None for another batch)."""
+    record = read_sweep_record(root)
+    if record is None:
+        return None
+    return sweep_record_summary(record, ResultsDir(root).runs if BatchDirs(root).table("runs").is_file() else None)
 
 
 def sequential_summary(root: Path) -> SequentialSummary | None:
@@ -314,6 +331,8 @@ def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimat
     out["provider_batch_unsupported"] = batch_problems([m for c in configs for _, _, m in reachable_models(c)])
     if spec.sequential is not None:
         out["sequential"] = sequential_plan(spec, b.runs, todo, out)
+    if spec.sweep is not None:
+        out["sweep"] = sweep_plan(spec, b.runs, todo, out)
     return Estimate(**out)
 
 

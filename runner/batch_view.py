@@ -15,6 +15,9 @@ from madbench.eval.report.page import build_report
 from madbench.eval.stats.analysis import Analysis, analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, load_runs
 from madbench.eval.stats.sequential_record import SequentialRecord, batch_summary, read_record
+from madbench.eval.stats.sweep_record import SweepRecord
+from madbench.eval.stats.sweep_record import read_record as read_sweep_record
+from madbench.eval.stats.sweep_record import summary as sweep_summary
 from madbench.results import Manifest, ManifestRun, ResultsDir, read_manifest
 from madbench.runner.api_records import RunCounts
 from madbench.runner.lock import lock_holder
@@ -100,6 +103,24 @@ def look_lines(record: SequentialRecord | None) -> list[str]:
     return out
 
 
+def sweep_look_lines(record: SweepRecord | None) -> list[str]:
+    """A sweep's looks so far, a line each, with each arm's t and what the look decided (what `madbench status`
+    prints)."""
+    if record is None:
+        return []
+    d = record.design
+    out = [f"sweep: {len(record.arms)} arms against {record.control} on {record.metric}, rule {d.rule}, {len(d.n)} "
+           f"looks at {d.n} complete scenarios"]
+    for x in record.looks:
+        arms = ", ".join(f"{a.arm} t = {a.t:.2f} {a.decision}" for a in x.arms)
+        out.append(f"look {x.look}: {x.n} scenarios, efficacy {x.arms[0].efficacy_t:.3f}: {arms}")
+    idle = sum(len(v) for v in record.not_needed.values())
+    if record.decided:
+        out.append(f"every arm decided; {len(record.overrun)} overrun, " + (f"{idle} not_needed" if record.stopped else
+                   "continued past the decisions: the runs they had made not_needed were run"))
+    return out
+
+
 def check_committed(results_dir: str | Path) -> None:
     """Every committed result of a batch directory reads: a corrupt one is named, with what to do, before any work."""
     ResultsDir(results_dir).results()
@@ -136,7 +157,7 @@ class Results(ResultsDir):
             by_config.setdefault(r.config, {"ok": 0, "failed": 0, "pending": 0, NOT_NEEDED: 0})[r.status] += 1
         counts = {s: sum(1 for r in runs if r.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
         return BatchStatus(batch=m.spec["name"], state=state, driver=driver, updated=m.updated, **counts,
-                           looks=look_lines(read_record(self.path)),
+                           looks=look_lines(read_record(self.path)) + sweep_look_lines(read_sweep_record(self.path)),
                            committed=committed, in_flight=in_flight,
                            by_config={c: RunCounts(**n) for c, n in by_config.items()}, failures=failure_groups(runs))
 
@@ -154,6 +175,9 @@ class Results(ResultsDir):
         record = read_record(self.path)
         if record is not None:  # the looks' adjusted inference leads; the plain paired tests below are naive
             analysis.sequential = batch_summary(record, self.runs)
+        swept = read_sweep_record(self.path)
+        if swept is not None:  # each arm's adjusted inference leads; the plain paired tests below are naive
+            analysis.sweep = sweep_summary(swept, self.runs)
         return analysis
 
     def report(self, out: str | Path | None = None, compare: list[str] | None = None, correction: str = "holm",

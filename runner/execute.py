@@ -72,6 +72,7 @@ from madbench.runner.staging import (
     staging_root,
 )
 from madbench.runner.store import BatchLayout, compact, write_parts
+from madbench.runner.sweep import SweepMonitor
 from madbench.runner.wiring import build_gateway
 
 
@@ -353,7 +354,7 @@ class RunWork(Work[RunSpec]):
 
     def __init__(self, pool: ActorPool, layout: BatchLayout, manifest_runs: dict[str, ManifestRun], stats: dict[str, Any],
                  retry_failed: bool, spec_json: dict[str, Any], collector=None,
-                 every_status: list[Callable[[], Any]] | None = None, monitor: Monitor | None = None,
+                 every_status: list[Callable[[], Any]] | None = None, monitor: Monitor | SweepMonitor | None = None,
                  provenance: Provenance | None = None):
         self.pool, self.layout, self.manifest_runs, self.stats = pool, layout, manifest_runs, stats
         self.monitor = monitor  # a sequential batch's looks (runner/sequential.py)
@@ -415,6 +416,9 @@ class RunWork(Work[RunSpec]):
     def waits(self, r: RunSpec) -> bool:
         return self.monitor is not None and self.monitor.waits(r)
 
+    def needed(self, r: RunSpec) -> bool:
+        return not isinstance(self.monitor, SweepMonitor) or self.monitor.needed(r)
+
     def failure(self, r: RunSpec, exc: Exception) -> ActorReport:
         cause = getattr(exc, "cause", None)
         if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
@@ -446,7 +450,7 @@ def cluster_shape(ray) -> dict[str, Any]:
             "gpus": resources.get("GPU", 0)}
 
 
-def settled_state(state: str, manifest_runs: dict[str, ManifestRun], monitor: Monitor | None = None) -> str:
+def settled_state(state: str, manifest_runs: dict[str, ManifestRun], monitor: Monitor | SweepMonitor | None = None) -> str:
     """``state``, unless it says ``finished`` while runs are pending: then it says how many, so that `madbench
     status` never calls a batch finished with runs left to do. A sequential batch's runs its decision made
     unnecessary are ``not_needed`` first (``Monitor.finish``), not pending."""
@@ -503,19 +507,22 @@ def _refuse_paths_in_job(job_dir: Path | None, root: Path, cache_dir: str) -> No
 
 
 def _todo(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, manifest_runs: dict[str, ManifestRun],
-          retry_failed: bool, continue_past: bool, quiet: bool) -> tuple[list[RunSpec], int, Monitor | None]:
+          retry_failed: bool, continue_past: bool, quiet: bool) -> tuple[list[RunSpec], int, Monitor | SweepMonitor | None]:
     """(the runs to dispatch, the runs committed before, a sequential batch's monitor or None). The monitor is fed
     the committed runs (and so takes the looks an interrupted invocation had the pairs for), and the runs go in
     pair-first order, or none when a decision stands."""
     todo = [r for r in runs if manifest_runs[r.run_id].status in (("pending", "failed") if retry_failed else ("pending",))]
     skipped = len(runs) - len(todo)
-    if spec.sequential is None:
+    if spec.sequential is None and spec.sweep is None:
         return todo, skipped, None
-    monitor = Monitor(spec, runs, layout, manifest_runs, continue_past, quiet)
+    monitor: Monitor | SweepMonitor = (Monitor if spec.sequential is not None else SweepMonitor)(
+        spec, runs, layout, manifest_runs, continue_past, quiet)
     for r in runs:
         if manifest_runs[r.run_id].status == "ok":
             monitor.seen(r)
     monitor.update()
+    if isinstance(monitor, SweepMonitor):
+        todo = [r for r in todo if monitor.needed(r)]
     return ([] if monitor.enough() else pair_first(todo, monitor.order)), skipped, monitor
 
 

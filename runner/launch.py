@@ -44,6 +44,7 @@ from madbench.runner.provider_batches import batch_problems
 from madbench.runner.ray_address import check_address, split_address
 from madbench.runner.sequential import check_sequential
 from madbench.runner.store import BatchLayout
+from madbench.runner.sweep import check_sweep
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,8 @@ def load(o: RunOptions) -> Launch:
         split_address(o.address or os.environ["RAY_ADDRESS"], "--address" if o.address else "RAY_ADDRESS")
     # a batch built in Python reads its relative paths from its stated folder, a file's from the file's
     spec, base = (o.spec, Path(o.base_dir)) if o.spec is not None and o.base_dir else load_batch(o.batch)
-    if o.continue_past and spec.sequential is None:
-        raise InputError("--continue", f"{o.batch} has no `sequential:` block, so there is no decision to go past",
+    if o.continue_past and spec.sequential is None and spec.sweep is None:
+        raise InputError("--continue", f"{o.batch} has no `sequential:` block (nor `sweep:`), so there is no decision to go past",
                          "leave --continue out")
     spec, name = with_routing(spec, o)
     if o.provider_batch and spec.provider_batches is None:
@@ -91,6 +92,7 @@ def load(o: RunOptions) -> Launch:
     check_size(spec, o.batch, o.max_runs, len(scenarios))
     check_sequential(spec, len(scenarios), o.batch)
     configs = resolve_configs(spec, base, o.batch)
+    check_sweep(spec, [c.name for c in configs], len(scenarios), o.batch)
     runs = expand(spec, scenarios, configs, o.batch, o.max_runs)
     cache_dir = resolve_cache_dir(o.cache_dir, _rel(base, spec.cache_dir) if spec.cache_dir else None)
     # results_dir is the user's path (from the working directory); the batch's own is relative to its file

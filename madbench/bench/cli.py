@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "cluster-cache": ("madbench.bench.cluster_cache", "cache hits served through a local multi-node cluster's cache actor"),
     "scale": ("madbench.bench.scale", "a batch at scale on a local multi-node cluster, a node lost and one joined"),
     "sequential": ("madbench.bench.sequential_designs", "type I error, power and scenarios used of group-sequential designs"),
+    "sweep": ("madbench.bench.sweep_designs", "family-wise error, power, best-arm selection and runs used of multi-arm sweeps"),
     "ends": ("madbench.bench.ends", "an all-invalid batch ends (and does not hang) under CPU load"),
     "kills": ("madbench.bench.kills", "the budget ledger holds across SIGKILLs of the driver"),
     "hedging": ("madbench.bench.tail_latency", "the paper's A7 against a slow simulated provider, with and without hedged requests"),

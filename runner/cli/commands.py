@@ -77,7 +77,7 @@ GROUPS: tuple[Group, ...] = (
         "sim": "a simulated OpenAI-compatible provider (rate limits, latency) for trying setups offline",
     }),
     Group("madbench.bench.cli", {
-        "bench": "benchmarks, one subcommand each: the stages, the runner under load and at scale, its guarantees, costs, sequential designs",
+        "bench": "benchmarks, one subcommand each: the stages, the runner under load and at scale, its guarantees, costs, sequential and sweep designs",
     }),
 )
 

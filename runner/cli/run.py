@@ -16,6 +16,7 @@ from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import add_pack_args, add_routing_args, number
 from madbench.runner.estimate import format_table
 from madbench.runner.options import RunOptions
+from madbench.runner.sweep import plan_lines
 
 
 def register(sub) -> None:
@@ -113,6 +114,8 @@ def print_run(r: BatchRun) -> int:
               f"resubmitted from an expired or failed batch), journaled in {pb.journal}")
     if r.sequential is not None:
         print("sequential: " + "\n  ".join(r.sequential.lines))
+    if r.sweep is not None:
+        print("\n  ".join(r.sweep["lines"]))
     spent, reached = budget_lines(r.spend.model_dump(), r.batch_file, r.spend.unpriced_calls)
     if spent:
         print(spent)
@@ -141,6 +144,8 @@ def print_estimate(e: BatchEstimate, as_json: bool) -> int:
     print(json.dumps(d, indent=1) if as_json else format_table(d))
     if e.estimate.sequential is not None and not as_json:
         print("\n".join(sequential_lines(e.estimate.sequential.model_dump())))
+    if e.estimate.sweep is not None and not as_json:
+        print("\n".join(plan_lines(e.estimate.sweep)))
     if e.estimate.budget_note:
         print(e.estimate.budget_note, file=sys.stderr)
     return 0

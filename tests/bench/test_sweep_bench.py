@@ -9,6 +9,7 @@ import pytest
 
 from madbench.bench.sweep_designs import CELLS, effects_of
 from madbench.eval.stats.group_sequential import planned_looks
+from madbench.eval.stats.sweep_design import make_sweep
 from madbench.eval.stats.sweep_simulation import Rules, planned_df, simulate
 from madbench.runner.cli import main
 from madbench.runner.sweep import SweepSpec
@@ -19,7 +20,6 @@ SWEEPS = 4000
 
 @pytest.fixture(scope="module")
 def default_design():
-    from madbench.eval.stats.sweep_design import make_sweep
     s = SweepSpec(control="c")  # the defaults a batch gets
     n = planned_looks(70, s.looks)
     return make_sweep(n, 8, s.alpha, s.rule, s.spending, s.correlation, s.futility == "non-binding", s.effect, s.power,
@@ -39,12 +39,10 @@ def test_the_default_design_holds_the_error_and_saves_runs(default_design):
 
 def test_a_misspecified_correlation_is_what_bonferroni_is_for(default_design):
     # arms whose differences correlate less than the design's 1/2 raise the mams error; Bonferroni's holds regardless
-    from madbench.eval.stats.sweep_design import make_sweep
     n = list(default_design.n)
     bonf = make_sweep(n, 8, 0.05, "bonferroni", "pocock", 0.5, True, 0.5, 0.85, df=planned_df(n))
-    rng = np.random.default_rng(3)
-    low_mams = simulate(default_design, np.zeros(8), SWEEPS, rng, correlation=0.0)
-    low_bonf = simulate(bonf, np.zeros(8), SWEEPS, rng, correlation=0.0)
+    low_mams = simulate(default_design, np.zeros(8), SWEEPS, np.random.default_rng(3), correlation=0.0)
+    low_bonf = simulate(bonf, np.zeros(8), SWEEPS, np.random.default_rng(3), correlation=0.0)  # the same draws
     assert low_bonf["fwer"] <= 0.05 + 3 * 0.0034
     assert low_mams["fwer"] > low_bonf["fwer"]
 
@@ -58,6 +56,6 @@ def test_bench_sweep_prints_every_design_and_cell_as_json(capsys):
         assert 0 <= r["fwer"] <= 1 and r["runs"] <= r["fixed_runs"] == 5 * 20 and r["margin"] == 0.4
 
 
-def test_the_rules_drop_only_with_a_margin():
+def test_a_selection_margin_drops_only_when_declared():
     assert Rules().margin is None and SweepSpec(control="c").margin_or_none is None
     assert SweepSpec(control="c", select="best", margin=0.3).margin_or_none == 0.3
