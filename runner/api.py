@@ -187,7 +187,7 @@ def run_with(o: RunOptions) -> BatchRun:
                     submitted=submitted, retries=retries,
                     wall_s=stats["wall_s"], state=stats["state"], **status, tables=stats["tables"],
                     sequential=sequential_summary(b.root),
-                    failures=failure_groups(manifest_runs), spend=Spend(**stats["budget"], unpriced_calls=unpriced_calls(b.root)),
+                    failures=failure_groups(manifest_runs, root=b.root), spend=Spend(**stats["budget"], unpriced_calls=unpriced_calls(b.root)),
                     provider_batches=None if pb is None else pb | {"journal": str(b.root / "provider_batches")},
                     retry_command=o.retry_command(), exit_status=exit_status(stats["state"], status))
 

@@ -15,6 +15,7 @@ from madbench.eval.report.page import build_report
 from madbench.eval.stats.analysis import Analysis, analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, load_runs
 from madbench.eval.stats.sequential_record import SequentialRecord, batch_summary, read_record
+from madbench.debate.trace import read_trace
 from madbench.results import Manifest, ManifestRun, ResultsDir, read_manifest
 from madbench.runner.lock import lock_holder
 from madbench.runner.sequential import NOT_NEEDED
@@ -25,12 +26,34 @@ class FailureGroup(BaseModel):
     """Failed runs that failed for one reason (its first lines: a traceback's tail differs from run to run)."""
     reason: str
     run_ids: list[str]
+    #: Every call of these runs was answered (none failed), so the answers they failed on are in the response cache, and
+    #: `--retry-failed` would ask the same requests, get the same answers and fail them again.
+    repeats_on_retry: bool = False
 
 
-def failure_groups(manifest_runs: list[ManifestRun], limit_lines: int = 3) -> list[FailureGroup]:
-    """The failed runs of a manifest grouped by reason, most frequent first."""
+def repeats_on_retry(layout: BatchLayout, run_id: str) -> bool:
+    """Whether the run failed on answers, not on a failed call: its trace's last attempt answered every call it made
+    and none failed. Those answers are in the response cache (and the trace), so a retry asks the same requests, gets
+    the same answers and fails the same way."""
+    events = read_trace(layout.trace_path(run_id)).events
+    starts = [i for i, e in enumerate(events) if e["event"] == "run_start"]
+    last = events[starts[-1]:] if starts else []
+    kinds = [e["event"] for e in last]
+    return "llm_call" in kinds and "llm_failure" not in kinds
+
+
+def failure_groups(manifest_runs: list[ManifestRun], limit_lines: int = 3, root: Path | None = None) -> list[FailureGroup]:
+    """The failed runs of a manifest grouped by reason, most frequent first; with the batch's ``root``, the runs whose
+    retry would repeat their failure are grouped apart (``FailureGroup.repeats_on_retry``)."""
     failed = {r.run_id: r.error for r in manifest_runs if r.status == "failed"}
-    return [FailureGroup(reason=reason, run_ids=ids) for reason, ids in group_failures(failed, limit_lines)]
+    repeating = {i for i in failed if repeats_on_retry(BatchLayout(root), i)} if root is not None else set()
+    groups = []
+    for reason, ids in group_failures(failed, limit_lines):
+        for repeats in (False, True):
+            mine = [i for i in ids if (i in repeating) is repeats]
+            if mine:
+                groups.append(FailureGroup(reason=reason, run_ids=mine, repeats_on_retry=repeats))
+    return groups
 
 
 def attempt_counts(manifest_runs: list[ManifestRun]) -> tuple[int, int]:

@@ -123,9 +123,24 @@ def print_run(r: BatchRun) -> int:
         print(reached, file=sys.stderr)
     if r.failed:
         print(f"{r.failed} run(s) failed:", file=sys.stderr)
-        print("\n".join(failure_summary(r.failures)), file=sys.stderr)
-        print(f"retry them with:\n  {r.retry_command}", file=sys.stderr)
+        retryable = [g for g in r.failures if not g.repeats_on_retry]
+        if retryable:
+            print("\n".join(failure_summary(retryable)), file=sys.stderr)
+            print(f"retry them with:\n  {r.retry_command}", file=sys.stderr)
+        repeating = [g for g in r.failures if g.repeats_on_retry]
+        if repeating:
+            print("\n".join(failure_summary(repeating)), file=sys.stderr)
+            print(repeat_advice(sum(len(g.run_ids) for g in repeating), r.batch_file), file=sys.stderr)
     return r.exit_status
+
+
+def repeat_advice(runs: int, batch_file: str) -> str:
+    """What to say of runs that failed on answers the response cache holds: a retry would replay them."""
+    return (f"{'these' if runs > 1 else 'this'} {runs} run(s) failed on the model's answers, which the response cache "
+            "now holds (no call failed): retrying asks the same requests and gets the same answers, so --retry-failed "
+            f"would fail {'them' if runs > 1 else 'it'} again. For fresh answers run another sample (raise `replicates` "
+            f"in {batch_file}: a new replicate asks anew) or use another --cache-dir; or keep the failure as the "
+            "model's result")
 
 
 def print_estimate(e: BatchEstimate, as_json: bool) -> int:
