@@ -11,11 +11,11 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from madbench.data.errors import InputError
+from madbench.debate.trace import read_trace
 from madbench.eval.report.page import build_report
 from madbench.eval.stats.analysis import Analysis, analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, load_runs
 from madbench.eval.stats.sequential_record import SequentialRecord, batch_summary, read_record
-from madbench.debate.trace import read_trace
 from madbench.results import Manifest, ManifestRun, ResultsDir, read_manifest
 from madbench.runner.lock import lock_holder
 from madbench.runner.sequential import NOT_NEEDED
