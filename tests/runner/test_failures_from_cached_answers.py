@@ -24,9 +24,10 @@ def _shrunk(value):
 
 
 class ShrinkingProxy(StubServer):
-    """Forwards each chat completion to the simulated provider and shrinks the allocations in its answer."""
+    """Forwards each chat completion to the simulated provider and shrinks the allocations in its answer (those of the
+    requests ``which`` picks: by default every one)."""
 
-    def __init__(self, upstream: str):
+    def __init__(self, upstream: str, which=lambda body: True):
         proxy = self
         self.requests = 0
         self.lock = threading.Lock()
@@ -38,7 +39,8 @@ class ShrinkingProxy(StubServer):
                 body = self.read_json()
                 answer = httpx.post(f"{upstream}/chat/completions", json=body, timeout=60).json()
                 message = answer["choices"][0]["message"]
-                message["content"] = json.dumps(_shrunk(json.loads(message["content"])))
+                if which(body):
+                    message["content"] = json.dumps(_shrunk(json.loads(message["content"])))
                 self.send_json(200, answer)
 
         super().__init__(Handler)
