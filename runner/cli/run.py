@@ -23,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("batch", help="batch YAML, e.g. configs/batches/rules-35.yaml")
     p.add_argument("--address", help="join a Ray cluster (else $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--results", "--results-dir", dest="results_dir", help="parent of the batch's results directory (default: the batch's results_dir)")
-    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm; "
+    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else $MADBENCH_HOME/llm; "
                                        "through the Ray client, required: the head's cache directory)")
     p.add_argument("--scenarios", metavar="FILE", help="read the scenarios from FILE instead of the batch's scenarios "
                    "(its `ids`, if any, still select), e.g. a path on the head in a Ray job")

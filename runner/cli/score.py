@@ -39,7 +39,7 @@ def register(sub) -> None:
     p.add_argument("--rpm", type=number(gt=0), help="the scorer's requests per minute (one limiter per provider, model and api_base)")
     p.add_argument("--tpm", type=number(gt=0), help="the scorer's tokens per minute")
     p.add_argument("--max-concurrency", type=number(int, ge=1, le=10_000), help="the scorer's requests in flight across the cluster (default 8)")
-    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm)")
+    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else $MADBENCH_HOME/llm: ~/.cache/madbench/llm)")
     p.add_argument("--address", help="join a Ray cluster (else $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--workers", type=number(int, ge=1, le=MAX_WORKERS), default=2, help="runner actors (default 2)")
     p.add_argument("--max-in-flight", type=number(int, ge=1, le=MAX_IN_FLIGHT), default=8, help="runs being graded at once (default 8)")
