@@ -55,6 +55,7 @@ from madbench.runner.pipeline import check_run_id, run_debate
 from madbench.runner.progress import BatchLine, Progress
 from madbench.runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
 from madbench.runner.ray_address import RayUnavailable
+from madbench.runner.ray_home import local_ray_temp_dir, remove_stale_sessions
 from madbench.runner.run_report import RunReport, Status
 from madbench.runner.sequential import NOT_NEEDED, Monitor, pair_first
 from madbench.runner.staging import (
@@ -260,13 +261,15 @@ LOCAL_START_ATTEMPTS = 3
 
 
 def _start_local_ray(ray, num_cpus: int | None, env: dict[str, Any]) -> None:
+    temp = local_ray_temp_dir()
+    remove_stale_sessions(temp)
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         before = _children()
         try:
             # address="local": a Ray of this process's own, even where `ray start` left a cluster running on this
             # machine (Ray would join that one, from /tmp/ray/ray_current_cluster); a cluster is joined by its address.
             ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, runtime_env=env, log_to_driver=False,
-                     configure_logging=False, _system_config=LOCAL_RAY_CONFIG)
+                     configure_logging=False, _system_config=LOCAL_RAY_CONFIG, _temp_dir=str(temp))
             return
         except Exception as exc:  # Ray raises a bare Exception when its node does not come up in time
             reason = " ".join(str(exc).split())[:300]

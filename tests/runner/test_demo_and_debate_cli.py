@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import os
 import re
 from pathlib import Path
 
@@ -50,6 +51,9 @@ def test_demo_resumes_rules_35_runs_quickstart_on_the_simulated_provider_and_exi
     html = (tmp_path / "rules-35" / "report.html").read_text()
     assert "madbench report: rules-35" in html and "A: single-causal" in html
     assert (tmp_path / "quickstart@sim" / "report.html").is_file()
+    # The local Ray this process started keeps its session under $MADBENCH_HOME (the session's own), not /tmp/ray.
+    sessions = (Path(os.environ["MADBENCH_HOME"]) / "ray").glob("session_*")
+    assert any(p.name.endswith(f"_{os.getpid()}") for p in sessions)
 
 
 def test_debate_cli_prints_allocation_and_trace_show_renders(make_pack, tmp_path, capsys):
