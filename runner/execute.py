@@ -70,7 +70,7 @@ from madbench.runner.staging import (
     staging_root,
 )
 from madbench.runner.store import BatchLayout, compact, write_parts
-from madbench.runner.wiring import build_gateway
+from madbench.runner.wiring import build_gateway, build_providers
 
 
 class ActorReport(RunReport):
@@ -536,6 +536,16 @@ def _collector_ready(ray, ready, quiet: bool) -> None:
              "its completion window (24 h at most, usually minutes), and progress moves as batches end", quiet)
 
 
+def start_models(runs: list[RunSpec]) -> None:
+    """Start what answers the runs' models on this machine (``Provider.start``: the embedded model's file and server,
+    each saying so), here, before the runs: the runner actors then find it running."""
+    providers = build_providers()
+    specs = {s.model_dump_json(): s for r in {r.config.name: r for r in runs}.values() for s in r.config.models.named_specs()}
+    for spec in specs.values():
+        provider = providers.for_model(spec.model)
+        provider.start(provider.prepare(spec))
+
+
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False, continue_past: bool = False,
               provenance: Provenance | None = None, spent_before: float | None = None) -> dict[str, Any]:
@@ -563,6 +573,8 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         t0, state = time.perf_counter(), FINISHED
         if todo and record.reached:  # stopped at this cap before: nothing more is spent until it is raised
             todo, state = [], BUDGET_STOP
+        if todo and not (address or os.environ.get("RAY_ADDRESS")):  # a cluster's nodes each start their own
+            start_models(todo)
         if todo:
             ray = _started(lambda: init_ray(address), _ray_start_text(address), quiet)
             if provenance is not None:

@@ -62,7 +62,11 @@ def ensure_model_file(name: str) -> Path:
         raise InputError(f"local/{name}", f"package {info['package']} is not installed", INSTALL_HINT) from None
     target: Path = home_dir() / package.MODEL_NAME
     if not target.exists():
+        print(f"madbench: assembling the offline model's file {target} (once; about 240 MB; a minute or two) ...",
+              file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
         package.assemble(target)
+        print(f"madbench: model file ready in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return target
 
 
@@ -164,6 +168,7 @@ class LocalServer:
                 raise RuntimeError(f"local model server not ready after {timeout_s:g} s; see {self.log_file}")
             time.sleep(0.25)
         atomic_write_text(self.state_file, json.dumps(state.__dict__))
+        print(f"madbench: local model server ready at {state.api_base}", file=sys.stderr, flush=True)
         return state
 
     def stop(self) -> bool:

@@ -46,6 +46,9 @@ class RulesProvider:
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return None
 
+    def start(self, spec: ModelSpec) -> None:
+        pass  # answered in-process
+
     def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, **cache_split: int | None) -> float:
         return 0.0
 
