@@ -269,7 +269,7 @@ def _start_local_ray(ray, num_cpus: int | None, env: dict[str, Any]) -> None:
             # address="local": a Ray of this process's own, even where `ray start` left a cluster running on this
             # machine (Ray would join that one, from /tmp/ray/ray_current_cluster); a cluster is joined by its address.
             ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, runtime_env=env, log_to_driver=False,
-                     configure_logging=False, _system_config=LOCAL_RAY_CONFIG, _temp_dir=str(temp))
+                     configure_logging=False, _system_config=dict(LOCAL_RAY_CONFIG), _temp_dir=str(temp))  # a copy: Ray adds to it
             return
         except Exception as exc:  # Ray raises a bare Exception when its node does not come up in time
             reason = " ".join(str(exc).split())[:300]
@@ -277,7 +277,8 @@ def _start_local_ray(ray, num_cpus: int | None, env: dict[str, Any]) -> None:
             # A node that failed half-way is not Ray's to shut down: its GCS server or raylet would outlive us.
             _stop_children_since(before)
             if attempt == LOCAL_START_ATTEMPTS:
-                raise RayUnavailable(f"a local Ray did not start ({attempt} tries): {reason}") from exc
+                raise RayUnavailable(f"a local Ray did not start ({attempt} tries): {reason}; its logs: "
+                                     f"{temp}/session_latest/logs") from exc
             print(f"madbench: warning: a local Ray did not start ({reason[:80]}...); trying again ({attempt + 1} of "
                   f"{LOCAL_START_ATTEMPTS})", file=sys.stderr, flush=True)
 
