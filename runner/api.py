@@ -19,7 +19,8 @@ from madbench.eval.stats.group_sequential import design_power
 from madbench.eval.stats.sequential_record import batch_summary, read_record
 from madbench.results import BatchDirs, ResultsDir, read_manifest
 from madbench.results.provenance import Provenance, collect, dirty_warning, require_clean
-from madbench.runner.batch_view import FailureGroup, Results, attempt_counts, failure_groups
+from madbench.runner.batch_status import FailureGroup, attempt_counts, failure_groups
+from madbench.runner.batch_view import Results
 from madbench.runner.budget import read_budget
 from madbench.runner.dispatch import FINISHED
 from madbench.runner.estimate import MemoInfo, calibrate, estimate_batch
