@@ -93,9 +93,12 @@ def ray_local():
 
 
 def errors_only(stderr: str) -> str:
-    """``stderr`` without madbench's warning lines: `madbench run` from a checkout with uncommitted changes warns
-    about it on every run, beside the one line an error gets."""
-    return "".join(line for line in stderr.splitlines(keepends=True) if not line.startswith("madbench: warning:"))
+    """``stderr`` without madbench's warning and progress lines: `madbench run` from a checkout with uncommitted changes
+    warns about it on every run, and says what a long phase is doing ("madbench: checking the batch ... ..."), beside
+    the one line an error gets."""
+    return "".join(line for line in stderr.splitlines(keepends=True)
+                   if not line.startswith("madbench: warning:") and not (line.startswith("madbench: ")
+                                                                        and line.rstrip().endswith(" ...")))
 
 
 def readme_example() -> str:
