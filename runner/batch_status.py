@@ -14,6 +14,7 @@ from madbench.data.errors import InputError
 from madbench.debate.trace import read_trace
 from madbench.eval.stats.sequential_record import SequentialRecord, read_record
 from madbench.results import BatchDirs, Manifest, ManifestRun, read_manifest
+from madbench.runner.api_records import RunCounts
 from madbench.runner.lock import lock_holder
 from madbench.runner.sequential import NOT_NEEDED
 from madbench.runner.store import BatchLayout, current_step, group_failures
@@ -96,8 +97,8 @@ class BatchStatus(BaseModel):
     #: Runs whose result file is committed.
     committed: int
     in_flight: list[InFlight]
-    #: Config name -> {"ok": n, "failed": n, "pending": n}.
-    by_config: dict[str, dict[str, int]]
+    #: Config name -> its runs by status.
+    by_config: dict[str, RunCounts]
     failures: list[FailureGroup]
 
 
@@ -152,4 +153,5 @@ def batch_status(path: Path) -> BatchStatus:
     counts = {s: sum(1 for r in runs if r.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
     return BatchStatus(batch=m.spec["name"], state=state, driver=driver, updated=m.updated, **counts,
                        looks=look_lines(read_record(path)),
-                       committed=committed, in_flight=in_flight, by_config=by_config, failures=failure_groups(runs))
+                       committed=committed, in_flight=in_flight,
+                       by_config={c: RunCounts(**n) for c, n in by_config.items()}, failures=failure_groups(runs))

@@ -16,6 +16,7 @@ the nodes that did not own it. A benchmark measures; it asserts nothing.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -27,12 +28,16 @@ from pathlib import Path
 import psutil
 
 from madbench.bench.local_cluster import LocalCluster, can_hide
+from madbench.bench.pack_option import add_pack_only
+from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.paths import PROJECT_ROOT
 from madbench.data.scenario import load_scenarios
 from madbench.gateway.models import ModelSpec, RateLimits
 from madbench.results import BatchDirs, ResultsDir
+from madbench.runner.api_records import BatchOutcome
 from madbench.runner.batch import BatchSpec, expand, resolve_configs, resolve_scenarios
+from madbench.runner.cli.common import number
 from madbench.runner.execute import init_ray, run_batch
 from madbench.runner.store import BatchLayout
 from madbench.sim.provider import SimConfig, SimProvider
@@ -146,13 +151,13 @@ def per_node(root: Path, events: dict, t0: float, wall: float) -> dict:
     return out
 
 
-def integrity(root: Path, n: int, stats: dict) -> dict:
+def integrity(root: Path, n: int, stats: BatchOutcome) -> dict:
     """Every run committed exactly once: a result file each, one table row each, no result settled twice."""
     table = ResultsDir(root).runs
     attempts = {p.stem: sum(json.loads(line)["event"] == "run_start" for line in p.read_text().splitlines())
                 for p in BatchDirs(root).traces.glob("*.jsonl")}
     return {"runs": n, "result_files": committed(root), "table_rows": len(table), "distinct_run_ids": int(table.run_id.nunique()),
-            "ok": int((table.status == "ok").sum()), "settled_twice": len(stats["committed_twice"]),
+            "ok": int((table.status == "ok").sum()), "settled_twice": len(stats.committed_twice),
             "traces_with_more_than_one_attempt": sum(1 for a in attempts.values() if a > 1)}
 
 
@@ -187,10 +192,26 @@ def bench_scale(runs: int = 1000, pack: str | None = None, latency_median: float
                    "http_requests": requests,
                    "lost_and_joined": {k: v for k, v in events.items() if k not in ("nodes", "killed_at")},
                    "committed_exactly_once": integrity(root, len(batch), stats),
-                   "per_node": per_node(root, events, t0, wall), "memory": memory.figures(), "cluster_cache": stats["cache"]}
+                   "per_node": per_node(root, events, t0, wall), "memory": memory.figures(), "cluster_cache": stats.cache}
         finally:
             ray.shutdown()
     by_node = (out["cluster_cache"] or {}).get("by_node", {})
     names = {node: name for name, node in events["nodes"].items()}
     out["cluster_cache"] = {names.get(k, k[:8]): v for k, v in by_node.items()}
     return out
+
+
+EXAMPLE = "madbench bench scale --runs 200"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=number(int, le=1_000_000), default=1000,
+                        help="single-agent runs on 3 raylets (default 1000)")
+    add_pack_only(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.runs < 1:
+        raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
+    print(json.dumps(bench_scale(args.runs, args.pack), indent=1))
+    return 0

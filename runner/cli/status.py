@@ -30,8 +30,8 @@ def cmd_status(args) -> int:
           f"{f', {s.not_needed} not_needed' if s.not_needed else ''}; "
           f"{s.committed} results committed")
     for cfg, c in s.by_config.items():
-        print(f"  {cfg:<30} ok {c['ok']:>4}  failed {c['failed']:>4}  pending {c['pending']:>4}"
-              + (f"  not_needed {c['not_needed']:>4}" if c.get("not_needed") else ""))
+        print(f"  {cfg:<30} ok {c.ok:>4}  failed {c.failed:>4}  pending {c.pending:>4}"
+              + (f"  not_needed {c.not_needed:>4}" if c.not_needed else ""))
     for line in s.looks:
         print(f"  {line}")
     for r in s.in_flight:
