@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,8 @@ from madbench.runner.api_records import (
     TableRows,
 )
 from madbench.runner.batch import BatchSpec
-from madbench.runner.batch_view import FailureGroup, Results, attempt_counts, failure_groups
+from madbench.runner.batch_status import FailureGroup, attempt_counts, failure_groups
+from madbench.runner.batch_view import Results
 from madbench.runner.budget import read_budget
 from madbench.runner.dispatch import FINISHED
 from madbench.runner.estimate import MemoInfo, calibrate, estimate_batch
@@ -229,7 +231,7 @@ def run_with(o: RunOptions) -> BatchRun:
                     skipped=outcome.skipped, submitted=submitted, retries=retries, wall_s=outcome.wall_s,
                     state=outcome.state, **outcome.status.model_dump(), tables=outcome.tables,
                     sequential=sequential_summary(b.root), sweep=sweep_summary(b.root),
-                    failures=failure_groups(manifest_runs),
+                    failures=failure_groups(manifest_runs, root=b.root),
                     spend=outcome.budget.model_copy(update={"unpriced_calls": unpriced_calls(b.root)}),
                     provider_batches=None if pb is None else pb.model_copy(update={"journal": str(b.root / "provider_batches")}),
                     retry_command=o.retry_command(), exit_status=exit_status(outcome.state, outcome.status))
@@ -301,20 +303,28 @@ def estimate_with(o: RunOptions) -> BatchEstimate:
     layout = BatchLayout(b.root)
     stored = {r.run_id: layout.stored_result(r.run_id) for r in b.runs}
     todo = [r for r in b.runs if (done := stored[r.run_id]) is None or (o.retry_failed and done.status == "failed")]
-    figures = dry_run(b, todo, o.calibrate_from) if todo else None
+    figures = dry_run(b, todo, o.calibrate_from, o.progress) if todo else None
     return BatchEstimate(batch=b.spec.name, results_dir=b.root, runs=len(b.runs), committed=len(b.runs) - len(todo),
                          estimate=figures, warnings=list(b.warnings))
 
 
-def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimate:
+def dry_run(b: Launch, todo: list, calibrate_from: str | None = None, progress: bool = False) -> Estimate:
     """The size of ``todo`` (runs of ``b``) and its estimated calls, tokens, cost and time (runner/estimate/):
-    expected and worst case per config, and the batch's wall time on its max_in_flight and rate limits."""
+    expected and worst case per config, and the batch's wall time on its max_in_flight and rate limits. ``progress``:
+    say on stderr what takes more than a moment (building the memos the estimate counts)."""
     spec = b.spec
     calib = calibrate(calibrate_from) if calibrate_from else None
+    scenarios = {r.scenario.id: r.scenario for r in todo}
+    t0 = time.perf_counter()
     memos = {}
-    for r in todo:
-        if r.scenario.id not in memos:
-            memos[r.scenario.id] = MemoInfo.from_memo(build_memo(r.scenario, b.pack))
+    for i, (sid, scenario) in enumerate(scenarios.items()):
+        if progress and i % 10 == 0:
+            print(f"madbench: building the memos the estimate counts: {i} of {len(scenarios)} ...", file=sys.stderr,
+                  flush=True)
+        memos[sid] = MemoInfo.from_memo(build_memo(scenario, b.pack))
+    if progress:
+        print(f"madbench: {len(memos)} memos built in {time.perf_counter() - t0:.0f} s; estimating ...", file=sys.stderr,
+              flush=True)
     est = estimate_batch(todo, memos, spec.max_in_flight, calib)
     total = est["total"]
     out = {"batch": spec.name, "runs": len(todo), "expected_calls": total["calls"],

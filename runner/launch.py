@@ -6,6 +6,7 @@ scenarios against the pack, and every problem the preflight finds (one InputErro
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -152,6 +153,9 @@ def load_checked(o: RunOptions, dry_run: bool = False) -> Launch:
     # at once); failed ones may be retried, so they are checked with the pending ones.
     layout = BatchLayout(b.root)
     todo = [r for r in b.runs if (stored := layout.stored_result(r.run_id)) is None or stored.status != "ok"]
+    if o.progress and todo:  # a backtest window and a baseline per scenario: a minute or more for a large batch
+        print(f"madbench: checking the batch before anything runs ({len({r.scenario.id for r in todo})} scenarios "
+              f"backtestable, {len({r.config.name for r in todo})} configs' prompts rendered) ...", file=sys.stderr, flush=True)
     # Through the Ray client the cache is on the head (check_client_cache): not this machine's to check.
     problems = preflight(todo, b.pack, o.batch, None if ray_client(o.address) else Path(b.cache_dir), b.root,
                          b.spec.max_cost_usd)

@@ -32,6 +32,8 @@ GROUPS: tuple[Group, ...] = (
     }),
     Group("madbench.runner.cli.run", {
         "run": "run a batch of scenario x config x replicate debates on Ray (resumable)",
+    }),
+    Group("madbench.runner.cli.status", {
         "status": "progress and outcome of a batch (running or finished)",
     }),
     Group("madbench.runner.cli.data", {

@@ -21,7 +21,7 @@ from madbench.runner.deployment import Resolved, one_model
 
 #: The project checkout (configs/ lives here).
 ROOT = PROJECT_ROOT
-CACHE_DIR_HELP = "LLM response cache (else $MADBENCH_CACHE_DIR, else ~/.cache/madbench/llm)"
+CACHE_DIR_HELP = "LLM response cache (else $MADBENCH_CACHE_DIR, else $MADBENCH_HOME/llm: ~/.cache/madbench/llm)"
 
 
 def add_pack_args(p: argparse.ArgumentParser) -> None:
