@@ -207,7 +207,7 @@ class RunContext:
         v: Validated = c.value
         self.trace.write(Turn(agent=who, role=role, phase=phase, round=round_, label=label or phase,
                         output=v.value.model_dump(mode="json"), weights=v.weights,
-                        cash=getattr(v.value, "cash_weight", None), policy_notes=v.notes, model=c.model_used,
+                        cash=v.cash, policy_notes=v.notes, model=c.model_used,
                         provider=ModelSpec(model=c.model_used).provider, is_llm=c.is_llm))
         return v
 

@@ -54,6 +54,9 @@ class Validated:
     value: BaseModel
     weights: dict[str, float] | None
     notes: list[str]
+    #: The cash the checked allocation holds: the answer's own unless a declared repair changed it (``normalize``
+    #: drops cash a fully invested scenario cannot hold, and rescales it with the weights). None outside allocations.
+    cash: float | None = None
 
     @property
     def held_weights(self) -> dict[str, float]:
@@ -64,11 +67,11 @@ class Validated:
 
     @property
     def cash_weight(self) -> float:
-        """The cash of an answer that allocates."""
-        cash = getattr(self.value, "cash_weight", None)
-        if not isinstance(cash, float | int):
+        """The cash of an answer that allocates, as checked (after any declared repair), so that it and
+        ``held_weights`` sum to 1."""
+        if self.cash is None:
             raise TypeError(f"a {type(self.value).__name__} answer holds no cash weight (a bug to ask for one)")
-        return float(cash)
+        return self.cash
 
 
 def decode_answer(content: str) -> Any:
@@ -188,7 +191,7 @@ def validate_turn(phase: str, content: str, rules: TurnRules, policy: str) -> Va
     in its free text: CRIT and the audit count those)."""
     value = parse_json(content, schema_for(phase, rules.tier))
     notes: list[str] = []
-    weights = None
+    weights, cash = None, None
     if isinstance(value, (Proposal, BasicProposal)):  # revisions included
         if isinstance(value, Proposal):
             _check_claims(value, rules)
@@ -209,7 +212,7 @@ def validate_turn(phase: str, content: str, rules: TurnRules, policy: str) -> Va
                                     + ", ".join(targets))
             check_evidence(getattr(item, "evidence_ids", []), rules,
                            f"the critique of {item.target_agent} {item.target_claim}")
-    return Validated(value, weights, notes)
+    return Validated(value, weights, notes, cash)
 
 
 def schema_outline(schema: dict[str, Any]) -> str:

@@ -1,5 +1,8 @@
 """Domain validation of turns: universe, completeness, bounds, sum, holdings, evidence; the normalize policy."""
 
+import dataclasses
+import json
+
 import pytest
 
 from madbench.data.scenario import Constraints
@@ -97,3 +100,17 @@ def test_request_schema_names_the_valid_critique_targets_and_the_owed_responses(
         "claim_id": "C1", "claim_text": "x", "claim_type": "thesis", "reasoning_type": "causal", "evidence_ids": [],
         "impacts_positions": ["AAA"], "confidence": 0.5}], position_rationale=[], critique_responses=[],
         revision_notes="n").model_dump_json(), dataclasses.replace(RULES, owed_responses=[("risk", "C1")]), "strict")
+
+
+def test_a_turn_repaired_by_normalize_carries_the_cash_it_was_repaired_to():
+    """The cash a turn records (and the protocols aggregate) is the checked one: an answer holding cash in a fully
+    invested scenario, kept under ``normalize``, holds none, so its weights and cash sum to 1 (the answer's own cash
+    made an agent's backtest refuse weights summing to 0.67)."""
+    shrunk = {"thesis": "t", "cash_weight": 1 / 3, "risks_or_falsifiers": ["r"], "confidence": 0.5,
+              "allocation": [{"ticker": t, "weight": w * 2 / 3} for t, w in (("AAA", 0.4), ("BBB", 0.3), ("CCC", 0.3))]}
+    v = validate_turn("propose", json.dumps(shrunk), dataclasses.replace(RULES, tier="basic"), "normalize")
+    assert v.cash == 0.0 and v.cash_weight == 0.0
+    assert sum(v.held_weights.values()) + v.cash_weight == pytest.approx(1.0)
+    assert any("dropped cash_weight" in n for n in v.notes)
+    with pytest.raises(OutputInvalid, match="cash_weight must be 0"):
+        validate_turn("propose", json.dumps(shrunk), dataclasses.replace(RULES, tier="basic"), "strict")
