@@ -178,7 +178,7 @@ def test_the_getting_started_commands_are_commands_madbench_has():
     assert len(blocks) >= 3
     parser = build_parser()
     for line in (line for block in blocks for line in command_lines(block)):
-        argv = shlex.split(line)
+        argv = shlex.split(line, comments=True)
         assert argv[0] == "madbench", line
         parser.parse_args(argv[1:])  # argparse exits 2 on a command or option that does not exist
 
