@@ -178,17 +178,16 @@ def test_the_getting_started_commands_are_commands_madbench_has():
     assert len(blocks) >= 3
     parser = build_parser()
     for line in (line for block in blocks for line in command_lines(block)):
-        argv = shlex.split(line)
+        argv = shlex.split(line, comments=True)
         assert argv[0] == "madbench", line
         parser.parse_args(argv[1:])  # argparse exits 2 on a command or option that does not exist
 
 
 def run_blocks(blocks: list[str], where: Path) -> None:
-    """Each command of ``blocks`` in order, from ``where`` (a copy of configs/ beside it), with madbench's cache and
-    home under it: exit status 0 for each."""
+    """Each command of ``blocks`` in order, from ``where`` (a copy of configs/ beside it), with madbench's cache under
+    it (its home is the session's, which conftest keeps short enough for Ray's socket paths): exit status 0 for each."""
     shutil.copytree(ROOT / "configs", where / "configs")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "MADBENCH_CACHE_DIR": str(where / "cache"),
-           "MADBENCH_HOME": str(where / "home")}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MADBENCH_CACHE_DIR": str(where / "cache")}
     for line in (line for block in blocks for line in command_lines(block)):
         out = subprocess.run(line, shell=True, cwd=where, env=env, capture_output=True, text=True, timeout=1800)
         assert out.returncode == 0, f"{line}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}"

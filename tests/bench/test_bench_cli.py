@@ -66,7 +66,7 @@ def test_every_commands_help_ends_with_an_example_that_parses(path, capsys):
     out = capsys.readouterr().out
     assert "\nexample:\n  madbench" in out, f"madbench {' '.join(path)} --help has no example"
     example = out.split("\nexample:\n  ", 1)[1].splitlines()[0]
-    argv = shlex.split(example)[1:]
+    argv = shlex.split(example, comments=True)[1:]  # an example may end with a comment, as a shell line may
     assert argv[: len(path)] == list(path), f"the example of {path} runs another command: {example}"
     if not any(isinstance(a, argparse._SubParsersAction) for a in dict(walk(build_parser()))[path]._actions):
         build_parser().parse_args(argv)  # a leaf's example is a valid command line (argparse exits 2 otherwise)
