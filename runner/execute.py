@@ -37,7 +37,7 @@ from madbench.gateway import Budget
 from madbench.gateway.errors import BudgetExhausted
 from madbench.gateway.providers.batching import current_party
 from madbench.gateway.secrets import redact, remember
-from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
+from madbench.results import ManifestRun, read_manifest, read_table, write_manifest
 from madbench.results.provenance import Provenance
 from madbench.runner.batch import BatchSpec, RunSpec
 from madbench.runner.budget import (
@@ -68,7 +68,7 @@ from madbench.runner.staging import (
     sees_results,
     staging_root,
 )
-from madbench.runner.store import BatchLayout, compact, write_parts
+from madbench.runner.store import BatchLayout, compact, run_entry, write_parts
 from madbench.runner.wiring import build_gateway
 
 
@@ -77,7 +77,7 @@ class ActorReport(RunReport):
     staged run's files, which the driver commits (runner/staging.py)."""
 
     staged: bool | None = None
-    artifacts: dict[str, bytes] | None = None
+    artifacts: dict[str, Any] | None = None
 
 
 class RunnerActor:
@@ -163,10 +163,12 @@ class RunnerActor:
             self.running.discard(run_id)
             self.gateway.activity.pop(run_id, None)
         self.guard()
-        write_parts(self.layout, self.batch, result, config, scenario, self.node_id)
+        entry = run_entry(self.batch, result, config, scenario, self.node_id, self.layout.history(result.run_id))
+        if not self.staged:
+            self.layout.rows.append(entry)
         return ActorReport(run_id=result.run_id, status=Status(result.status), error=result.error, totals=result.totals,
                            node_id=self.node_id, wall_s=time.perf_counter() - t0, staged=self.staged,
-                           artifacts=collect(self.layout, result.run_id) if self.staged else None)
+                           artifacts=collect(self.layout, result.run_id, entry) if self.staged else None)
 
 
 #: Names of variables (comma-separated) whose values this driver hands to every Ray worker in the job's runtime env:
@@ -455,24 +457,44 @@ def _manifest_entries(runs: list[RunSpec]) -> dict[str, ManifestRun]:
 def _recover_committed(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, manifest_runs: dict[str, ManifestRun]) -> int:
     """Mark committed runs with their stored status and error, and the node the manifest recorded (a later invocation
     must not forget where a run ran: its table rows say it, and replay checks them against this); rebuild the table
-    rows of any committed run that lacks them. Attempts count this invocation's, so a committed run has none."""
+    rows of any committed run that lacks them. Attempts count this invocation's, so a committed run has none. Run after
+    a compaction: runs.parquet then holds the rows of every committed run that has them, with the status and error of
+    its commit point, which is read only for a run without rows."""
     previous = {m.run_id: m for m in read_manifest(layout.root).runs} if layout.manifest.exists() else {}
+    committed = {p.stem for p in layout.result_files()}
+    rows = _committed_rows(layout)
     rebuilt = 0
     for r in runs:
+        if r.run_id not in committed:
+            continue
+        m = manifest_runs[r.run_id]
+        if r.run_id in previous:
+            m.node_id = previous[r.run_id].node_id
+        if r.run_id in rows and rows[r.run_id][0] == "ok":
+            m.status, m.error = rows[r.run_id]
+            continue
+        # A failed run's commit point is read: a retry may have committed it again, its rows not yet logged.
         stored = layout.stored_result(r.run_id)
         if stored is None:
             continue
-        m = manifest_runs[r.run_id]
         m.status, m.error = stored.status, stored.error
-        if r.run_id in previous:
-            m.node_id = previous[r.run_id].node_id
-        if not all(layout.part(t, r.run_id).exists() for t in TABLES):
-            # Committed, but a crash or a full disk struck before its table rows were written: rebuild them
-            # from the trace, so that no committed run is missing from the tables.
-            write_parts(layout, spec.name, stored, r.config.model_dump(mode="json"), r.scenario.model_dump(mode="json"),
-                        m.node_id or "")
-            rebuilt += 1
+        if rows.get(r.run_id) == (stored.status, stored.error):
+            continue
+        # Committed, but a crash or a full disk struck before its table rows were written: rebuild them from the
+        # trace, so that no committed run is missing from the tables.
+        write_parts(layout, spec.name, stored, r.config.model_dump(mode="json"), r.scenario.model_dump(mode="json"),
+                    m.node_id or "")
+        rebuilt += 1
     return rebuilt
+
+
+def _committed_rows(layout: BatchLayout) -> dict[str, tuple[str, str | None]]:
+    """Run id → (status, error) of every run in the compacted runs.parquet."""
+    path = layout.table("runs")
+    if not path.exists():
+        return {}
+    table = read_table(path, "runs").select(["run_id", "status", "error"]).to_pydict()
+    return {r: (s, e) for r, s, e in zip(table["run_id"], table["status"], table["error"], strict=True)}
 
 
 #: cluster.yaml's results and cache directories on the head, outside the synced checkout (~/madbench): what an error
@@ -544,6 +566,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
     cluster_cache = wants_cluster_cache(address)
     with ResultsLock(layout.root, "madbench run") as lock:
         manifest_runs = _manifest_entries(runs)
+        compact(layout)  # the rows an interrupted invocation logged: what tells a committed run's rows are there
         rebuilt = _recover_committed(spec, runs, layout, manifest_runs)
         todo, skipped, monitor = _todo(spec, runs, layout, manifest_runs, retry_failed, continue_past, quiet)
         # The cache this batch really used, resolved: re-scoring and the estimate find it from the manifest.

@@ -47,7 +47,8 @@ from madbench.eval.stats.sequential_record import (
     write_record,
 )
 from madbench.results import BatchDirs, ManifestRun
-from madbench.results.table_schemas import SPECS
+from madbench.results.rowlog import LogTail
+from madbench.results.table_schemas import SPECS, read_table
 
 if TYPE_CHECKING:
     from madbench.runner.store import BatchLayout
@@ -198,6 +199,8 @@ class Monitor:
         self.pair_runs = [r for rs in self.members.values() for r in rs]
         self.rank = {s: i for i, s in enumerate(order)}
         self.rows: dict[str, dict] = {}
+        self._logged = LogTail(BatchDirs(layout.root))
+        self._found = self._table_rows()  # pair run id → (status, metric) as the tables or the row logs hold it
         self.failed = {r.scenario.id for r in self.pair_runs if manifest_runs[r.run_id].status == "failed"}
         self.horizon: int | None = None
         self._set_horizon()
@@ -249,15 +252,30 @@ class Monitor:
         """A committed run of the batch (this invocation's or an earlier one's)."""
         if run.config.name not in (self.control, self.treatment) or run.run_id in self.rows:
             return
-        part = self.layout.part("runs", run.run_id)
-        if not part.exists():
+        row = self._row(run.run_id)
+        if row is None:
             return
-        row = pd.read_parquet(part, columns=["status", self.seq.metric]).iloc[0]
         if row["status"] == "ok":
             self.rows[run.run_id] = {"config": run.config.name, "scenario_id": run.scenario.id,
-                                     "replicate": run.sample_index, self.seq.metric: float(row[self.seq.metric])}
+                                     "replicate": run.sample_index, self.seq.metric: _finite_or_nan(row[self.seq.metric])}
             if not math.isfinite(self.rows[run.run_id][self.seq.metric]):
                 self.failed.add(run.scenario.id)
+
+    def _table_rows(self) -> dict[str, dict[str, Any]]:
+        """The pair runs' status and metric in the compacted runs.parquet (the runs of earlier invocations)."""
+        path = BatchDirs(self.layout.root).table("runs")
+        if not path.exists():
+            return {}
+        ids = {r.run_id for r in self.pair_runs}
+        table = read_table(path, "runs").select(["run_id", "status", self.seq.metric]).to_pylist()
+        return {row["run_id"]: row for row in table if row["run_id"] in ids}
+
+    def _row(self, run_id: str) -> dict[str, Any] | None:
+        """The run's status and metric from its logged rows (read as the logs grow), else the tables; None: none yet."""
+        for e in self._logged.new():
+            if e.tables["runs"] and any(r.run_id == e.run_id for r in self.members.get(e.tables["runs"][0]["scenario_id"], [])):
+                self._found[e.run_id] = e.tables["runs"][0]
+        return self._found.get(run_id)
 
     def complete(self) -> list[str]:
         """Scenarios whose every pair run is in with a finite metric, in schedule order."""
@@ -323,3 +341,8 @@ class Monitor:
         self.record.not_needed = idle
         write_record(self.layout.root, self.record)
         return idle
+
+
+def _finite_or_nan(value: Any) -> float:
+    """A run's metric as the looks take it: null (no backtest) as NaN, which no look counts."""
+    return math.nan if value is None else float(value)

@@ -5,8 +5,9 @@ A batch (``madbench run``):
     <root>/manifest.json                 the spec, versions, format version and every run with its status
     <root>/traces/<run>.jsonl            append-only trace of each run
     <root>/runs/<run>.json               a run's result: written last, atomically (the commit point)
-    <root>/parts/{runs,rounds,calls}/<run>.parquet
-    <root>/{runs,rounds,calls}.parquet   concatenated parts (rebuilt, never appended to)
+    <root>/parts/rows-<writer>.jsonl     each writer's log of its committed runs' table rows (``rowlog``), until compacted
+    <root>/{runs,rounds,calls}.parquet   the tables: the logs merged in at each compaction
+    <root>/parts/{runs,rounds,calls}/<run>.parquet   results format 4 and older: a Parquet part per run and table
     <root>/scores/<label>/<run>.parquet  re-scoring, one part per run; failures under <label>/failed/<run>.json
     <root>/budget.json, <root>/.lock     the batch's spend; the lock its one writer holds
     <root>/budget-settled.jsonl          what each paid call billed, appended by the actor that made it (read after a crash)
@@ -107,10 +108,17 @@ class BatchDirs:
         """Every committed result's file."""
         return sorted(self.commits.glob("*.json"))
 
+    @property
+    def parts_dir(self) -> Path:
+        """``parts/``: the writers' row logs (``madbench.results.rowlog``)."""
+        return self.root / "parts"
+
     def parts(self, table: str) -> Path:
+        """Results format 4 and older: the folder of ``table``'s per-run parts."""
         return self.root / "parts" / table
 
     def part(self, table: str, run_id: str) -> Path:
+        """Results format 4 and older: a run's part of ``table``."""
         return inside(self.parts(table), run_id, self.root, "run id", ".parquet")
 
     def table(self, name: str) -> Path:

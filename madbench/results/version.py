@@ -19,6 +19,10 @@ Versions:
 4. calls.parquet's rows of the paid calls the ledger counts that no trace records (calls: ``call_id``, ``orphaned``):
    the calls a kill left in flight and the leakage probe's, so that the table's ``cost_usd`` sums to budget.json's
    spend. Version-3 calls tables read both as null and hold no such rows; manifests and traces are unchanged.
+5. table rows kept in each writer's row log (``parts/rows-<writer>.jsonl``, ``madbench.results.rowlog``) until a
+   compaction folds them into the tables, not a Parquet part per run and table (``parts/<table>/<run>.parquet``);
+   the tables' columns are unchanged. A version-4 directory's parts are read as the rows of its runs, and its first
+   compaction folds them into the tables and removes them.
 """
 
 from __future__ import annotations
@@ -27,9 +31,9 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 #: The versions this code reads: each is the current one or is taught here (see the version list above).
-READABLE = (1, 2, 3, 4)
+READABLE = (1, 2, 3, 4, 5)
 
 
 def check_version(version: object, where: str | Path, what: str) -> None:

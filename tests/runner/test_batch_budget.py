@@ -37,6 +37,7 @@ from madbench.gateway.errors import CallCancelled, NoAnswer, TransientError
 from madbench.gateway.limiter import LimiterPool
 from madbench.gateway.providers.litellm_provider import token_cost
 from madbench.results import ManifestRun, write_manifest
+from madbench.results.rowlog import read_log
 from madbench.runner.budget import (
     BUDGET_FILE,
     BudgetRecord,
@@ -304,7 +305,8 @@ def test_a_resumed_run_records_what_its_earlier_attempts_paid(make_pack, tmp_pat
     paid = first.totals["cost_usd"]
     assert paid > 0 and again.totals["cost_usd"] == 0 and again.totals["cached"] == again.totals["calls"]
     write_parts(layout, "b", again, config.model_dump(mode="json"), scenario.model_dump(mode="json"), "node")
-    (row,) = pd.read_parquet(layout.part("runs", again.run_id)).to_dict("records")
+    (logged,) = read_log(layout.rows.path)[0]
+    (row,) = logged.tables["runs"]
     assert row["cost_usd"] == 0 and row["cost_paid_usd"] == pytest.approx(paid, rel=1e-9)
     assert paid_cost(read_trace(layout.trace_path(again.run_id)).typed()) == pytest.approx(paid_in_traces(layout.root))
 
