@@ -96,6 +96,7 @@ class RunnerActor:
         if self.staged:
             self.guard = OwnerGuard(budget.handle)
             self.layout = BatchLayout(staging_root(root))
+            self.layout.compress_traces = False  # the driver compresses what it commits
         else:
             # Stop calling and committing once the driver is gone (kill -9): see runner.lock.WriterGuard.
             self.guard = WriterGuard(root, holder)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from madbench.data.atomic import atomic_write_bytes
+from madbench.debate.trace import compress_trace, compressed_path, trace_bytes
 from madbench.gateway.errors import DriverGone
 from madbench.results import RunResult
 from madbench.results.rowlog import Entry
@@ -117,14 +118,17 @@ def commit(layout: BatchLayout, run_id: str, artifacts: dict[str, Any]) -> None:
     append-only."""
     trace = artifacts["trace"]
     path = layout.trace_path(run_id)
-    if path.exists() and not trace.startswith(before := path.read_bytes()):
+    before = trace_bytes(path)
+    if before is not None and not trace.startswith(before):
         raise RuntimeError(f"{path}: the trace run {run_id} brought back does not extend the {len(before)} bytes "
                            "already there; refusing to replace them (was the results directory written meanwhile?)")
     result = RunResult.model_validate_json(artifacts["result"])
     if result.run_id != run_id:
         raise RuntimeError(f"run {run_id} brought back the result of run {result.run_id}")
     atomic_write_bytes(path, trace)
+    compressed_path(path).unlink(missing_ok=True)  # the plain trace just written extends it
     atomic_write_bytes(layout.result_path(run_id), artifacts["result"])
+    compress_trace(path)
     entry = artifacts["rows"]
     if entry.run_id != run_id:
         raise RuntimeError(f"run {run_id} brought back the table rows of run {entry.run_id}")
@@ -133,8 +137,7 @@ def commit(layout: BatchLayout, run_id: str, artifacts: dict[str, Any]) -> None:
 
 def head_trace(layout: BatchLayout, run_id: str) -> bytes | None:
     """The results directory's trace of ``run_id`` (None when there is none), to send with a run to a staged actor."""
-    path = layout.trace_path(run_id)
-    return path.read_bytes() if path.exists() else None
+    return trace_bytes(layout.trace_path(run_id))
 
 
 def job_working_dir() -> Path | None:

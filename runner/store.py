@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 
 from madbench.debate.events import AnyEvent, Crit, Divergence, LLMCall, LLMFailure, RunStart, last_attempt, unblinded
 from madbench.debate.grading import PILLARS
+from madbench.debate.trace import compress_trace, stored_trace
 from madbench.eval.dynamics import ROUND_COLUMNS, position, round_dynamics, run_dynamics
 from madbench.results import TABLES, BatchDirs, RunResult, read_history, read_result, read_table
 from madbench.results.rowlog import Entry, RowLog, base_table, is_ledger, latest, legacy_parts, logs, merge, read_log
@@ -56,9 +57,15 @@ class BatchLayout(RunLayout, BatchDirs):
             self._rows = RowLog(self)
         return self._rows
 
+    #: Whether a committed run's trace is stored compressed (``compress_trace``): not on a node that stages its runs,
+    #: whose traces go to the driver as they are (it compresses them as it commits them: runner/staging.py).
+    compress_traces = True
+
     def commit(self, result: RunResult, history: list[AnyEvent]) -> None:
         super().commit(result, history)
         self._histories[result.run_id] = history
+        if self.compress_traces:
+            compress_trace(self.trace_path(result.run_id))
 
     def history(self, run_id: str) -> list[AnyEvent]:
         """The run's whole trace: the one its commit read (handed over once), else read now."""
@@ -254,7 +261,7 @@ def ledger_calls(layout: BatchDirs) -> list[dict]:
     traced: dict[tuple[str, str], dict[str, Any]] = {}
     counted: dict[tuple[str, str], float] = {}
     for run_id in sorted({u.run_id for u in untraced.values() if u.orphaned and u.run_id and u.key}):
-        if not (layout.result_path(run_id).is_file() and layout.trace_path(run_id).is_file()):
+        if not (layout.result_path(run_id).is_file() and stored_trace(layout.trace_path(run_id)) is not None):
             continue  # not committed: no row of the run counts any of its calls
         history = read_history(layout.trace_path(run_id))
         calls = [e for e in history if isinstance(e, LLMCall)]

@@ -3,7 +3,7 @@
 A batch (``madbench run``):
 
     <root>/manifest.json                 the spec, versions, format version and every run with its status
-    <root>/traces/<run>.jsonl            append-only trace of each run
+    <root>/traces/<run>.jsonl            append-only trace of each run in flight; once committed, <run>.jsonl.zst
     <root>/runs/<run>.json               a run's result: written last, atomically (the commit point)
     <root>/parts/rows-<writer>.jsonl     each writer's log of its committed runs' table rows (``rowlog``), until compacted
     <root>/{runs,rounds,calls}.parquet   the tables: the logs merged in at each compaction
@@ -163,7 +163,9 @@ def run_files(root: str | Path) -> list[tuple[Path, Path]]:
     ``<run>/trace.jsonl`` of single debates below it."""
     root = Path(root)
     batch = BatchDirs(root)
-    found = [(t, batch.result_path(t.stem)) for t in sorted(batch.traces.glob("*.jsonl"))]
+    ids = sorted({t.name.removesuffix(".zst").removesuffix(".jsonl") for t in batch.traces.glob("*.jsonl*")
+                  if t.name.endswith((".jsonl", ".jsonl.zst"))})
+    found = [(batch.trace_path(run_id), batch.result_path(run_id)) for run_id in ids]
     return found + [(t, t.parent / DebateDirs.RESULT) for t in sorted(root.rglob(DebateDirs.TRACE))]
 
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from madbench.data.errors import InputError
 from madbench.debate.events import AnyEvent
+from madbench.debate.trace import stored_trace
 from madbench.results.checks import check_results_dir, check_unlinked_files
 from madbench.results.layout import TABLES, BatchDirs, ScoreDirs
 from madbench.results.records import Manifest, RunResult, read_manifest, read_result
@@ -94,7 +95,7 @@ class ResultsDir:
     def trace(self, run_id: str) -> list[AnyEvent] | None:
         """The run's whole trace (every attempt), typed; None when it has none."""
         path = self.dirs.trace_path(run_id)
-        return read_history(path) if path.exists() else None
+        return read_history(path) if stored_trace(path) is not None else None
 
 
 def read_scores(scores_dir: str | Path, label: str | None = None) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from madbench.data.errors import InputError
 from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
 from madbench.debate.interventions import configured
-from madbench.debate.trace import read_trace
+from madbench.debate.trace import read_trace, stored_trace
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.estimate.assumptions import EXPECTED_RATES, LATENCY_CV, Calibration, Factors, Rates
 from madbench.runner.estimate.batch_estimate import mean
@@ -109,7 +109,7 @@ def read_pilot(results_dir: str | Path) -> tuple[list[dict[str, Any]], list[tupl
     runs, contexts = [], []
     for row in ok.itertuples():
         path = layout.trace_path(row.run_id)
-        events = read_trace(path).events if path.exists() else []
+        events = read_trace(path).events if stored_trace(path) is not None else []
         start = next((e for e in events if e["event"] == "run_start"), None)
         memo_ev = next((e for e in events if e["event"] == "memo"), None)
         if start is None or memo_ev is None or not memo_ev.get("text"):
