@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from madbench.data.atomic import atomic_write_bytes
-from madbench.debate.trace import compress_trace, compressed_path, trace_bytes
+from madbench.debate.trace import compress_trace, compressed_path, stored_trace, trace_bytes
 from madbench.gateway.errors import DriverGone
 from madbench.results import RunResult
 from madbench.results.rowlog import Entry
@@ -137,6 +137,9 @@ def commit(layout: BatchLayout, run_id: str, artifacts: dict[str, Any]) -> None:
 
 def head_trace(layout: BatchLayout, run_id: str) -> bytes | None:
     """The results directory's trace of ``run_id`` (None when there is none), to send with a run to a staged actor."""
+    found = stored_trace(layout.trace_path(run_id))
+    if found is None or found.is_symlink():
+        return None  # a link is refused by the run that would read it, with the run's own error, not here
     return trace_bytes(layout.trace_path(run_id))
 
 

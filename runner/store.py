@@ -28,6 +28,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from madbench.debate.events import AnyEvent, Crit, Divergence, LLMCall, LLMFailure, RunStart, last_attempt, unblinded
@@ -307,13 +309,18 @@ def compact(layout: BatchDirs) -> dict[str, int]:
     entries = latest(e for p in folded for e in read_log(p)[0])
     legacy = {name: legacy_parts(layout, name) for name in TABLES}
     ledger = to_table(ledger_calls(layout), "calls", layout.table("calls"))
+    committed = pa.array(sorted(p.stem for p in layout.result_files()), pa.large_string())
     if not entries and not any(legacy.values()) and all(layout.table(n).exists() for n in TABLES):
         calls = read_table(layout.table("calls"), "calls")
-        if concat([calls.filter(is_ledger(calls))], "calls").equals(concat([ledger], "calls")):
+        held = pq.read_table(layout.table("runs"), columns=["run_id"]).column("run_id")
+        if (concat([calls.filter(is_ledger(calls))], "calls").equals(concat([ledger], "calls"))
+                and pc.all(pc.is_in(held, committed)).as_py() is not False):
             return {name: pq.read_metadata(layout.table(name)).num_rows for name in TABLES}
     counts = {}
     for name in TABLES:
         table = merge(base_table(layout, name), entries, name, layout.parts_dir)
+        # Rows only of runs a commit point vouches for: a run whose result was deleted (to run it again) has none.
+        table = table.filter(pc.is_in(table.column("run_id"), committed))
         if name == "calls":
             table = concat([table, ledger], name)
         write_table(layout.table(name), table)

@@ -36,7 +36,7 @@ from madbench.gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
 from madbench.gateway.errors import CallCancelled, NoAnswer, TransientError
 from madbench.gateway.limiter import LimiterPool
 from madbench.gateway.providers.litellm_provider import token_cost
-from madbench.results import ManifestRun, write_manifest
+from madbench.results import ManifestRun, run_files, write_manifest
 from madbench.results.rowlog import read_log
 from madbench.runner.budget import (
     BUDGET_FILE,
@@ -152,7 +152,7 @@ def _batch(tmp_path: Path, pack: Path, api_base: str, cap: float, model: str = P
 def paid_in_traces(root: Path) -> float:
     """What every trace of the batch says was paid: answers not served from the cache, and failed calls' attempts."""
     total = 0.0
-    for trace in (root / "traces").glob("*.jsonl"):
+    for trace, _ in run_files(root):
         for e in read_trace(trace).typed():
             if isinstance(e, LLMCall) and not e.cached:
                 total += e.cost_usd or 0.0

@@ -9,6 +9,7 @@ import yaml
 
 import madbench.data.market.pack as pack_module
 from madbench.data.paths import PROJECT_ROOT
+from madbench.debate.trace import compressed_path, trace_bytes
 from madbench.results import TABLES, RunResult
 from madbench.results.rowlog import Entry, logs, read_log
 from madbench.runner.cli import main
@@ -47,7 +48,8 @@ def test_a_staged_run_is_committed_trace_result_rows_and_only_over_a_trace_it_ex
     artifacts = collect(node, "r1", entry("r1"))
     assert not any(p.is_file() for p in (tmp_path / "node").rglob("*"))  # nothing left on the node
     commit(head, "r1", artifacts)
-    assert head.trace_path("r1").read_bytes() == b"attempt 1\nattempt 2\n"
+    assert trace_bytes(head.trace_path("r1")) == b"attempt 1\nattempt 2\n"  # stored compressed
+    assert compressed_path(head.trace_path("r1")).is_file() and not head.trace_path("r1").exists()
     assert RunResult.model_validate_json(head.result_path("r1").read_text()) == result("r1")
     (log,) = logs(head)  # the rows in the driver's row log
     assert read_log(log)[0] == [entry("r1")]
