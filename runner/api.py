@@ -63,6 +63,8 @@ class BatchRun(BaseModel):
     submitted: int
     retries: int
     wall_s: float
+    #: Of ``wall_s``, the final compaction's: the row logs folded into the tables (runner/store.py).
+    compaction_s: float = 0.0
     #: finished, interrupted, stopped: budget reached, ...
     state: str
     ok: int
@@ -185,7 +187,7 @@ def run_with(o: RunOptions) -> BatchRun:
     pb = stats.get("provider_batches")
     return BatchRun(batch=b.spec.name, batch_file=o.batch, results_dir=b.root, runs=stats["runs"], skipped=stats["skipped"],
                     submitted=submitted, retries=retries,
-                    wall_s=stats["wall_s"], state=stats["state"], **status, tables=stats["tables"],
+                    wall_s=stats["wall_s"], compaction_s=stats["compaction_s"], state=stats["state"], **status, tables=stats["tables"],
                     sequential=sequential_summary(b.root),
                     failures=failure_groups(manifest_runs), spend=Spend(**stats["budget"], unpriced_calls=unpriced_calls(b.root)),
                     provider_batches=None if pb is None else pb | {"journal": str(b.root / "provider_batches")},

@@ -39,6 +39,7 @@ from madbench.gateway.providers.batching import current_party
 from madbench.gateway.secrets import redact, remember
 from madbench.results import ManifestRun, read_manifest, read_table, write_manifest
 from madbench.results.provenance import Provenance
+from madbench.results.records import ManifestJournal
 from madbench.runner.batch import BatchSpec, RunSpec
 from madbench.runner.budget import (
     BudgetRecord,
@@ -336,9 +337,13 @@ def _join_cluster(ray, address: str, env: dict[str, Any]) -> None:
             time.sleep(5.0 * attempt)
 
 
+#: The manifest's journal is folded into a snapshot once it is larger than the last snapshot and than this.
+SNAPSHOT_MIN_BYTES = 1_000_000
+
+
 class RunWork(Work[RunSpec]):
     """`madbench run`'s unit: a run of the batch, sent to a ``RunnerActor``; its report committed (when staged) and
-    recorded in the manifest, which is rewritten every few seconds."""
+    recorded in the manifest's journal every few seconds (madbench.results.records.ManifestJournal)."""
 
     kept = "committed runs are kept"
     watched = True
@@ -357,11 +362,15 @@ class RunWork(Work[RunSpec]):
         self.staged: dict[int, bool] = {}  # actor index → whether it stages its runs (unknown until it answers)
         self.committed: Counter = Counter()  # run id → ok results settled: every run is committed exactly once
         stats.setdefault("committed_twice", [])
+        self.journal = ManifestJournal(layout.root)
+        self.changed: set[str] = set()  # runs whose manifest entry changed since the last tick
+        self.snapshot_bytes = layout.manifest.stat().st_size if layout.manifest.exists() else 0
 
     def key(self, r: RunSpec) -> str:
         return r.run_id
 
     def submit(self, handle, r: RunSpec, k: int, attempt: int):
+        self.changed.add(r.run_id)
         m = self.manifest_runs[r.run_id]
         m.attempts = attempt
         m.in_flight_since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -374,6 +383,7 @@ class RunWork(Work[RunSpec]):
                                  self.retry_failed or attempt > 1, r.run_id, trace)
 
     def returned(self, r: RunSpec) -> None:
+        self.changed.add(r.run_id)
         if self.collector is not None:
             self.collector.finished.remote(r.run_id)
         self.manifest_runs[r.run_id].in_flight_since = None
@@ -382,6 +392,7 @@ class RunWork(Work[RunSpec]):
         self.staged.pop(k, None)
 
     def withdrawn(self, r: RunSpec, attempts: int) -> None:
+        self.changed.add(r.run_id)
         self.manifest_runs[r.run_id].attempts = attempts
 
     def settle(self, r: RunSpec, report: ActorReport, k: int, handle) -> ActorReport:
@@ -391,6 +402,7 @@ class RunWork(Work[RunSpec]):
             commit(self.layout, r.run_id, report.artifacts)
         if report.status is Status.BUDGET_REACHED:
             return report
+        self.changed.add(r.run_id)
         m = self.manifest_runs[r.run_id]
         m.status, m.error, m.node_id = report.status.value, report.error, report.node_id
         if report.status is Status.OK:
@@ -420,8 +432,15 @@ class RunWork(Work[RunSpec]):
         return handle.beats.remote()
 
     def tick(self) -> None:
-        """Rewrite the manifest, so that `madbench status` sees the runs in flight."""
-        write_manifest(self.layout.root, self.spec_json, list(self.manifest_runs.values()), "running", self.provenance)
+        """Journal the manifest's changed runs, so that `madbench status` sees the runs in flight; a snapshot of every
+        run once the journal outgrows the last one (so reading it never costs more than twice a snapshot)."""
+        if self.journal.bytes > max(self.snapshot_bytes, SNAPSHOT_MIN_BYTES):
+            path = write_manifest(self.layout.root, self.spec_json, list(self.manifest_runs.values()), "running",
+                                  self.provenance)
+            self.snapshot_bytes, self.journal = path.stat().st_size, ManifestJournal(self.layout.root)
+        elif self.changed:
+            self.journal.append([self.manifest_runs[i] for i in sorted(self.changed)], "running")
+        self.changed.clear()
         for hook in self.every_status:
             hook()
 
@@ -619,6 +638,8 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         else:
             state = settled_state(state, manifest_runs, monitor)
             write_manifest(layout.root, spec_json, list(manifest_runs.values()), state, provenance)
-        stats |= {"state": state, "tables": compact(layout), "wall_s": time.perf_counter() - t0}
+        t_compact = time.perf_counter()
+        stats |= {"state": state, "tables": compact(layout)}
+        stats |= {"compaction_s": time.perf_counter() - t_compact, "wall_s": time.perf_counter() - t0}
         stats["status"] = {s: sum(1 for m in manifest_runs.values() if m.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
         return stats

@@ -4,16 +4,17 @@ runner's guarantees: an all-invalid batch ends under load, the budget ledger acr
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import typing
 
 import psutil
 
+from madbench.bench import scale
 from madbench.bench.cluster_cache import bench_cluster_cache
 from madbench.bench.cost import JSON_KEYS, PRICE_MODEL, bench_cost, format_cost
 from madbench.bench.reliability import bench_ends, bench_kills
-from madbench.bench.scale import bench_scale
 from madbench.bench.sequential_designs import bench_batch, bench_sequential, format_rows, schedule_clusters
 from madbench.bench.stages import run_bench
 from madbench.data.errors import InputError
@@ -38,15 +39,19 @@ def register(sub) -> None:
                    help="scenario file for `bench memo`, `throughput` and `cache` (default configs/scenarios/market-35.yaml)")
     p.add_argument("--n", type=number(int, ge=1, le=10_000_000), help="backtests for `bench backtest` (default 10000); calls for `bench gateway` (default and at most 2000)")
     p.add_argument("--runs", type=number(int, le=1_000_000), help="runs for `throughput` and `cache` (3-agent, 1-round debates with CRIT; default 100); "
-                   "for `cost`, scenarios of the paper's A7 treatment (default 3); for `scale`, single-agent runs on 3 "
-                   "raylets (default 1000); for `cluster-cache`, cached answers asked for (default 500); for `kills`, scenarios "
+                   "for `cost`, scenarios of the paper's A7 treatment (default 3); for `scale`, single-agent rule-based "
+                   "runs on 3 raylets (default 1000); for `cluster-cache`, cached answers asked for (default 500); for `kills`, scenarios "
                    "of market-35 in the capped batch (default 12)")
+    p.add_argument("--and-runs", type=number(int, ge=1, le=1_000_000), metavar="N",
+                   help="`scale`: a second size, measured after --runs; the two extrapolate to 100,000 runs")
+    p.add_argument("--lose-node", action="store_true",
+                   help="`scale`: at a quarter of the runs a worker joins and another's raylet is killed")
     p.add_argument("--rpm", type=number(gt=0), default=600, help="`throughput`: requests/min the simulated provider allows (default 600)")
     p.add_argument("--tpm", type=number(gt=0), help="`throughput`: tokens/min the simulated provider allows (default: none)")
     p.add_argument("--latency-median", type=number(ge=0, le=3600), default=2.0, help="`throughput`: median provider latency in s, lognormal (default 2)")
     p.add_argument("--concurrency", type=number(int, ge=1, le=10_000), default=32, help="`throughput`: runs in flight (default 32)")
     p.add_argument("--serial-runs", type=number(int, ge=1, le=10_000), default=3, help="`throughput`: runs measured one at a time for the speed-up (default 3)")
-    p.add_argument("--json", action="store_true", help="`throughput` and `cost`: print only the headline JSON record")
+    p.add_argument("--json", action="store_true", help="`throughput`, `cost` and `scale`: print only the headline JSON record")
     p.add_argument("--price-model", default=PRICE_MODEL,
                    help=f"`cost`: the model whose list prices (litellm's cost map) every call is priced at (default {PRICE_MODEL})")
     p.add_argument("--structured-output", choices=typing.get_args(StructuredMode),
@@ -164,11 +169,13 @@ def _run(args) -> int:
         check_sequential_options(args.experiments, n_max, args.looks if args.batch is None else 1)
     if args.runs is None:
         args.runs = DEFAULT_RUNS.get(args.what, 100)
-    if args.what in ("scale", "cluster-cache"):  # a local multi-node cluster: madbench/bench/local_cluster.py
+    if args.what == "scale":  # its own options (scale.add_arguments) as this parser has them
+        return scale.main(argparse.Namespace(runs=[args.runs, *([args.and_runs] if args.and_runs else [])],
+                                             in_flight=16, lose_node=args.lose_node, json=args.json, pack=args.pack))
+    if args.what == "cluster-cache":  # a local multi-node cluster: madbench/bench/local_cluster.py
         if args.runs < 1:
             raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
-        out = bench_scale(args.runs, args.pack) if args.what == "scale" else bench_cluster_cache(args.runs)
-        print(json.dumps(out, indent=1))
+        print(json.dumps(bench_cluster_cache(args.runs), indent=1))
         return 0
     if args.what == "ends":
         print(json.dumps(bench_ends(args.tries, args.blind, args.load, args.timeout, args.pack,

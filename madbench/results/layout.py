@@ -2,7 +2,8 @@
 
 A batch (``madbench run``):
 
-    <root>/manifest.json                 the spec, versions, format version and every run with its status
+    <root>/manifest.json                 the spec, versions, format version and every run with its status (a snapshot)
+    <root>/manifest-journal.jsonl        the runs changed since that snapshot, appended while a driver runs
     <root>/traces/<run>.jsonl            append-only trace of each run in flight; once committed, <run>.jsonl.zst
     <root>/runs/<run>.json               a run's result: written last, atomically (the commit point)
     <root>/parts/rows-<writer>.jsonl     each writer's log of its committed runs' table rows (``rowlog``), until compacted
@@ -30,6 +31,8 @@ SCORER = "scorer.json"
 AGREEMENT = "agreement.parquet"
 AUDIT_AGREEMENT = "audit_agreement.parquet"
 MANIFEST = "manifest.json"
+#: The manifest's changes since its last snapshot, appended by the driver (``records.ManifestJournal``).
+MANIFEST_JOURNAL = "manifest-journal.jsonl"
 BUDGET = "budget.json"
 #: One line per settled paid call, appended by the runner actor that made it: what a call in flight at a crash
 #: was billed, for the next invocation (runner/budget.py).
