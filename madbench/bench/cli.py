@@ -44,6 +44,8 @@ def register(sub) -> None:
                    "of market-35 in the capped batch (default 12)")
     p.add_argument("--and-runs", type=number(int, ge=1, le=1_000_000), metavar="N",
                    help="`scale`: a second size, measured after --runs; the two extrapolate to 100,000 runs")
+    p.add_argument("--open-rows", type=number(int, ge=1, le=1_000_000), metavar="N",
+                   help="`scale`: also time open_results(...).runs on N runs' rows built through the real writer")
     p.add_argument("--lose-node", action="store_true",
                    help="`scale`: at a quarter of the runs a worker joins and another's raylet is killed")
     p.add_argument("--rpm", type=number(gt=0), default=600, help="`throughput`: requests/min the simulated provider allows (default 600)")
@@ -171,7 +173,8 @@ def _run(args) -> int:
         args.runs = DEFAULT_RUNS.get(args.what, 100)
     if args.what == "scale":  # its own options (scale.add_arguments) as this parser has them
         return scale.main(argparse.Namespace(runs=[args.runs, *([args.and_runs] if args.and_runs else [])],
-                                             in_flight=16, lose_node=args.lose_node, json=args.json, pack=args.pack))
+                                             in_flight=16, lose_node=args.lose_node, json=args.json, pack=args.pack,
+                                             open_rows=args.open_rows))
     if args.what == "cluster-cache":  # a local multi-node cluster: madbench/bench/local_cluster.py
         if args.runs < 1:
             raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pyarrow.parquet as pq
 
 from madbench.bench.local_cluster import LocalCluster, can_hide
 from madbench.data.errors import InputError
@@ -38,7 +39,7 @@ from madbench.results import TABLES, BatchDirs, ResultsDir, run_files
 from madbench.runner.api import open_results
 from madbench.runner.batch import MAX_RUNS, MAX_RUNS_CEILING, BatchSpec, expand, resolve_configs, resolve_scenarios
 from madbench.runner.execute import init_ray, run_batch
-from madbench.runner.store import BatchLayout
+from madbench.runner.store import BatchLayout, compact
 
 SCENARIOS = PROJECT_ROOT / "configs" / "scenarios" / "market-35.yaml"
 #: One agent, no debate round, the rule-based CRIT on the provider: 2 calls a run (sized for a 2-core machine).
@@ -186,7 +187,8 @@ def disk(root: Path, n: int) -> dict:
                                                     and dirs.traces not in f.parents and dirs.commits not in f.parents)}
 
 
-def bench_scale(runs: int = 1000, pack: str | None = None, in_flight: int = 16, lose_node: bool = False) -> dict:
+def bench_scale(runs: int = 1000, pack: str | None = None, in_flight: int = 16, lose_node: bool = False,
+                open_rows: int | None = None) -> dict:
     pack_dir = str(resolve_pack_dir(pack))
     process = psutil.Process()
     with tempfile.TemporaryDirectory(prefix="mbscale") as tmp_dir, LocalCluster(cpus=1) as cluster:
@@ -241,11 +243,57 @@ def bench_scale(runs: int = 1000, pack: str | None = None, in_flight: int = 16, 
                    "driver_kb_per_run": round(max(0, memory.driver_mb * 2**20 - rss0) / n / 1024, 2),
                    "row_logs_peak_bytes_per_run": round(parts.peak / n),
                    **disk(root, n), "committed_exactly_once": integrity(root, n, stats), "memory": memory.figures()}
+            if open_rows:
+                out["synthetic"] = synthetic_open(root, open_rows, tmp / "synthetic")
             if lose_node:
                 out["lost_and_joined"] = {k: v for k, v in events.items() if k not in ("nodes", "killed_at")}
         finally:
             ray.shutdown()
     return out
+
+
+def synthetic_open(source: Path, n: int, where: Path) -> dict:
+    """``open_results(...).runs`` of a results directory of ``n`` runs built through the real writer: the measured
+    batch's runs' rows repeated under new run ids, appended to row logs (one per 10,000 runs, as that many writers
+    would), each run's commit point written, the manifest written and the logs compacted."""
+    from madbench.results import ManifestRun, write_manifest
+    from madbench.results.rowlog import Entry, RowLog
+
+    tables = {t: pq.read_table(BatchDirs(source).table(t)).to_pylist() for t in TABLES}
+    by_run: dict[str, dict[str, list[dict]]] = {}
+    for t, rows in tables.items():
+        for row in rows:
+            if row.get("call_id") is None:
+                by_run.setdefault(row["run_id"], {name: [] for name in TABLES})[t].append(row)
+    models = list(by_run.values())
+    dirs = BatchDirs(where)
+    dirs.commits.mkdir(parents=True)
+    manifest_runs = []
+    t0 = time.perf_counter()
+    log = RowLog(dirs)
+    for i in range(n):
+        run_id = f"{i:016x}"
+        if i % 10_000 == 0:
+            log.close()
+            log = RowLog(dirs)
+        model = models[i % len(models)]
+        log.append(Entry(run_id, 1, {t: [r | {"run_id": run_id} for r in rows] for t, rows in model.items()}))
+        dirs.result_path(run_id).write_text("{}")
+        first = model["runs"][0]
+        manifest_runs.append(ManifestRun(run_id=run_id, scenario_id=first["scenario_id"], config=first["config"],
+                                         replicate=i, status="ok"))
+    log.close()
+    write_manifest(where, {"name": "synthetic"}, manifest_runs, "finished")
+    build_s = time.perf_counter() - t0
+    t = time.perf_counter()
+    compact(dirs)
+    compaction_s = time.perf_counter() - t
+    t = time.perf_counter()
+    rows = len(open_results(where).runs)
+    return {"runs": n, "build_s": round(build_s, 1), "compaction_s": round(compaction_s, 2),
+            "open_results_runs_s": round(time.perf_counter() - t, 2), "rows": rows,
+            "tables_bytes_per_run": round(sum(dirs.table(t).stat().st_size for t in TABLES) / n),
+            "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
 def integrity(root: Path, n: int, stats: dict) -> dict:
@@ -316,6 +364,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--in-flight", type=int, default=16, help="runs in flight (default 16)")
     parser.add_argument("--lose-node", action="store_true",
                         help="at a quarter of the runs a worker joins and another's raylet is killed")
+    parser.add_argument("--open-rows", type=int, metavar="N",
+                        help="also build a results directory of N runs from the measured batch's rows through the real "
+                             "writer, and time open_results(...).runs on it (e.g. 100000)")
     parser.add_argument("--json", action="store_true", help="print one JSON record")
 
 
@@ -325,7 +376,8 @@ def main(args: argparse.Namespace) -> int:
     if bad or len(sizes) > 2:
         raise InputError("--runs", f"give one or two sizes from 1 to {MAX_RUNS_CEILING:,} (got {sizes})",
                          "e.g. --runs 1000 20000")
-    measured = [bench_scale(n, getattr(args, "pack", None), args.in_flight, args.lose_node) for n in sizes]
+    measured = [bench_scale(n, getattr(args, "pack", None), args.in_flight, args.lose_node,
+                            args.open_rows if n == max(sizes) else None) for n in sizes]
     out: dict = {"measurements": measured}
     if len(measured) == 2:
         out["extrapolated"] = extrapolate(*sorted(measured, key=lambda m: m["runs"]))
