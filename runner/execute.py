@@ -638,8 +638,13 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         else:
             state = settled_state(state, manifest_runs, monitor)
             write_manifest(layout.root, spec_json, list(manifest_runs.values()), state, provenance)
-        t_compact = time.perf_counter()
-        stats |= {"state": state, "tables": compact(layout)}
-        stats |= {"compaction_s": time.perf_counter() - t_compact, "wall_s": time.perf_counter() - t0}
-        stats["status"] = {s: sum(1 for m in manifest_runs.values() if m.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
-        return stats
+        return stats | _compacted(layout, state, t0, manifest_runs)
+
+
+def _compacted(layout: BatchLayout, state: str, t0: float, manifest_runs: dict[str, ManifestRun]) -> dict[str, Any]:
+    """The invocation's last stats: the tables compacted (and how long that took), its wall time, the runs' statuses."""
+    t = time.perf_counter()
+    tables = compact(layout)
+    return {"state": state, "tables": tables, "compaction_s": time.perf_counter() - t, "wall_s": time.perf_counter() - t0,
+            "status": {s: sum(1 for m in manifest_runs.values() if m.status == s)
+                       for s in ("ok", "failed", "pending", NOT_NEEDED)}}

@@ -32,6 +32,16 @@ WHAT = ["memo", "backtest", "gateway", "runner", "throughput", "cache", "cost", 
 DEFAULT_RUNS = {"cost": 3, "scale": 1000, "cluster-cache": 500, "kills": 12}
 
 
+def _scale_options(p) -> None:
+    """`bench scale`'s options beside --runs (its own parser's, scale.add_arguments, once `bench` has subcommands)."""
+    p.add_argument("--and-runs", type=number(int, ge=1, le=1_000_000), metavar="N",
+                   help="`scale`: a second size, measured after --runs; the two extrapolate to 100,000 runs")
+    p.add_argument("--open-rows", type=number(int, ge=1, le=1_000_000), metavar="N",
+                   help="`scale`: also time open_results(...).runs on N runs' rows built through the real writer")
+    p.add_argument("--lose-node", action="store_true",
+                   help="`scale`: at a quarter of the runs a worker joins and another's raylet is killed")
+
+
 def register(sub) -> None:
     p = command_parser(sub, "bench")
     p.add_argument("what", choices=WHAT, help="which benchmark: " + ", ".join(WHAT))
@@ -42,12 +52,7 @@ def register(sub) -> None:
                    "for `cost`, scenarios of the paper's A7 treatment (default 3); for `scale`, single-agent rule-based "
                    "runs on 3 raylets (default 1000); for `cluster-cache`, cached answers asked for (default 500); for `kills`, scenarios "
                    "of market-35 in the capped batch (default 12)")
-    p.add_argument("--and-runs", type=number(int, ge=1, le=1_000_000), metavar="N",
-                   help="`scale`: a second size, measured after --runs; the two extrapolate to 100,000 runs")
-    p.add_argument("--open-rows", type=number(int, ge=1, le=1_000_000), metavar="N",
-                   help="`scale`: also time open_results(...).runs on N runs' rows built through the real writer")
-    p.add_argument("--lose-node", action="store_true",
-                   help="`scale`: at a quarter of the runs a worker joins and another's raylet is killed")
+    _scale_options(p)
     p.add_argument("--rpm", type=number(gt=0), default=600, help="`throughput`: requests/min the simulated provider allows (default 600)")
     p.add_argument("--tpm", type=number(gt=0), help="`throughput`: tokens/min the simulated provider allows (default: none)")
     p.add_argument("--latency-median", type=number(ge=0, le=3600), default=2.0, help="`throughput`: median provider latency in s, lognormal (default 2)")

@@ -35,7 +35,8 @@ from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.paths import PROJECT_ROOT
 from madbench.data.scenario import load_scenarios
 from madbench.debate.trace import read_trace
-from madbench.results import TABLES, BatchDirs, ResultsDir, run_files
+from madbench.results import TABLES, BatchDirs, ManifestRun, ResultsDir, run_files, write_manifest
+from madbench.results.rowlog import Entry, RowLog
 from madbench.runner.api import open_results
 from madbench.runner.batch import MAX_RUNS, MAX_RUNS_CEILING, BatchSpec, expand, resolve_configs, resolve_scenarios
 from madbench.runner.execute import init_ray, run_batch
@@ -256,9 +257,6 @@ def synthetic_open(source: Path, n: int, where: Path) -> dict:
     """``open_results(...).runs`` of a results directory of ``n`` runs built through the real writer: the measured
     batch's runs' rows repeated under new run ids, appended to row logs (one per 10,000 runs, as that many writers
     would), each run's commit point written, the manifest written and the logs compacted."""
-    from madbench.results import ManifestRun, write_manifest
-    from madbench.results.rowlog import Entry, RowLog
-
     tables = {t: pq.read_table(BatchDirs(source).table(t)).to_pylist() for t in TABLES}
     by_run: dict[str, dict[str, list[dict]]] = {}
     for t, rows in tables.items():
