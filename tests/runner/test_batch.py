@@ -99,7 +99,8 @@ def test_batch_layout_and_second_run_is_a_no_op(make_pack, tmp_path):
     rounds, calls = pd.read_parquet(root / "rounds.parquet"), pd.read_parquet(root / "calls.parquet")
     assert len(rounds) == 8 * 1 * 3 * 2 + 8 * 1  # debate: 2 rounds x 3 agents; single: one scored proposal
     assert set(calls.run_id) == set(runs.run_id) and (calls.is_llm == False).all()  # noqa: E712
-    assert len(list((root / "traces").glob("*.jsonl"))) == 16
+    assert len(list((root / "traces").glob("*.jsonl.zst"))) == 16  # committed: compressed
+    assert not list((root / "traces").glob("*.jsonl"))
     manifest = json.loads((root / "manifest.json").read_text())
     assert manifest["state"] == "finished" and {r["status"] for r in manifest["runs"]} == {"ok"}
     assert "ray" in manifest["versions"]

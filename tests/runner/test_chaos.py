@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from madbench.debate.trace import decompress_trace
 from madbench.runner.cli import main
 from madbench.sim.provider import SimConfig, SimProvider
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
@@ -65,6 +66,7 @@ def test_truncated_cache_entry_and_torn_trace_tail_are_repaired_and_the_run_resu
         reference = weights_by_run(root)
         victim = sorted(reference)[0]
         trace = root / "traces" / f"{victim}.jsonl"
+        decompress_trace(trace)  # committed, so compressed: the crash is staged on the plain file of a run in flight
         events = [json.loads(line) for line in trace.read_text().splitlines()]
         key = next(e["key"] for e in events if e["event"] == "llm_call")
         # A crash before the commit point: the result file is gone and the trace's last line is damaged.
