@@ -38,6 +38,8 @@ class InterventionConfig(BaseModel):
     name: str
 
 
+#: The scorer a config grades with unless it names another (``madbench.scoring.scorers``).
+DEFAULT_SCORER = "crit"
 #: The largest answer budget a phase may ask for: above every hosted model's output limit (the preflight checks the
 #: model's own), low enough that a typo (an extra zero or two) is caught here.
 MAX_ANSWER_TOKENS = 1_000_000
@@ -59,8 +61,10 @@ class DebateConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: Name
     description: str = ""
+    #: A registered name, an import path into the researcher's own code (``my_lab.jury:Jury``) or an installed
+    #: package's entry point (``madbench.debate.protocols.registry``).
     protocol: str = "paper"
-    #: The debating agents of the `paper` protocol (the staged protocols name their own roles).
+    #: The debating agents of a protocol that debates the config's agents (the staged protocols name their own roles).
     agents: list[AgentConfig] = Field(default_factory=list)
     #: Protocol-specific knobs, validated by the protocol's own options model (e.g. desks: enable_research_manager).
     options: dict[str, Any] = Field(default_factory=dict)
@@ -80,6 +84,12 @@ class DebateConfig(BaseModel):
     #: Score each round's revisions with CRIT (the controller needs it; off only for proposal-only baselines).
     score_rounds: bool = True
     interventions: list[InterventionConfig] = Field(default_factory=list)
+    #: The scorer that grades arguments (CRIT, RCA): a registered name, or an import path to a factory
+    #: ``(DebateConfig) -> Scorer`` in the researcher's own code (``madbench.scoring.scorers``).
+    scorer: str = DEFAULT_SCORER
+    #: Run metrics its runs report in runs.parquet (``madbench.debate.run_metrics``): they read a finished run and
+    #: change none of it, so they are not part of a run's identity.
+    metrics: list[str] = Field(default_factory=list)
     #: Overrides of the scenario's constraints, field by field.
     constraints: dict[str, Any] | None = None
     require_known_evidence: bool = True
@@ -97,14 +107,16 @@ class DebateConfig(BaseModel):
         """A config that is not blind dumps as it did before ``blind`` existed, so its run ids and content hash are
         unchanged; a blind one carries its options into both."""
         data = handler(self)
-        if not self.blind.enabled and isinstance(data, dict):
-            data.pop("blind", None)
+        if isinstance(data, dict):
+            # likewise a config on the default scorer and without run metrics
+            for key, off in (("blind", not self.blind.enabled), ("scorer", self.scorer == DEFAULT_SCORER),
+                             ("metrics", not self.metrics)):
+                if off:
+                    data.pop(key, None)
         return data
 
     @model_validator(mode="after")
     def _unique_agents(self):
-        if self.protocol == "paper" and not self.agents:
-            raise ValueError("agents: the paper protocol needs at least one agent")
         ids = [a.agent_id for a in self.agents]
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
@@ -133,9 +145,9 @@ class DebateConfig(BaseModel):
         return list(self.critique_targets.get(agent_id, []))
 
     def identity(self) -> dict[str, Any]:
-        """What makes the config's answers what they are: every field but its name and description, with the models'
-        deployment settings (key variable, limits, api_base) at their defaults (``ModelRouting.identity``)."""
-        return self.model_dump(mode="json", exclude={"name", "description"}) | {"models": self.models.identity()}
+        """What makes the config's answers what they are: every field but its name, description and run metrics, with
+        the models' deployment settings (key variable, limits, api_base) at their defaults (``ModelRouting.identity``)."""
+        return self.model_dump(mode="json", exclude={"name", "description", "metrics"}) | {"models": self.models.identity()}
 
     def content_hash(self) -> str:
         data = self.model_dump(mode="json") | {"models": self.models.identity()}

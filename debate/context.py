@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from madbench.data.memo import Memo
 from madbench.data.scenario import Constraints, Scenario
@@ -23,13 +23,15 @@ from madbench.debate.events import LLMCall, LLMFailure, Turn
 from madbench.debate.grading import CritScore, RCAVerdict, Scorer
 from madbench.debate.profiles import Profile, load_profile
 from madbench.debate.request_schemas import enveloped, request_schema, run_schema
+from madbench.debate.schemas import Tier
 from madbench.debate.task import AgentTask
 from madbench.debate.trace import TraceWriter
 from madbench.debate.validation import TurnRules, Validated, schema_outline, validate_turn
-from madbench.gateway import Gateway, GatewayFailure, LLMRequest, Message, Totals
+from madbench.gateway import GatewayFailure, LLMRequest, Message, Totals
 from madbench.gateway.accounting import Completion
 from madbench.gateway.errors import CallCancelled, OutputInvalid
-from madbench.gateway.models import ModelSpec
+from madbench.gateway.gateway import Validator, passthrough
+from madbench.gateway.models import ModelSpec, SchemaScope
 
 T = TypeVar("T")
 
@@ -63,6 +65,15 @@ def constraints_text(c: Constraints) -> str:
     return "; ".join(parts)
 
 
+class TurnGateway(Protocol):
+    """What a run's context asks of its gateway: a blind run's wraps the gateway to rewrite what it sends."""
+
+    async def complete(self, request: LLMRequest, spec: ModelSpec | str | None = None, validate: Validator = passthrough,
+                       account: Totals | None = None) -> Completion: ...
+
+    def schema_scope(self, spec: ModelSpec) -> SchemaScope: ...
+
+
 @dataclass
 class RunContext:
     run_id: str
@@ -70,7 +81,7 @@ class RunContext:
     memo: Memo
     constraints: Constraints
     config: DebateConfig
-    gateway: Gateway
+    gateway: TurnGateway
     trace: TraceWriter
     scorer: Scorer
     sample_index: int = 0
@@ -106,7 +117,7 @@ class RunContext:
         return list(self.scenario.tickers)
 
     def turn_rules(self, peer_claims: dict[str, set[str]] | None = None,
-                   owed_responses: list[tuple[str, str]] | None = None, tier: str = "causal") -> TurnRules:
+                   owed_responses: list[tuple[str, str]] | None = None, tier: Tier = "causal") -> TurnRules:
         return TurnRules(self.universe, self.constraints, self.memo_ids, peer_claims or {},
                          self.config.require_known_evidence, owed_responses, tier)
 
@@ -164,6 +175,8 @@ class RunContext:
                   extra_check: Callable[[Validated], None] | None = None, label: str | None = None) -> Validated:
         """Ask an agent (or the judge, when ``agent`` is None) for one validated turn."""
         profile = self.profiles[agent.agent_id] if agent else self.judge_profile
+        if profile is None:
+            raise RuntimeError(f"config {self.config.name}: the judge was asked, but a config without a judge has no judge profile (a bug)")
         who, role = (agent.agent_id, agent.role) if agent else ("judge", "judge")
         owed = [(rc.from_agent, rc.item.target_claim) for rc in task.critiques_received] if phase == "revise" else None
         tier = agent.tier if agent else self.config.judge_tier  # picks the output schema (debate.schemas.schema_for)

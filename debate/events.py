@@ -9,7 +9,7 @@ Unknown fields are rejected: a trace that does not match its model is an error, 
 from __future__ import annotations
 
 from collections.abc import Container
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -260,7 +260,11 @@ def recorded_answers(records: list[dict[str, Any]]) -> dict[str, set[str]]:
     return out
 
 
-def unblinded(events: list[Event]) -> list[Event]:
+#: Any kind of event list: a trace read as its union of event models, or as plain events.
+E = TypeVar("E", bound=Event)
+
+
+def unblinded(events: list[E]) -> list[E]:
     """The events with every turn's weights in real tickers when the run was blind (from its ``BlindMap``), as its
     final allocation and result are; a named run's events as they are."""
     maps = [e for e in events if isinstance(e, BlindMap)]
@@ -271,7 +275,7 @@ def unblinded(events: list[Event]) -> list[Event]:
             if isinstance(e, Turn) and e.weights else e for e in events]
 
 
-def last_attempt(events: list[Event]) -> list[Event]:
+def last_attempt(events: list[E]) -> list[E]:
     """The events of a trace's last attempt (from its last run_start); a resumed run appends a new attempt."""
     starts = [i for i, e in enumerate(events) if isinstance(e, RunStart)]
     return events[starts[-1]:] if starts else events

@@ -17,9 +17,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from madbench.debate.envelope import envelope_schema
-from madbench.debate.schemas import critique_targets, json_schema, schema_for
+from madbench.debate.schemas import Tier, critique_targets, json_schema, schema_for
 from madbench.debate.validation import TurnRules
 from madbench.gateway.models import SchemaScope
+from madbench.gateway.phases import AGENT_PHASES
 
 #: Evidence IDs are enumerated up to this many; beyond it a phase gets a bounded ID pattern, a stage no constraint.
 ENUM_LIMIT = 300
@@ -74,9 +75,9 @@ def request_schema(phase: str, rules: TurnRules) -> dict[str, Any]:
     return schema
 
 
-#: The phases whose answers share a run's envelope (the scorer's CRIT and RCA, and the staged protocols' stages,
-#: send their own schemas).
-ENVELOPE_PHASES = ("propose", "critique", "revise", "judge")
+#: The phases whose answers share a run's envelope: the agents' (the scorer's CRIT and RCA, and the staged protocols'
+#: stages, send their own schemas).
+ENVELOPE_PHASES = AGENT_PHASES
 
 
 def enveloped(phase: str, scope: SchemaScope) -> bool:
@@ -85,13 +86,13 @@ def enveloped(phase: str, scope: SchemaScope) -> bool:
     return phase in ENVELOPE_PHASES and scope == "run"
 
 
-def run_schema(rules: TurnRules, tiers: set[str]) -> dict[str, Any]:
+def run_schema(rules: TurnRules, tiers: set[Tier]) -> dict[str, Any]:
     """Every phase's schema for the run's tiers, fitted to what all of a run's turns share (its universe and memo
     IDs, not a turn's peers' claims or the critiques it owes), as one envelope (debate.envelope): the same bytes
     for every agent, phase and round, so a provider's prompt cache, which the schema leads, serves the memo behind
     it on every call after the first. Validation still checks each turn against its own phase exactly."""
     wide = dataclasses.replace(rules, peer_claims={}, owed_responses=None)
-    first_of: dict[type[BaseModel], tuple[str, str]] = {}
+    first_of: dict[type[BaseModel], tuple[str, Tier]] = {}
     for tier in sorted(tiers):
         for phase in ENVELOPE_PHASES:
             first_of.setdefault(schema_for(phase, tier), (phase, tier))
@@ -164,7 +165,7 @@ def constrained_schema(schema_model: type[BaseModel], universe: list[str], evide
     schema = json_schema(schema_model)
     tickers = ticker_enum(universe)
     id_enum = evidence_id_enum(evidence_ids)
-    ids = {"type": "array", "items": id_enum} if id_enum is not None else None
+    ids: dict[str, Any] | None = {"type": "array", "items": id_enum} if id_enum is not None else None
 
     def walk(node):
         if isinstance(node, dict):

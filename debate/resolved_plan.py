@@ -12,13 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from madbench.debate.config import DebateConfig
-from madbench.debate.protocols import protocol_plan
-from madbench.debate.protocols.plan import Call, Plan
+from madbench.debate.protocols import protocol_of, protocol_plan
+from madbench.debate.protocols.plan import plan_calls
+from madbench.gateway.phases import ALLOCATING_PHASES, SCORING_PHASES
 
-#: Phases whose temperature is the scorer's (CRIT, RCA's consistency judge); every other phase runs at ``temperature``.
-SCORING_PHASES = ("crit", "rca")
-#: Phases of the paper's protocols whose answer is an allocation: the calls that decide a run's portfolio.
-ALLOCATING_KINDS = ("propose", "revise", "judge")
 #: Config fields the phase facts already state as they run (models per phase, temperatures, budgets) or that name
 #: rather than configure (name, description): left out of the ``setting …`` facts.
 RUN_AS_PHASES = ("name", "description", "models", "temperature", "crit_temperature", "max_tokens")
@@ -33,21 +30,8 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
-def plan_calls(plan: Plan) -> list[tuple[Call, int, str]]:
-    """Every call the plan can make: (call, calls per run when nothing fires, the intervention it waits on or "")."""
-    out = []
-    for step in plan.steps:
-        times = plan.rounds if step.each_round else 1
-        when = step.when.intervention if step.when else ""
-        for call in step.calls:
-            out.append((call, 0 if when else times * call.count, when))
-            if call.check:
-                out.append((call.check.call, 0 if when else times * call.count, when))
-                out.append((call.check.retry, 0, call.check.firing.intervention))
-    return out
-
-
 def phase_temperature(cfg: DebateConfig, phase: str) -> float:
+    """The scorer's temperature for CRIT and RCA's consistency judge; every other phase runs at ``temperature``."""
     return cfg.crit_temperature if phase in SCORING_PHASES else cfg.temperature
 
 
@@ -79,9 +63,9 @@ def resolved_plan(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> dict[str, A
 
 
 def aggregation(cfg: DebateConfig) -> str:
-    """How the run's allocations become one: the config's aggregation, or a sampling protocol's ``combine``."""
-    combine = cfg.options.get("combine") if cfg.protocol == "self_consistency" else None
-    return f"{cfg.protocol}:{combine or 'mean'}" if cfg.protocol == "self_consistency" else cfg.aggregation
+    """How the run's allocations become one, as its protocol says: the config's aggregation, or e.g. a sampling
+    protocol's ``combine``."""
+    return protocol_of(cfg).aggregation(cfg)
 
 
 def allocating_models(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> dict[str, str]:
@@ -90,6 +74,6 @@ def allocating_models(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> dict[st
     plan = protocol_plan(cfg, desks)
     out: dict[str, set[str]] = {}
     for call, _, _ in plan_calls(plan):
-        if plan.prompts == "stages" or call.kind in ALLOCATING_KINDS:
+        if plan.prompts == "stages" or call.kind in ALLOCATING_PHASES:
             out.setdefault(call.phase, set()).add(cfg.models.configured(call.role, call.phase).model)
     return {p: ", ".join(sorted(m)) for p, m in sorted(out.items())}

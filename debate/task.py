@@ -6,15 +6,16 @@ read it directly. Both therefore answer the same question from the same facts.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from madbench.data.memo import EvidenceItem
 from madbench.data.scenario import Constraints
 from madbench.debate.schemas import Argument, ReceivedCritique, Tier
+from madbench.gateway.phases import AgentPhase
 
-TaskPhase = Literal["propose", "critique", "revise", "judge"]
+TaskPhase = AgentPhase
 
 
 class AgentTask(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -55,6 +55,21 @@ class Validated:
     weights: dict[str, float] | None
     notes: list[str]
 
+    @property
+    def held_weights(self) -> dict[str, float]:
+        """The weights of an answer that allocates (a proposal, a revision, a judge's decision)."""
+        if self.weights is None:
+            raise TypeError(f"a {type(self.value).__name__} answer holds no allocation (a bug to ask for one)")
+        return self.weights
+
+    @property
+    def cash_weight(self) -> float:
+        """The cash of an answer that allocates."""
+        cash = getattr(self.value, "cash_weight", None)
+        if not isinstance(cash, float | int):
+            raise TypeError(f"a {type(self.value).__name__} answer holds no cash weight (a bug to ask for one)")
+        return float(cash)
+
 
 def decode_answer(content: str) -> Any:
     """An answer's JSON, or ``OutputInvalid`` saying where it breaks (fed back to the model)."""
@@ -64,7 +79,11 @@ def decode_answer(content: str) -> Any:
         raise OutputInvalid(f"the answer is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
 
 
-def parse_json(content: str, model: type[BaseModel]) -> BaseModel:
+#: An answer's model: what parse_json (and a protocol stage's ask) returns is the model it was given.
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_json(content: str, model: type[M]) -> M:
     """Strict parse: one JSON object that satisfies the model, nothing repaired."""
     data = decode_answer(content)
     try:

@@ -222,7 +222,7 @@ def oracle_gap(agent_returns: dict[str, float | None], aggregate: float | None) 
     reason = ("one agent: the best of one is no selection, so there is no null to exceed" if null is None
               else "no aggregate return" if gap is None else None)
     return {"best_agent": best, "best_agent_return_pct": known[best], "oracle_gap_pct": gap, "oracle_agents": len(known),
-            "oracle_gap_null_pct": null, "oracle_gap_excess_pct": gap - null if reason is None else None,
+            "oracle_gap_null_pct": null, "oracle_gap_excess_pct": gap - null if gap is not None and null is not None else None,
             "oracle_gap_excess_reason": reason}
 
 

@@ -6,18 +6,21 @@ Bad input raises ``InputError`` (naming the file or argument and the fix), as th
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
+from madbench.data.errors import InputError, format_validation_error
 from madbench.data.memo import build_memo
 from madbench.eval.stats.group_sequential import design_power
-from madbench.eval.stats.sequential_record import batch_summary, read_record
+from madbench.eval.stats.sequential_record import SequentialSummary, batch_summary, read_record
 from madbench.results import BatchDirs, ResultsDir, read_manifest
 from madbench.results.provenance import Provenance, collect, dirty_warning, require_clean
+from madbench.runner.batch import BatchSpec
 from madbench.runner.batch_view import FailureGroup, Results, attempt_counts, failure_groups
 from madbench.runner.budget import read_budget
 from madbench.runner.dispatch import FINISHED
@@ -28,31 +31,29 @@ from madbench.runner.launch import Launch, load_checked
 from madbench.runner.leakage_gate import audit_batch
 from madbench.runner.matching import split, with_targets
 from madbench.runner.options import RunOptions
+from madbench.runner.outcome import (
+    CalibrationSource,
+    ConfigEstimate,
+    EstimateFigures,
+    ModelLine,
+    Number,
+    ProviderBatchUse,
+    Rates,
+    RunCounts,
+    SequentialPlan,
+    Spend,
+    TableRows,
+)
 from madbench.runner.preflight import reachable_models
 from madbench.runner.provider_batches import batch_problems
 from madbench.runner.sequential import design_of, quarters_of
 from madbench.runner.store import BatchLayout
 
-#: A figure the estimate rounds: an int stays an int (its JSON says 12, not 12.0).
-Number = int | float
-
-
-class Spend(BaseModel):
-    """What the batch spent against its cap (``max_cost_usd``), over every invocation."""
-    cap_usd: float | None
-    spent_usd: float
-    #: Of ``spent_usd``, what earlier invocations spent.
-    spent_before_usd: float
-    #: Why the cap stopped the batch, or None.
-    reached: str | None
-    #: Calls of models without a price in the committed runs: the spend is unknown, not $0, when there are any.
-    unpriced_calls: int = 0
-
 
 class BatchRun(BaseModel):
     """The outcome of running a batch (``madbench.run``; `madbench run` prints it)."""
     batch: str
-    #: The batch file, as given.
+    #: The batch file, as given (for a batch built in Python, a label naming it and its base_dir).
     batch_file: str
     #: The batch's results directory (``open_results`` reads it), relative when the batch file or results_dir was.
     results_dir: Path
@@ -73,13 +74,13 @@ class BatchRun(BaseModel):
     #: Runs a sequential batch's decision made unnecessary (never started; runner/sequential.py).
     not_needed: int = 0
     #: A sequential batch's decision and looks (``sequential_record.summary``), else None.
-    sequential: dict[str, Any] | None = None
+    sequential: SequentialSummary | None = None
     #: Rows of runs.parquet, rounds.parquet and calls.parquet.
-    tables: dict[str, int]
+    tables: TableRows
     failures: list[FailureGroup]
     spend: Spend
     #: Provider batch mode only: batches created, requests, answered, errored, resubmitted; ``journal``: their journal.
-    provider_batches: dict[str, Any] | None = None
+    provider_batches: ProviderBatchUse | None = None
     #: The command that re-runs the failed runs (these options plus --retry-failed).
     retry_command: str
     #: The exit status of `madbench run`: 0, 1 when runs failed or are pending, 130 when interrupted with runs pending.
@@ -105,15 +106,16 @@ class Estimate(BaseModel):
     execution: str
     estimated_batch_cost_usd: Number | None
     worst_batch_cost_usd: Number | None
-    configs: list[dict[str, Any]]
-    total: dict[str, Any]
+    configs: list[ConfigEstimate]
+    total: EstimateFigures
     batch_wall_s: Number
     bottleneck: str
-    by_model: list[dict[str, Any]]
-    rates: dict[str, Number]
-    worst_rates: dict[str, Number]
+    by_model: list[ModelLine]
+    #: The rates of the optional calls the estimate assumed (expected, and the worst case's).
+    rates: Rates
+    worst_rates: Rates
     #: Where the rates came from when calibrated from a pilot batch (source, runs, rate_sources, latency_cv, observed).
-    calibration: dict[str, Any] | None
+    calibration: CalibrationSource | None
     max_cost_usd: float | None
     #: Set when the estimate does not fit in what is left of max_cost_usd.
     budget_note: str | None
@@ -121,7 +123,7 @@ class Estimate(BaseModel):
     provider_batch_unsupported: list[str] = []
     #: A sequential batch's plan (``sequential_plan``): its looks, and its maximum and expected scenarios, cost and
     #: time under the null and under the planned effect.
-    sequential: dict[str, Any] | None = None
+    sequential: SequentialPlan | None = None
 
 
 class BatchEstimate(BaseModel):
@@ -137,13 +139,46 @@ class BatchEstimate(BaseModel):
     warnings: list[str] = []
 
 
-def run(batch: str | Path, *, model: str | None = None, routing: str | None = None, settings: list[str] | None = None,
+#: What ``run`` and ``estimate`` take as a batch: a batch file, a ``BatchSpec`` built in Python, or its fields as a mapping
+#: (as the YAML file would hold them).
+BatchInput = str | os.PathLike[str] | BatchSpec | Mapping[str, Any]
+
+
+def batch_fields(batch: BatchInput, base_dir: str | os.PathLike[str] | None, where: str) -> dict[str, Any]:
+    """The ``RunOptions`` fields naming ``batch``: a file's path, or a batch built in Python (checked again here: a
+    model changed after it was built is validated like a file) with the folder its relative paths are read from,
+    ``base_dir`` or else the current directory, made absolute now."""
+    if isinstance(batch, (str, os.PathLike)):
+        if base_dir is not None:
+            raise InputError(f"{where}: base_dir", "is for a batch built in Python: a batch file's relative paths are "
+                             "read from the file's folder", "leave base_dir out, or pass a BatchSpec")
+        return {"batch": batch}
+    if not isinstance(batch, (BatchSpec, Mapping)):
+        raise InputError(f"{where}: batch", f"is of type {type(batch).__name__}",
+                         "pass a batch file's path, a madbench.BatchSpec or a mapping of its fields")
+    fields = batch.model_dump(exclude_unset=True) if isinstance(batch, BatchSpec) else dict(batch)
+    try:
+        spec = BatchSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise InputError(f"{where}: batch", format_validation_error(exc),
+                         "fix the listed fields (unknown keys are rejected)") from None
+    base = Path(base_dir if base_dir is not None else Path.cwd()).expanduser().resolve()
+    if not base.is_dir():
+        raise InputError(f"{where}: base_dir", f"{base} is not a folder",
+                         "give the folder the batch's relative paths are read from (default: the current directory)")
+    return {"batch": f"batch {spec.name} (built in Python, paths from {base})", "spec": spec, "base_dir": str(base)}
+
+
+def run(batch: BatchInput, *, base_dir: str | os.PathLike[str] | None = None, model: str | None = None, routing: str | None = None, settings: list[str] | None = None,
         results_dir: str | Path | None = None,
         cache_dir: str | Path | None = None, scenarios: str | Path | None = None, pack: str | Path | None = None,
         evidence: Sequence[str | Path] | None = None, address: str | None = None, provider_batch: bool = False,
         max_runs: int | None = None, retry_failed: bool = False, progress: bool = False,
         continue_past: bool = False, require_clean: bool = False) -> BatchRun:
-    """Run a batch file (resumable: committed runs are kept), exactly as `madbench run BATCH` with the same options.
+    """Run a batch (resumable: committed runs are kept), exactly as `madbench run BATCH` with the same options.
+
+    ``batch``: a batch file, or a ``BatchSpec`` built in Python (or a mapping of its fields) whose relative paths
+    are read from ``base_dir`` (default: the current directory);
 
     ``model`` runs every role on one model (e.g. ``rules/auto``: any batch offline) with results in <batch>@<model>;
     ``routing`` puts every config on a routing profile (``configs/routing/NAME.yaml``) with results in <batch>@<NAME>;
@@ -152,7 +187,7 @@ def run(batch: str | Path, *, model: str | None = None, routing: str | None = No
     call (``ray.shutdown()`` stops it). Failed runs are reported in the result, not raised. ``continue_past``: a
     sequential batch goes on past its recorded decision (`--continue`). ``require_clean`` refuses a git checkout with
     uncommitted changes (else they are warned about and recorded in the manifest)."""
-    return run_with(RunOptions.of(batch=batch, model=model, routing=routing, settings=settings or [], results_dir=results_dir, cache_dir=cache_dir,
+    return run_with(RunOptions.of(**batch_fields(batch, base_dir, "madbench.run"), model=model, routing=routing, settings=settings or [], results_dir=results_dir, cache_dir=cache_dir,
                                   scenarios=scenarios, pack=pack, evidence=evidence, address=address,
                                   provider_batch=provider_batch, max_runs=max_runs, retry_failed=retry_failed,
                                   progress=progress, continue_past=continue_past, require_clean=require_clean))
@@ -171,27 +206,27 @@ def run_with(o: RunOptions) -> BatchRun:
                     quiet=not o.progress)
     runs = b.runs
     first, later = split(runs)
-    stats = None
+    outcome = None
     if later:  # runs matched to others' generated tokens wait for them (runner/matching.py)
-        stats = run_batch(b.spec, first, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence],
-                          str(b.cache_dir), o.address, o.retry_failed, not o.progress, provenance=provenance,
-                          spent_before=spent_before)
+        outcome = run_batch(b.spec, first, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence],
+                            str(b.cache_dir), o.address, o.retry_failed, not o.progress, provenance=provenance,
+                            spent_before=spent_before)
         runs = first + with_targets(later, b.root)
-    if stats is None or stats["state"] == FINISHED:  # a stopped first wave leaves the matched runs to the next run
-        stats = run_batch(b.spec, runs, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence],
-                          str(b.cache_dir), o.address, o.retry_failed, not o.progress, o.continue_past,
-                          provenance=provenance, spent_before=spent_before)
+    if outcome is None or outcome.state == FINISHED:  # a stopped first wave leaves the matched runs to the next run
+        outcome = run_batch(b.spec, runs, BatchLayout(b.root), str(b.pack_dir), [str(e) for e in b.evidence],
+                            str(b.cache_dir), o.address, o.retry_failed, not o.progress, o.continue_past,
+                            provenance=provenance, spent_before=spent_before)
     manifest_runs = read_manifest(b.root).runs
     submitted, retries = attempt_counts(manifest_runs)
-    status = stats["status"]
-    pb = stats.get("provider_batches")
-    return BatchRun(batch=b.spec.name, batch_file=o.batch, results_dir=b.root, runs=stats["runs"], skipped=stats["skipped"],
-                    submitted=submitted, retries=retries,
-                    wall_s=stats["wall_s"], compaction_s=stats["compaction_s"], state=stats["state"], **status, tables=stats["tables"],
-                    sequential=sequential_summary(b.root),
-                    failures=failure_groups(manifest_runs), spend=Spend(**stats["budget"], unpriced_calls=unpriced_calls(b.root)),
-                    provider_batches=None if pb is None else pb | {"journal": str(b.root / "provider_batches")},
-                    retry_command=o.retry_command(), exit_status=exit_status(stats["state"], status))
+    pb = outcome.provider_batches
+    return BatchRun(batch=b.spec.name, batch_file=o.batch, results_dir=b.root, runs=outcome.runs,
+                    skipped=outcome.skipped, submitted=submitted, retries=retries, wall_s=outcome.wall_s,
+                    compaction_s=outcome.compaction_s,
+                    state=outcome.state, **outcome.status.model_dump(), tables=outcome.tables,
+                    sequential=sequential_summary(b.root), failures=failure_groups(manifest_runs),
+                    spend=outcome.budget.model_copy(update={"unpriced_calls": unpriced_calls(b.root)}),
+                    provider_batches=None if pb is None else pb.model_copy(update={"journal": str(b.root / "provider_batches")}),
+                    retry_command=o.retry_command(), exit_status=exit_status(outcome.state, outcome.status))
 
 
 def checked_provenance(pack_dir: Path | None, evidence: Sequence[Path], scenario_file: Path | None,
@@ -207,19 +242,20 @@ def checked_provenance(pack_dir: Path | None, evidence: Sequence[Path], scenario
     return provenance
 
 
-def sequential_summary(root: Path) -> dict[str, Any] | None:
+def sequential_summary(root: Path) -> SequentialSummary | None:
     """A sequential batch's decision, its look and adjusted figures, and what it saved (None for another batch)."""
     record = read_record(root)
     if record is None:
         return None
-    return batch_summary(record, ResultsDir(root).runs if BatchDirs(root).table("runs").is_file() else None)
+    summary = batch_summary(record, ResultsDir(root).runs if BatchDirs(root).table("runs").is_file() else None)
+    return SequentialSummary.model_validate(summary)
 
 
-def exit_status(state: str, status: dict[str, int]) -> int:
+def exit_status(state: str, status: RunCounts) -> int:
     """`madbench run`'s exit status: interrupted with runs pending, runs failed or pending, or all ok."""
-    if state == "interrupted" and status["pending"]:
+    if state == "interrupted" and status.pending:
         return EXIT_INTERRUPTED
-    return EXIT_RUNS_FAILED if status["failed"] or status["pending"] else 0
+    return EXIT_RUNS_FAILED if status.failed or status.pending else 0
 
 
 def unpriced_calls(root: Path) -> int:
@@ -229,7 +265,8 @@ def unpriced_calls(root: Path) -> int:
     return int(ResultsDir(root).runs["calls_with_unknown_cost"].fillna(0).sum())
 
 
-def estimate(batch: str | Path, *, model: str | None = None, routing: str | None = None,
+def estimate(batch: BatchInput, *, base_dir: str | os.PathLike[str] | None = None, model: str | None = None,
+             routing: str | None = None,
              settings: list[str] | None = None, calibrate_from: str | Path | None = None,
              results_dir: str | Path | None = None, cache_dir: str | Path | None = None, scenarios: str | Path | None = None,
              pack: str | Path | None = None, evidence: Sequence[str | Path] | None = None, address: str | None = None,
@@ -237,8 +274,8 @@ def estimate(batch: str | Path, *, model: str | None = None, routing: str | None
     """What `madbench run BATCH --dry-run` computes: the runs a run would do now (committed ones are skipped, failed
     ones too unless ``retry_failed``) and their estimated calls, tokens, cost and time, without running anything.
     ``calibrate_from``: a pilot batch's results directory, whose measured rates, tokens and latencies replace the
-    declared ones."""
-    return estimate_with(RunOptions.of(batch=batch, model=model, routing=routing, settings=settings or [],
+    declared ones. ``batch`` and ``base_dir`` as ``run`` takes them."""
+    return estimate_with(RunOptions.of(**batch_fields(batch, base_dir, "madbench.estimate"), model=model, routing=routing, settings=settings or [],
                                        calibrate_from=calibrate_from, results_dir=results_dir,
                                        cache_dir=cache_dir, scenarios=scenarios, pack=pack, evidence=evidence, address=address,
                                        provider_batch=provider_batch, max_runs=max_runs, retry_failed=retry_failed))
@@ -272,9 +309,9 @@ def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimat
            "models_without_price": est["models_without_price"], "max_in_flight": spec.max_in_flight,
            "workers": spec.workers, "execution": "sync" if spec.provider_batches is None else "batch",
            "estimated_batch_cost_usd": total["cost_batch_usd"], "worst_batch_cost_usd": total["cost_batch_usd_worst"], **est}
-    out["calibration"] = None if calib is None else {
-        "source": calib.source, "runs": calib.runs, "rate_sources": calib.rate_sources,
-        "latency_cv": round(calib.latency_cv, 3), "observed": calib.observed}
+    out["calibration"] = None if calib is None else CalibrationSource(
+        source=calib.source, runs=calib.runs, rate_sources=calib.rate_sources, latency_cv=round(calib.latency_cv, 3),
+        observed=calib.observed)
     out |= {"max_cost_usd": spec.max_cost_usd, "budget_note": budget_note(spec.max_cost_usd, out, b.root)}
     configs = {r.config.name: r.config for r in todo}.values()
     out["provider_batch_unsupported"] = batch_problems([m for c in configs for _, _, m in reachable_models(c)])
@@ -283,7 +320,7 @@ def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimat
     return Estimate(**out)
 
 
-def sequential_plan(spec, runs: list, todo: list, figures: dict[str, Any]) -> dict[str, Any]:
+def sequential_plan(spec, runs: list, todo: list, figures: dict[str, Any]) -> SequentialPlan:
     """A sequential batch's looks and the scenarios it uses at most and on average under H0 (no effect) and H1 (the
     planned effect), from the design's stopping probabilities (eval/stats/group_sequential.py), with the estimate of the
     runs left scaled by the share of scenarios used: cost and time as if every scenario cost the same."""
@@ -298,13 +335,13 @@ def sequential_plan(spec, runs: list, todo: list, figures: dict[str, Any]) -> di
         rows[label] = {"reject": round(power, 4), "expected_scenarios": round(expected, 1),
                        "expected_cost_usd": None if cost is None else round(cost * share / share_left, 4),
                        "expected_wall_s": round(figures["batch_wall_s"] * share / share_left, 1)}
-    return {"looks": list(design.n), "max_scenarios": n_scenarios, "efficacy_z": [round(c, 4) for c in design.efficacy],
+    return SequentialPlan.model_validate({"looks": list(design.n), "max_scenarios": n_scenarios, "efficacy_z": [round(c, 4) for c in design.efficacy],
             "futility_z": None if design.futility is None else [round(f, 4) for f in design.futility],
             "power": round(design.power, 4), "notes": list(design.notes), "effect": spec.sequential.effect,
             "planned_power": spec.sequential.power, "detectable_effect": round(design.detectable, 4),
             "df": [round(x, 2) for x in design.df or []],
             "fixed_cost_usd": None if figures["estimated_cost_usd"] is None else
-            round(figures["estimated_cost_usd"] / share_left, 4), **rows}
+            round(figures["estimated_cost_usd"] / share_left, 4), **rows})
 
 
 def budget_note(cap: float | None, d: dict, root: Path) -> str | None:

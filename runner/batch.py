@@ -28,9 +28,11 @@ from madbench.data.scenario_gen import draw_scenarios
 from madbench.data.templates import read_yaml
 from madbench.debate.config import DebateConfig
 from madbench.debate.config_file import load_debate_config, parse_debate_config
-from madbench.debate.protocols import protocol_options
+from madbench.debate.protocols import protocol_of, protocol_options
 from madbench.debate.protocols.self_consistency import MAX_SAMPLES, config_problems, samples_for
+from madbench.debate.protocols.self_consistency import Options as SelfConsistencyOptions
 from madbench.gateway import ModelRouting
+from madbench.gateway.hedging import HedgeSettings
 from madbench.gateway.models import ModelSpec
 from madbench.gateway.routing_profiles import Deployment, load_routing_profile, with_deployment
 from madbench.results import BatchDirs, ResultsDir
@@ -39,7 +41,7 @@ from madbench.runner.pairs import check_pairs
 from madbench.runner.pipeline import config_identity, run_id_for
 from madbench.runner.provider_batches import ProviderBatchOptions
 from madbench.runner.sequential import SequentialSpec
-from madbench.scoring.debate_scorer import scorer_for
+from madbench.scoring.scorers import scorer_for
 
 #: The most runs one batch expands to (configs × grid cells × scenarios × replicates) unless `madbench run
 #: --max-runs N` allows more: checked arithmetically from the spec before anything is allocated.
@@ -190,6 +192,9 @@ class BatchSpec(BaseModel):
     #: The identification probe and residue pass of `madbench leakage audit` on the batch's own blind memos before
     #: any debate, recorded in <results>/leakage_audit/ (runner/leakage_gate.py); needs a blind config.
     leakage_audit: LeakageAuditSpec | None = None
+    #: Hedged requests (madbench.gateway.hedging): a slow request sent a second time, the first answer taken; on for
+    #: priced models, at most ``max_share`` (5%) more requests. ``hedging: {enabled: false}`` turns it off.
+    hedging: HedgeSettings = Field(default_factory=HedgeSettings)
 
     @field_validator("model", "results_dir", "cache_dir")
     @classmethod
@@ -264,7 +269,7 @@ class BatchSpec(BaseModel):
         return list(range(self.replicates)) if isinstance(self.replicates, int) else list(self.replicates)
 
 
-def check_size(spec: BatchSpec, where: str, max_runs: int | None = None, n_scenarios: int | None = None) -> int:
+def check_size(spec: BatchSpec, where: str, max_runs: float | None = None, n_scenarios: int | None = None) -> int:
     """The number of runs ``spec`` expands to, computed from its counts alone (nothing is built); an ``InputError``
     when the grid has more than ``MAX_GRID_CELLS`` cells or an empty value list, or the runs exceed ``max_runs``
     (default ``MAX_RUNS``). ``n_scenarios`` unknown (a file not yet read): the spec's own lower bound is used."""
@@ -377,7 +382,7 @@ def resolve_configs(spec: BatchSpec, base: Path, where: str) -> list[DebateConfi
                 data["name"] = cfg.name + "".join(safe_name_text(f"+{k}={v}") for k, v in override.items())
             c = parse_debate_config(data, f"{where}: configs[{i}] with grid {override}" if override else f"{where}: configs[{i}]")
             c = c.model_copy(update={"models": batch_routing(spec, c.models, where)})
-            if c.protocol == "self_consistency":
+            if protocol_of(c).matches_spend:
                 c = resolve_samples(c, _rel(base, name).parent, f"{where}: configs[{i}] ({c.name})")
             scorer_for(c)  # its rubric and CRIT prompt exist
             configs.append(c)
@@ -416,7 +421,7 @@ def with_settings(spec: BatchSpec, settings: dict[str, Any], where: str) -> Batc
     try:
         routing = BatchRouting.model_validate({"profile": spec.routing.profile, "tiers": tiers})
     except ValidationError as exc:
-        raise InputError(where, format_validation_error(exc, "routing"), "set api_base, api_key_env or "
+        raise InputError(where, format_validation_error(exc, "routing"), "set api_base, api_key_env, hedge or "
                          "limits.<rpm|tpm|max_concurrency|…> of a tier") from None
     return spec.model_copy(update={"routing": routing})
 
@@ -472,6 +477,8 @@ def resolve_samples(cfg: DebateConfig, config_dir: Path, where: str) -> DebateCo
     if problems:
         raise InputError(where, "; ".join(problems), "fix the self_consistency config")
     opt = protocol_options(cfg, where)
+    if not isinstance(opt, SelfConsistencyOptions):
+        raise TypeError(f"{where}: resolve_samples reads a self_consistency config, not a {cfg.protocol} one")
     if opt.match_generated_of is not None and opt.pilot is not None:
         pilot = _rel(config_dir, opt.pilot)
         targets = pilot_generated(pilot, opt.match_generated_of, where)
@@ -481,6 +488,7 @@ def resolve_samples(cfg: DebateConfig, config_dir: Path, where: str) -> DebateCo
         return cfg.model_copy(update={"options": options, "description": f"{cfg.description.strip()} [{note}]".strip()})
     if opt.match_tokens_of is None:
         return cfg
+    assert opt.pilot is not None  # Options refuses match_tokens_of without its pilot
     pilot = _rel(config_dir, opt.pilot)
     per_run, per_sample, n_runs = pilot_tokens(pilot, opt.match_tokens_of, where)
     n = samples_for(per_run, per_sample)

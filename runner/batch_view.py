@@ -17,6 +17,7 @@ from madbench.eval.stats.frame import batch_order, batch_pairs, load_runs
 from madbench.eval.stats.sequential_record import SequentialRecord, batch_summary, read_record
 from madbench.results import Manifest, ManifestRun, ResultsDir, read_manifest
 from madbench.runner.lock import lock_holder
+from madbench.runner.outcome import RunCounts
 from madbench.runner.sequential import NOT_NEEDED
 from madbench.runner.store import BatchLayout, current_step, group_failures
 
@@ -67,8 +68,8 @@ class BatchStatus(BaseModel):
     #: Runs whose result file is committed.
     committed: int
     in_flight: list[InFlight]
-    #: Config name -> {"ok": n, "failed": n, "pending": n}.
-    by_config: dict[str, dict[str, int]]
+    #: Config name -> its runs by status.
+    by_config: dict[str, RunCounts]
     failures: list[FailureGroup]
 
 
@@ -136,7 +137,8 @@ class Results(ResultsDir):
         counts = {s: sum(1 for r in runs if r.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
         return BatchStatus(batch=m.spec["name"], state=state, driver=driver, updated=m.updated, **counts,
                            looks=look_lines(read_record(self.path)),
-                           committed=committed, in_flight=in_flight, by_config=by_config, failures=failure_groups(runs))
+                           committed=committed, in_flight=in_flight,
+                           by_config={c: RunCounts(**n) for c, n in by_config.items()}, failures=failure_groups(runs))
 
     def stats(self, compare: list[str] | None = None, metrics: list[str] | None = None, correction: str = "holm",
               all_pairs: bool = False) -> Analysis:

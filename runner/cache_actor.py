@@ -49,7 +49,7 @@ class CacheActor:
     """The cluster's cache (a Ray actor, one call at a time): the disk cache on its node, and the keys in flight."""
 
     def __init__(self, directory: str):
-        self.cache = ResponseCache(directory)
+        self.cache = ResponseCache(Path(directory))
         self.leases: dict[str, tuple[str, float]] = {}  # key → (holder, deadline)
         self.waiting: set[tuple[str, str]] = set()
         self.by_node: dict[str, dict[str, int]] = {}
@@ -196,11 +196,11 @@ class CachePlan:
     def open(self, node: str, holder: str) -> ResponseCache:
         """The cache of a runner actor on ``node`` (``holder``: its name in the cluster's leases)."""
         if self.actor is None:
-            return ResponseCache(self.directory)
+            return ResponseCache(Path(self.directory))
         remote = RayCacheRemote(self.actor, node, holder)
         if node == self.owner_node:
-            return NodeCache(self.directory, remote=remote, read_through=False)
-        return NodeCache(os.environ.get(NODE_DIR_ENV) or self.directory, remote=remote)
+            return NodeCache(Path(self.directory), remote=remote, read_through=False)
+        return NodeCache(Path(os.environ.get(NODE_DIR_ENV) or self.directory), remote=remote)
 
 
 def wants_cluster_cache(address: str | None) -> bool:

@@ -31,10 +31,12 @@ import psutil
 from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack
 from madbench.data.paths import PROJECT_ROOT
+from madbench.data.plugins import code_roots
 from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
 from madbench.gateway import Budget
 from madbench.gateway.errors import BudgetExhausted
+from madbench.gateway.hedging import HedgeSettings
 from madbench.gateway.providers.batching import current_party
 from madbench.gateway.secrets import redact, remember
 from madbench.results import ManifestRun, read_manifest, read_table, write_manifest
@@ -52,6 +54,7 @@ from madbench.runner.budget import (
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
 from madbench.runner.dispatch import BUDGET_STOP, FINISHED, ActorPool, Dispatch, Work
 from madbench.runner.lock import ResultsLock, WriterGuard
+from madbench.runner.outcome import BatchOutcome
 from madbench.runner.pipeline import check_run_id, run_debate
 from madbench.runner.progress import BatchLine, Progress
 from madbench.runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
@@ -85,7 +88,7 @@ class RunnerActor:
     """Hosts agents and the CRIT scorer for many runs (one gateway, one cache, one pack)."""
 
     def __init__(self, pack_dir: str, evidence: list[str], cache: CachePlan, root: str, batch: str, budget: Budget,
-                 holder: str, collector: CollectorClient | None = None):
+                 holder: str, collector: CollectorClient | None = None, hedging: HedgeSettings | None = None):
         import ray
 
         ctx = ray.get_runtime_context()
@@ -94,7 +97,11 @@ class RunnerActor:
         # A node that sees the results directory writes there as it goes; one that does not stages each run on its
         # own disk and hands it to the driver, which commits it (runner/staging.py).
         self.staged = not sees_results(root, holder)
+        self.guard: OwnerGuard | WriterGuard
         if self.staged:
+            if not isinstance(budget, RayBudget):
+                raise TypeError("a node that cannot see the results asks the batch's budget actor (a RayBudget) whether "
+                                f"its driver lives, not a {type(budget).__name__}")
             self.guard = OwnerGuard(budget.handle)
             self.layout = BatchLayout(staging_root(root))
             self.layout.compress_traces = False  # the driver compresses what it commits
@@ -107,7 +114,8 @@ class RunnerActor:
                 budget.journal_settlements(root)  # what a call in flight at a kill billed outlives the driver
         self.cache = cache.open(self.node_id, ctx.get_actor_id())
         # Provider batch mode (a collector given): litellm-routed calls wait for the batch's collector.
-        self.gateway = build_gateway(cache=self.cache, budget=budget, guard=self.guard, collector=collector)
+        self.gateway = build_gateway(cache=self.cache, budget=budget, guard=self.guard, collector=collector,
+                                     hedging=hedging)
         self.collector = collector
         self.running: set[str] = set()  # the runs in flight on this actor (what ``beats`` reports on)
         if collector is not None:
@@ -202,8 +210,9 @@ WORKER_NICENESS = "RAY_worker_niceness"
 
 
 def worker_env(address: str | None) -> dict[str, Any]:
-    """The runtime env this driver gives its Ray workers: the forwarded variables, and the project on PYTHONPATH
-    only where its path means something to them. Not in a ``--working-dir`` job (Ray puts each node's copy of the
+    """The runtime env this driver gives its Ray workers: the forwarded variables, and the project (with the folders
+    of plug-ins imported by path, ``madbench.data.plugins.code_roots``) on PYTHONPATH only where its path means
+    something to them. Not in a ``--working-dir`` job (Ray puts each node's copy of the
     upload on the path itself, and this process's copy is one of them), nor through the Ray client (the checkout is
     on this machine; the nodes import the madbench installed on them)."""
     # Ray starts its workers at niceness 15 (to keep its own daemons responsive), so any process at the default 0
@@ -212,7 +221,9 @@ def worker_env(address: str | None) -> dict[str, Any]:
     # (Ray's own job supervisor does the same); a user's RAY_worker_niceness is kept.
     env_vars = {WORKER_NICENESS: os.environ.get(WORKER_NICENESS, "0"), **forwarded_env()}
     if job_working_dir() is None and not ray_client(address):
-        env_vars = {"PYTHONPATH": str(PROJECT_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **env_vars}
+        # and the folders of the researcher's own protocols, scorers and metrics (import paths in the configs)
+        path = [str(PROJECT_ROOT), *map(str, code_roots()), os.environ.get("PYTHONPATH", "")]
+        env_vars = {"PYTHONPATH": os.pathsep.join(path), **env_vars}
     return {"env_vars": env_vars}
 
 
@@ -577,7 +588,7 @@ def _collector_ready(ray, ready, quiet: bool) -> None:
 
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False, continue_past: bool = False,
-              provenance: Provenance | None = None, spent_before: float | None = None) -> dict[str, Any]:
+              provenance: Provenance | None = None, spent_before: float | None = None) -> BatchOutcome:
     """Run the batch's pending runs, holding the results directory's lock (runner/lock.py) throughout: a second
     driver on the same directory fails at once, naming this one. ``continue_past``: a sequential batch goes on past
     its decision (runner/sequential.py). ``spent_before``: earlier invocations' spend (None: budget.json's now)."""
@@ -614,7 +625,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             collector, ready = start_collector(ray, layout.root, lock.holder, batches) if batches else (None, None)
             pool = ActorPool(ray, RunnerActor, (portable(pack_dir, job_dir), [portable(e, job_dir) for e in evidence], cache,
                                                 str(layout.root), spec.name, budget, lock.holder,
-                                                CollectorClient(collector) if collector else None),
+                                                CollectorClient(collector) if collector else None, spec.hedging),
                              min(spec.workers, len(todo)), spec.max_in_flight)
             _collector_ready(ray, ready, quiet)
             progress.poll = lambda: {"spent_usd": budget.snapshot()["spent_usd"], **pool.totals()}
@@ -638,7 +649,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         else:
             state = settled_state(state, manifest_runs, monitor)
             write_manifest(layout.root, spec_json, list(manifest_runs.values()), state, provenance)
-        return stats | _compacted(layout, state, t0, manifest_runs)
+        return BatchOutcome.model_validate(stats | _compacted(layout, state, t0, manifest_runs))
 
 
 def _compacted(layout: BatchLayout, state: str, t0: float, manifest_runs: dict[str, ManifestRun]) -> dict[str, Any]:

@@ -9,12 +9,9 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
 from madbench.data.errors import InputError
 from madbench.data.market.pack import Pack, load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.paths import MAX_DIR_NAME_BYTES
-from madbench.data.templates import parse_yaml
 from madbench.gateway import resolve_cache_dir
 from madbench.gateway.providers.base import SendOnly
 from madbench.gateway.routing_profiles import load_routing_profile
@@ -31,6 +28,7 @@ from madbench.runner.batch import (
     resolve_scenarios,
     with_settings,
 )
+from madbench.runner.deployment import parse_settings
 from madbench.runner.execute import HEAD_DIRS, ray_client
 from madbench.runner.lock import refuse_if_held
 from madbench.runner.options import RunOptions
@@ -69,7 +67,8 @@ def load(o: RunOptions) -> Launch:
     """Load a batch and everything it names, with the overrides of ``o``."""
     if o.address or os.environ.get("RAY_ADDRESS"):  # its syntax now; whether it answers, last (check_address)
         split_address(o.address or os.environ["RAY_ADDRESS"], "--address" if o.address else "RAY_ADDRESS")
-    spec, base = load_batch(o.batch)
+    # a batch built in Python reads its relative paths from its stated folder, a file's from the file's
+    spec, base = (o.spec, Path(o.base_dir)) if o.spec is not None and o.base_dir else load_batch(o.batch)
     if o.continue_past and spec.sequential is None:
         raise InputError("--continue", f"{o.batch} has no `sequential:` block, so there is no decision to go past",
                          "leave --continue out")
@@ -121,25 +120,6 @@ def with_routing(spec: BatchSpec, o: RunOptions) -> tuple[BatchSpec, str]:
                              "give a shorter model name, or put the model in a routing profile and use --routing")
     settings = parse_settings(o.settings)
     return (with_settings(spec, settings, "--set") if settings else spec), name
-
-
-def parse_settings(items: list[str]) -> dict[str, dict]:
-    """``--set TIER.FIELD[.FIELD]=VALUE`` items as {tier: {field: value}}; each value read as YAML (200 is a number)."""
-    out: dict[str, dict] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        path = key.split(".")
-        if not sep or len(path) < 2 or not all(path):
-            raise InputError("--set", f"{item!r} is not TIER.FIELD=VALUE",
-                             "write e.g. --set agents.limits.rpm=200 or --set strong.api_base=http://localhost:8000/v1")
-        node = out.setdefault(path[0], {})
-        for part in path[1:-1]:
-            node = node.setdefault(part, {})
-        try:
-            node[path[-1]] = parse_yaml(value)
-        except yaml.YAMLError:
-            raise InputError("--set", f"{item!r}: the value is not YAML", "quote it or fix its syntax") from None
-    return out
 
 
 def check_client_cache(address: str | None, cache_cli: str | None) -> None:

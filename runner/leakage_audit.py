@@ -22,7 +22,6 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
@@ -186,7 +185,7 @@ def identify_request(model: str, memo: AuditMemo, tickers: list[str], quarters: 
 
 def identify_validator(assets: list[str]):
     def validate(content: str, spec: ModelSpec) -> IdentifyAnswer:
-        answer = cast(IdentifyAnswer, parse_json(content, IdentifyAnswer))
+        answer = parse_json(content, IdentifyAnswer)
         named = sorted(a.asset for a in answer.assets)
         if named != sorted(assets):
             raise OutputInvalid(f"name each of {', '.join(assets)} exactly once (got {', '.join(named) or 'none'})")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from madbench.debate.protocols import protocol_of
 from madbench.debate.protocols.self_consistency import MatchUnit, Options
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.batch import RunSpec
@@ -24,10 +25,7 @@ from madbench.runner.pipeline import run_id_for
 
 def matched_to(r: RunSpec) -> str | None:
     """The config a run matches within the batch, or None."""
-    if r.config.protocol != "self_consistency":
-        return None
-    opt = Options.model_validate(r.config.options)
-    return opt.match_generated_of if opt.targets is None and opt.pilot is None else None
+    return protocol_of(r.config).matched_to(r.config)
 
 
 def split(runs: list[RunSpec]) -> tuple[list[RunSpec], list[RunSpec]]:

@@ -11,6 +11,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from madbench.data.errors import InputError, format_validation_error
+from madbench.runner.batch import BatchSpec
+from madbench.runner.deployment import set_twice
 
 #: The flag of a field whose name is not the flag's.
 FLAGS = {"settings": "--set", "continue_past": "--continue", "results_dir": "--results-dir"}
@@ -20,8 +22,13 @@ class RunOptions(BaseModel):
     """A batch file and the overrides `madbench run` accepts (each field is the flag of the same name)."""
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: The batch YAML, e.g. configs/batches/rules-35.yaml.
+    #: The batch YAML, e.g. configs/batches/rules-35.yaml; for a batch built in Python (``spec``), a label naming it
+    #: in messages.
     batch: str
+    #: A batch built in Python (``madbench.run(BatchSpec(...))``), read instead of a file.
+    spec: BatchSpec | None = None
+    #: The absolute folder ``spec``'s relative paths (configs, scenarios, pack, results_dir, ...) are read from.
+    base_dir: str | None = None
     #: Every role and phase on this model (e.g. rules/auto); results go to <batch>@<model>.
     model: str | None = None
     #: Every config on this routing profile (configs/routing/NAME.yaml); results go to <batch>@<NAME>.
@@ -55,7 +62,8 @@ class RunOptions(BaseModel):
     #: The estimate only: a pilot batch's results directory whose measurements replace the declared rates.
     calibrate_from: str | None = None
 
-    @field_validator("batch", "results_dir", "cache_dir", "scenarios", "pack", "address", "calibrate_from", mode="before")
+    @field_validator("batch", "results_dir", "cache_dir", "scenarios", "pack", "address", "calibrate_from", "base_dir",
+                     mode="before")
     @classmethod
     def _path_text(cls, value: Any) -> Any:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
@@ -72,9 +80,7 @@ class RunOptions(BaseModel):
     @field_validator("settings")
     @classmethod
     def _each_key_once(cls, value: list[str]) -> list[str]:
-        # the last would win silently, and the run record would not say which one was meant
-        keys = [item.partition("=")[0].strip() for item in value]
-        twice = sorted({k for k in keys if keys.count(k) > 1 or any(o.startswith(f"{k}.") for o in keys)})
+        twice = set_twice(value)
         if twice:
             raise ValueError(f"{', '.join(twice)} is set more than once (alone or within another setting)")
         return value
@@ -112,7 +118,10 @@ class RunOptions(BaseModel):
             raise InputError(flag, first["msg"].removeprefix("Value error, "), fix) from None
 
     def retry_command(self) -> str:
-        """The exact command that re-runs this batch's failed runs (these options, plus --retry-failed)."""
+        """The exact command that re-runs this batch's failed runs (these options, plus --retry-failed); for a batch
+        built in Python, the call."""
+        if self.spec is not None:
+            return f"madbench.run(<the same BatchSpec>, base_dir={self.base_dir!r}, ..., retry_failed=True)"
         words = ["madbench", "run", self.batch]
         for flag, value in (("--results-dir", self.results_dir), ("--cache-dir", self.cache_dir), ("--pack", self.pack),
                             ("--scenarios", self.scenarios), ("--model", self.model), ("--routing", self.routing),

@@ -39,8 +39,8 @@ from madbench.debate.events import (
 )
 from madbench.debate.outcome import Outcome
 from madbench.debate.profiles import load_profile
-from madbench.debate.protocols import PROTOCOLS
-from madbench.debate.protocols.staged import prompt_files_hash
+from madbench.debate.protocols import protocol_of
+from madbench.debate.run_metrics import RunView, metric_extras
 from madbench.debate.trace import TraceWriter, read_trace
 from madbench.eval.backtest import backtest, holding_window
 from madbench.eval.baselines import baseline_metrics
@@ -66,9 +66,7 @@ def prompt_hashes(config: DebateConfig) -> dict[str, str]:
     out["crit"] = load_crit_prompt().digest
     out["rubric"] = load_rubric(config.crit_rubric).digest()
     out["rca"] = load_scorer_prompt("rca", RCA_VARIABLES).digest
-    if config.protocol != "paper":
-        out[f"protocol/{config.protocol}"] = prompt_files_hash(config.protocol)
-    return out
+    return out | protocol_of(config).prompt_hashes(config.protocol)
 
 
 def config_identity(config: DebateConfig) -> dict[str, Any]:
@@ -167,7 +165,7 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
                          past_performance=_past_performance(pack, scenario, blinded),
                          recorded_answers=recorded_answers(readout.events))
         try:
-            outcome = _unblind(await PROTOCOLS[config.protocol](ctx), blinded)
+            outcome = _unblind(await protocol_of(config).run(ctx), blinded)
         except DebateFailure as exc:
             error = redact(str(exc))
             result = RunResult(**base, status="failed", error=error, totals=_totals(ctx))
@@ -179,9 +177,11 @@ async def run_debate(scenario: Scenario, pack: Pack, config: DebateConfig, gatew
         metrics, baselines = _backtest(pack, scenario, outcome.weights, with_baselines)
         trace.write(Backtest(metrics=metrics, baselines=baselines))
         history = read_history(trace_path)  # the one read of this attempt's trace: agents' backtests, commit, tables
+        view = RunView(history, outcome.weights, outcome.cash, metrics, outcome.extras, config)
+        extras = outcome.extras | metric_extras([*protocol_of(config).metrics, *config.metrics], view, f"config {config.name}")
         result = RunResult(**base, status="ok", weights=outcome.weights, cash=outcome.cash, method=outcome.method,
                            rounds_run=outcome.rounds_run, rho_bar=outcome.rho_bar, rho_by_round=outcome.rho_by_round,
-                           js=outcome.js, interventions=outcome.interventions, notes=outcome.notes, extras=outcome.extras, metrics=metrics,
+                           js=outcome.js, interventions=outcome.interventions, notes=outcome.notes, extras=extras, metrics=metrics,
                            baselines=baselines, agent_metrics=_agent_backtests(pack, scenario, history), totals=_totals(ctx))
         history.append(trace.write(RunEnd(status="ok", totals=result.totals)))
     layout.commit(result, history)

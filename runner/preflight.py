@@ -35,6 +35,7 @@ from madbench.data.scenario import Scenario, check_against_pack
 from madbench.debate.config import DebateConfig
 from madbench.debate.context import constraints_text
 from madbench.debate.profiles import Profile, load_profile
+from madbench.debate.protocols import protocol_of
 from madbench.debate.protocols.staged import load_prompts
 from madbench.debate.schemas import CritiqueItem
 from madbench.eval.backtest import holding_window
@@ -47,29 +48,14 @@ from madbench.runner.batch import RunSpec
 from madbench.runner.wiring import build_providers
 from madbench.scoring.rule_answers import HANDLERS
 
-#: The phase a staged protocol's stages are routed as (see debate.protocols.staged).
-STAGE_PHASES = ("propose", "crit")
-
 
 def reachable_models(config: DebateConfig, every_use: bool = False) -> list[tuple[str, str, ModelSpec]]:
     """(role, phase, spec) of every model a run of ``config`` may call, fallbacks included: each model once, or with
     ``every_use`` once per role and phase that reaches it (phases differ in temperature and answer budget, and a
     problem names every role it arises in)."""
     routing = config.models
-    if config.protocol == "paper":
-        phases = ["propose"] + (["critique", "revise"] if config.rounds else [])
-        if config.score_rounds:
-            phases.append("crit")
-        if any(iv.name == "rca" for iv in config.interventions):
-            phases.append("rca")
-        pairs = {(a.role, p) for a in config.agents for p in phases}
-        if config.aggregation == "judge":
-            pairs.add(("judge", "judge"))
-    else:  # a staged protocol's roles are its stages: every routed role, and the default
-        roles = {"default"} | set(routing.roles) | {k.split(".")[0] for k in routing.role_phases}
-        pairs = {(r, p) for r in roles for p in STAGE_PHASES}
     out, seen = [], set()
-    for role, phase in sorted(pairs):
+    for role, phase in sorted(protocol_of(config).routed(config)):
         todo = [routing.resolve(role, phase)]
         while todo:
             spec = todo.pop(0)
@@ -161,9 +147,11 @@ def context_problems(configs: list[DebateConfig], memos: dict[str, Memo]) -> lis
     for config in configs:
         for _, _, spec in reachable_models(config):
             provider = providers.for_model(spec.model)
-            window = provider.context_window(spec) if isinstance(provider, LiteLLMProvider) else None
+            if not isinstance(provider, LiteLLMProvider):
+                continue  # no hosted model: nothing to check against
+            window = provider.context_window(spec)
             if window is None:
-                continue  # a model litellm does not know, or no hosted model: nothing to check against
+                continue  # a model litellm does not know
             for sid, memo in memos.items():
                 if len(memo.text.encode()) <= window:
                     continue
@@ -265,7 +253,7 @@ def prompt_problems(configs: list[DebateConfig], scenario: Scenario, memo: Memo)
     problems: list[str] = []
     for config in configs:
         constraints = constraints_text(config.effective_constraints(scenario.constraints, f"config {config.name}: constraints"))
-        check = paper_prompt_problems if config.protocol in ("paper", "self_consistency") else staged_prompt_problems
+        check = paper_prompt_problems if protocol_of(config).prompts == "profiles" else staged_prompt_problems
         problems += [p for p in check(config, scenario, memo, constraints) if p not in problems]
     return problems
 

@@ -349,9 +349,12 @@ class Collector:
         """A batch whose creation was not confirmed: find it at the provider by its input file, or forget it. Its
         calls wait while the provider cannot say (submitting them again might pay twice)."""
         api = BatchAPI(entry.group)
+        file_id = entry.input_file_id
+        if file_id is None:  # "submitting" is written with the uploaded file's id
+            raise ValueError(f"provider batch entry {entry.id}: submitting, with no input file (a bug)")
         while True:
             try:
-                found = await api.find(entry.input_file_id)
+                found = await api.find(file_id)
                 break
             except FatalProviderError as exc:
                 return self._abandon(entry, f"its creation was not confirmed and the provider's batches cannot be "
@@ -367,10 +370,13 @@ class Collector:
     async def _poll(self, entry: JournalEntry) -> None:
         api = BatchAPI(entry.group)
         answered = time.monotonic()  # the provider's last word about it
+        batch_id = entry.batch_id
+        if batch_id is None:  # polled only once the provider named its batch
+            raise ValueError(f"provider batch entry {entry.id}: polled with no provider batch id (a bug)")
         while entry.state not in TERMINAL_STATES:
             await asyncio.sleep(self.opt.poll_s)
             try:
-                batch = await api.retrieve(entry.batch_id)
+                batch = await api.retrieve(batch_id)
             except NotKnown as exc:
                 return self._lost(entry, f"provider batch {entry.batch_id} is unknown to the provider ({exc.reason})")
             except FatalProviderError as exc:
@@ -414,7 +420,7 @@ class Collector:
                 del self.in_batch[key]
         for key in entry.keys:
             line = lines.get(key)
-            if key in missing:
+            if line is None or key in missing:  # a key without a line is among the missing
                 self._resubmit(key, entry)
             elif _ok(line) and key not in self.waiters:
                 self.answers[key] = (line | {"madbench_batch": entry.id}, entry.id)
@@ -520,7 +526,7 @@ class Collector:
 
 
 def _ok(line: dict[str, Any] | None) -> bool:
-    return bool(line) and not line.get("error") and (line.get("response") or {}).get("status_code") == 200
+    return line is not None and not line.get("error") and (line.get("response") or {}).get("status_code") == 200
 
 
 def _dropped(line: dict[str, Any]) -> bool:

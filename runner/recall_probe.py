@@ -199,7 +199,7 @@ async def ask_model(gateway: Gateway, spec: ModelSpec, prompt: RecallPrompt, ite
         item, first = failed[0]
         raise ProbeFailed(f"{spec.model}: {len(failed)} of {len(jobs)} requests got no valid answer; the first "
                           f"({item.quarter}): {first.reason}")
-    return [(item, c) for (item, _), c in zip(jobs, settled, strict=True)]
+    return [(item, c) for (item, _), c in zip(jobs, settled, strict=True) if isinstance(c, Completion)]  # every one, now
 
 
 def observation_rows(model: str, item: QuarterItems, completion: Completion, prompt: RecallPrompt,

@@ -43,7 +43,7 @@ class RescoreActor:
     def __init__(self, cache_dir: str, concurrency: int, root: str, holder: str):
         import ray
 
-        self.cache = ResponseCache(cache_dir)
+        self.cache = ResponseCache(Path(cache_dir))
         # An orphan of a killed driver pays for nothing more (runner.lock.WriterGuard).
         self.gateway = build_gateway(cache=self.cache, guard=WriterGuard(root, holder))
         self.limit = asyncio.Semaphore(max(1, concurrency))
@@ -151,7 +151,7 @@ def dry_run(job: Job, p: Plan) -> dict[str, Any]:
 @dataclass
 class Outcome:
     scored: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)  # run id -> reason
+    failed: dict[str, str | None] = field(default_factory=dict)  # run id -> reason
     turns: int = 0
     totals: Counter = field(default_factory=Counter)
     interrupted: bool = False

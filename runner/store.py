@@ -36,6 +36,7 @@ from madbench.debate.events import AnyEvent, Crit, Divergence, LLMCall, LLMFailu
 from madbench.debate.grading import PILLARS
 from madbench.debate.trace import compress_trace, stored_trace
 from madbench.eval.dynamics import ROUND_COLUMNS, position, round_dynamics, run_dynamics
+from madbench.gateway.accounting import NOT_RETRIES
 from madbench.results import TABLES, BatchDirs, RunResult, read_history, read_result, read_table
 from madbench.results.rowlog import Entry, RowLog, base_table, is_ledger, latest, legacy_parts, logs, merge, read_log
 from madbench.results.table_schemas import BASELINE_METRICS, BASELINES, CALLS, METRICS, concat, to_table, write_table
@@ -115,9 +116,10 @@ def paid_cost(events: list[AnyEvent]) -> float | None:
             costs = [a.get("cost_usd") for a in e.attempts if a.get("prompt_tokens") is not None]
         else:
             continue
-        if None in costs:
+        known = [c for c in costs if c is not None]
+        if len(known) < len(costs):
             return None
-        total += sum(costs)
+        total += sum(known)
     return total
 
 
@@ -199,7 +201,8 @@ def _list_cost(e: LLMCall) -> float | None:
     them has no list price. 0 for an answer from madbench's own cache, which records no attempt: nothing was billed
     now (as its ``cached_tokens``; its ``cost_usd`` stays what it cost when it was first asked)."""
     costs = [a.get("list_cost_usd") for a in e.attempts if a.get("prompt_tokens") is not None]
-    return None if None in costs else float(sum(costs))
+    known = [c for c in costs if c is not None]
+    return None if len(known) < len(costs) else float(sum(known))
 
 
 def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[dict]:
@@ -216,9 +219,19 @@ def call_rows(result: RunResult, events: list[AnyEvent], node_id: str) -> list[d
              "cost_usd": e.cost_usd, "list_cost_usd": _list_cost(e),
              "provider_batch": any(a.get("provider_batch") for a in e.attempts),
              "latency_s": e.latency_s, "overhead_ms": e.overhead_ms,
-             "retries": sum(1 for a in e.attempts if a["kind"] != "ok"), "validation_retries": e.validation_retries,
-             "node_id": node_id, "call_id": None, "orphaned": False}
+             "retries": sum(1 for a in e.attempts if a["kind"] not in NOT_RETRIES), "validation_retries": e.validation_retries,
+             "node_id": node_id, "call_id": None, "orphaned": False, **hedge_columns(e.attempts)}
             for e in events if isinstance(e, LLMCall)]
+
+
+def hedge_columns(attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    """A call's hedging columns from its attempts (madbench.gateway.hedging): whether a copy of its request was sent
+    (an attempt marked ``hedge``), whether the copy's answer won (the answering attempt, the last, is the copy's), and
+    what the closed (``outraced``) request is counted at."""
+    hedged = any(a.get("hedge") for a in attempts)
+    outraced = [a.get("cost_usd") for a in attempts if a["kind"] == "outraced"]
+    return {"hedged": hedged, "hedge_won": bool(attempts[-1].get("hedge")) if hedged else None,
+            "outraced_cost_usd": None if not outraced or None in outraced else float(sum(outraced))}
 
 
 #: The phase of the leakage probe's rows in calls.parquet.
@@ -236,7 +249,7 @@ def ledger_rows(untraced: dict[str, UntracedCall], billed: dict[str, float],
     def cost(call: str, u: UntracedCall) -> float:
         return u.cost_usd if u.cost_usd is not None else billed.get(call, u.reserved_usd)
 
-    answered = {}  # (run id, key) -> the orphaned call whose answer the row counts
+    answered: dict[tuple[str, str], str] = {}  # (run id, key) -> the orphaned call whose answer the row counts
     for call, u in sorted(untraced.items()):
         where = (u.run_id or "", u.key or "")
         if u.orphaned and where in counted:

@@ -16,13 +16,14 @@ from pydantic import BaseModel
 from madbench.debate.config import DebateConfig
 from madbench.debate.grading import Scorer
 from madbench.gateway import Budget, Gateway, ResponseCache
+from madbench.gateway.hedging import HedgeSettings
 from madbench.gateway.limiter import LimiterPool
 from madbench.gateway.providers import Providers
 from madbench.gateway.providers.batching import BatchCollector, BatchingProvider
 from madbench.gateway.providers.rules import RuleAnswer, RulesProvider
 from madbench.runner.leakage_audit import is_identify_probe, rule_identify_answer
-from madbench.scoring.debate_scorer import scorer_for
 from madbench.scoring.rule_answers import answer
+from madbench.scoring.scorers import scorer_for
 
 
 def rule_answer(name: str, context: dict) -> BaseModel:
@@ -42,10 +43,11 @@ def build_providers(collector: BatchCollector | None = None, rule_answer: RuleAn
 
 def build_gateway(cache: ResponseCache | None = None, budget: Budget | None = None,
                   guard: Callable[[], None] | None = None, limiters: LimiterPool | None = None,
-                  collector: BatchCollector | None = None, rule_answer: RuleAnswer = rule_answer, replay: bool = False) -> Gateway:
+                  collector: BatchCollector | None = None, rule_answer: RuleAnswer = rule_answer, replay: bool = False,
+                  hedging: HedgeSettings | None = None) -> Gateway:
     """A gateway over ``build_providers(collector, rule_answer)``; the other arguments as ``Gateway``'s."""
     return Gateway(cache=cache, limiters=limiters, budget=budget, guard=guard,
-                   providers=build_providers(collector, rule_answer), replay=replay)
+                   providers=build_providers(collector, rule_answer), replay=replay, hedging=hedging)
 
 
 def build_scorer(config: DebateConfig) -> Scorer:

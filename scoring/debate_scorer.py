@@ -19,8 +19,9 @@ from madbench.scoring.rubric import Rubric, load_rubric
 from madbench.scoring.rules_scorer import CritTask, cited_evidence
 
 
-def scorer_for(config: DebateConfig) -> DebateScorer:
-    """The scorer a config asks for; its CRIT prompt and rubric are loaded now, so a bad name fails before any call."""
+def crit_scorer(config: DebateConfig) -> DebateScorer:
+    """The CRIT and RCA judges, on the config's rubric; its CRIT prompt and rubric are loaded now, so a bad name
+    fails before any call."""
     load_crit_prompt()
     return DebateScorer(load_rubric(config.crit_rubric))
 

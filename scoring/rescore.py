@@ -99,6 +99,8 @@ def find_runs(results_dir: str | Path) -> tuple[list[StoredRun], list[str]]:
 
 def task_of(run: StoredRun, event: Crit) -> CritTask:
     """The task a ``crit`` event stored, whole (every field it kept: older traces keep fewer, and still validate)."""
+    if event.task is None:  # read_run keeps only the crit events that stored their task
+        raise ValueError(f"run {run.run_id}: the crit event of {event.agent}, round {event.round}, stored no task")
     return CritTask.from_stored(event.agent, event.role, event.round, run.memo_ids, event.task)
 
 

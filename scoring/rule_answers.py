@@ -7,6 +7,7 @@ the scoring, because it answers for both; the runner hands it to the gateway.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -16,11 +17,11 @@ from collections.abc import Callable
 from pydantic import BaseModel
 
 from madbench.debate.envelope import ANSWER_IN
+from madbench.debate.protocols import protocol_named
 from madbench.debate.protocols.self_consistency import SAMPLE_STRIDE
 from madbench.debate.rules import ANALYSTS, respond
-from madbench.debate.rules.staged_answers import answer as answer_stage
-from madbench.debate.schemas import Holding
-from madbench.debate.task import AgentTask
+from madbench.debate.schemas import BasicProposal, Holding, JudgeDecision, Proposal
+from madbench.debate.task import AgentTask, StageTask
 from madbench.debate.validation import cap_weights
 from madbench.scoring import rca_judge, rules_scorer
 
@@ -30,8 +31,22 @@ SAMPLE_KEY = "sample"
 #: of temperature (0.7, the ready configs' temperature, moves a weight by about ×/÷ 1.4 at one sigma).
 RULE_SAMPLE_SCALE = 0.5
 
+def answer_stage(context: dict) -> BaseModel:
+    """A stage's rule-based answer, as the protocol that asks it declares (``Protocol.rule_answers``)."""
+    task = StageTask.model_validate(context)
+    answers = protocol_named(task.protocol).rule_answers
+    if task.stage not in answers:
+        raise KeyError(f"no rule-based answer for protocol {task.protocol!r} stage {task.stage!r} (it declares: "
+                       f"{', '.join(answers) or 'none'})")
+    return answers[task.stage](task)
+
+
+def _analyst_answer(name: str, ctx: dict) -> BaseModel:
+    return respond(name, AgentTask.model_validate(ctx))
+
+
 HANDLERS: dict[str, Callable[[dict], BaseModel]] = {
-    **{name: (lambda ctx, n=name: respond(n, AgentTask.model_validate(ctx))) for name in [*ANALYSTS, "judge"]},
+    **{name: functools.partial(_analyst_answer, name) for name in [*ANALYSTS, "judge"]},
     "crit": lambda ctx: rules_scorer.score(rules_scorer.CritTask.model_validate(ctx)),
     "rca": lambda ctx: rca_judge.rules_verdict(rca_judge.RCATask.model_validate(ctx)),
     "stage": answer_stage,
@@ -50,6 +65,8 @@ def sampled_answer(name: str, context: dict) -> BaseModel:
     """
     task = {k: v for k, v in context.items() if k != SAMPLE_KEY}
     out = respond(name, AgentTask.model_validate(task))
+    if not isinstance(out, Proposal | BasicProposal | JudgeDecision):
+        raise TypeError(f"rules/{name} answered a {type(out).__name__}: no allocation to draw a sample of")
     sigma = RULE_SAMPLE_SCALE * float(context[SAMPLE_KEY]["temperature"])
     held = {h.ticker: h.weight for h in out.allocation if h.weight > 0}
     if sigma == 0 or not held or int(context[SAMPLE_KEY]["index"]) < SAMPLE_STRIDE:

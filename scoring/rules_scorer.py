@@ -112,5 +112,4 @@ def score(task: CritTask) -> CritAnswer:
     if a.claimless:
         why["evidential_support"] += " (the argument makes no structured claims: its evidence supports none)"
         why["causal_alignment"] += " (no typed claims: causal overreach is not detectable mechanically)"
-    why = PillarExplanations(**why)
-    return CritAnswer(diagnostics=d, scores=scores, explanations=why)
+    return CritAnswer(diagnostics=d, scores=scores, explanations=PillarExplanations(**why))

@@ -47,7 +47,7 @@ def test_the_readme_example_runs_rules_35_offline_and_its_tables_hold_35_scenari
     assert len(runs) == 105 and runs["scenario_id"].nunique() == 35
     assert runs.groupby("config").size().to_dict() == {"causal-debate-3": 35, "mean3-causal": 35, "single-causal": 35}
     assert {"run_id", "config", "scenario_id", "status", "sharpe", "rho_bar", "cost_usd"} <= set(runs.columns)
-    assert len(res.rounds) == run.tables["rounds"] > 0 and len(res.calls) == run.tables["calls"] > 0
+    assert len(res.rounds) == run.tables.rounds > 0 and len(res.calls) == run.tables.calls > 0
     assert res.scores.empty and "label" in res.scores.columns  # nothing re-scored yet
     assert res.manifest.spec["name"] == "rules-35"
 

@@ -31,6 +31,14 @@ def parse_intervention(cfg, where: str) -> BaseModel:
         raise InputError(where, format_validation_error(exc), f"see debate/interventions/{cfg.name}.py for its parameters") from None
 
 
+def max_retries(name: str, params: BaseModel) -> int:
+    """How many times intervention ``name`` acts on one occasion at most (every intervention's Params says)."""
+    retries = getattr(params, "max_retries", None)
+    if not isinstance(retries, int):
+        raise TypeError(f"intervention {name}: its Params has no max_retries (each intervention's must)")
+    return retries
+
+
 def configured(interventions: Iterable, where: str = "config") -> list[tuple[str, BaseModel]]:
     """A config's interventions as (name, parsed Params), in config order.
 

@@ -79,7 +79,7 @@ def limit_violations(before: dict[str, float], after: dict[str, float], p: Param
 
 
 def _within_limits(before: dict[str, float], p: Params) -> Callable[[Validated], None]:
-    return lambda v: raise_if(limit_violations(before, v.weights, p))
+    return lambda v: raise_if(limit_violations(before, v.held_weights, p))
 
 
 async def after_revise_round(debate: Debate, p: Params, round_: int) -> None:
@@ -96,7 +96,7 @@ async def after_revise_round(debate: Debate, p: Params, round_: int) -> None:
     caps = {"max_changed_tickers": p.max_changed_tickers, "max_change_pts": p.max_change_pts}
     for attempt in range(1, p.max_retries + 1):
         outs = await gather_turns(*[
-            debate.revise(a, [nudge(a.role, p)], f"revise:js{attempt}", _within_limits(debate.current[a.agent_id].weights, p), caps)
+            debate.revise(a, [nudge(a.role, p)], f"revise:js{attempt}", _within_limits(debate.current[a.agent_id].held_weights, p), caps)
             for a in debate.agents])
         debate.revisions = dict(zip([a.agent_id for a in debate.agents], outs, strict=True))
         debate.js_rev = debate.revision_divergence(round_)

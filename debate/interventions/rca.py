@@ -35,7 +35,7 @@ FIRING_RATES = ("rca_fail",)
 class Params(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     #: The turn types checked: only ``revise`` is implemented (see the module docstring).
-    phases: list[Literal["propose", "revise"]] = Field(default_factory=lambda: ["revise"])
+    phases: list[Literal["propose", "revise"]] = Field(default_factory=lambda: list[Literal["propose", "revise"]](["revise"]))
     max_retries: int = Field(2, ge=1, le=5)
 
     @field_validator("phases")

@@ -17,7 +17,8 @@ from madbench.debate.context import RunContext
 from madbench.debate.outcome import Outcome
 from madbench.debate.protocols.desks import stage_task
 from madbench.debate.protocols.plan import Call, Plan, Step, stage
-from madbench.debate.protocols.staged import ask_stage, known_ids_check
+from madbench.debate.protocols.staged import Staged, ask_stage, known_ids_check
+from madbench.debate.rules import staged_answers as rules
 from madbench.debate.schemas import Claim, PositionRationale, Proposal
 from madbench.debate.stage_schemas import Attack, CIOVerdict, FactBase, Rebuttal, RiskScorecard, Thesis
 
@@ -88,12 +89,12 @@ def thesis_as_proposal(thesis: Thesis, universe: list[str]):
 async def run(ctx: RunContext) -> Outcome:
     opt = Options.model_validate(ctx.config.options)
     memo_ids = ctx.memo_ids
-    facts, _, _ = await ask_stage(ctx, stage_task(ctx, P, PLANNER.kind, PLANNER.role), PLANNER.schema, {"memo": ctx.memo_text},
+    facts, _, _ = await ask_stage(ctx, stage_task(ctx, P, PLANNER.kind, PLANNER.role), FactBase, {"memo": ctx.memo_text},
                                   lambda f: known_ids_check(f, memo_ids, "the memo"))
     fact_json = facts.model_dump_json(indent=1)
     thesis, thesis_w, _ = await ask_stage(
         ctx, stage_task(ctx, P, BULL_THESIS.kind, BULL_THESIS.role, inputs={"facts": facts.model_dump(mode="json")}),
-        BULL_THESIS.schema,
+        Thesis,
         {"facts": fact_json}, lambda t: known_ids_check(t, memo_ids, "the memo"), allocation=_alloc)
     target = strongest_claim(thesis)
     # The thesis is the part with a claim graph: the deterministic audit and CRIT grade it.
@@ -105,7 +106,7 @@ async def run(ctx: RunContext) -> Outcome:
         return wrong + known_ids_check(a, memo_ids, "the memo")
     attack_inputs = {"facts": facts.model_dump(mode="json"), "thesis": thesis.model_dump(mode="json"), "target": target}
     attack, _, _ = await ask_stage(ctx, stage_task(ctx, P, BEAR_ATTACK.kind, BEAR_ATTACK.role, inputs=attack_inputs),
-                                   BEAR_ATTACK.schema,
+                                   Attack,
                                    {"facts": fact_json, "thesis": thesis.model_dump_json(indent=1), "target": target}, check_attack,
                                    enums={"target_claim": [target]})
     debated_ids = {i for c in thesis.claims for i in c.evidence_ids} | set(attack.evidence_ids)
@@ -115,7 +116,7 @@ async def run(ctx: RunContext) -> Outcome:
     rebuttal, rebuttal_w, _ = await ask_stage(
         ctx, stage_task(ctx, P, BULL_REBUTTAL.kind, BULL_REBUTTAL.role,
                         inputs={**attack_inputs, "attack": attack.model_dump(mode="json")}),
-        BULL_REBUTTAL.schema, {"thesis": thesis.model_dump_json(indent=1), "attack": attack.model_dump_json(indent=1)}, check_rebuttal,
+        Rebuttal, {"thesis": thesis.model_dump_json(indent=1), "attack": attack.model_dump_json(indent=1)}, check_rebuttal,
         allocation=_alloc, visible_ids=debated_ids)
     second = None
     if opt.extra_bear_round:
@@ -123,17 +124,17 @@ async def run(ctx: RunContext) -> Outcome:
             ctx, stage_task(ctx, P, BEAR_CHANGES.kind, BEAR_CHANGES.role, inputs={
                 "thesis": thesis.model_dump(mode="json"), "rebuttal": rebuttal.model_dump(mode="json")},
                 round_=BEAR_CHANGES.round),
-            BEAR_CHANGES.schema, {"thesis": thesis.model_dump_json(indent=1), "rebuttal": rebuttal.model_dump_json(indent=1), "target": target},
+            Attack, {"thesis": thesis.model_dump_json(indent=1), "rebuttal": rebuttal.model_dump_json(indent=1), "target": target},
             check_attack, label=BEAR_CHANGES.kind, enums={"target_claim": [target]})
     proposed = json.dumps(rebuttal_w, indent=1)
     card, _, _ = await ask_stage(ctx, stage_task(ctx, P, RISK_AUDITOR.kind, RISK_AUDITOR.role, inputs={"proposed": rebuttal_w}),
-                                 RISK_AUDITOR.schema, {"memo": ctx.memo_text, "proposed": proposed},
+                                 RiskScorecard, {"memo": ctx.memo_text, "proposed": proposed},
                                  lambda c: known_ids_check(c, memo_ids, "the memo"))
     debate = {"thesis": thesis.model_dump(mode="json"), "attack": attack.model_dump(mode="json"),
               "rebuttal": rebuttal.model_dump(mode="json"), "changes": second.model_dump(mode="json") if second else None}
     last = cio(opt)
     verdict, weights, cash = await ask_stage(
-        ctx, stage_task(ctx, P, last.kind, last.role, inputs={**debate, "scorecard": card.model_dump(mode="json")}), last.schema,
+        ctx, stage_task(ctx, P, last.kind, last.role, inputs={**debate, "scorecard": card.model_dump(mode="json")}), CIOVerdict,
         {"debate": json.dumps(debate, indent=1), "scorecard": card.model_dump_json(indent=1)}, allocation=_alloc)
     scores = {k: getattr(card, k).score for k in ("valuation", "liquidity", "macro_exposure", "regulatory", "execution")}
     return Outcome(weights=weights, cash=cash, method=f"adversarial:cio:{verdict.decision}", rounds_run=2 if second else 1,
@@ -141,3 +142,18 @@ async def run(ctx: RunContext) -> Outcome:
                                          "cio_confidence": verdict.confidence, "risk_scorecard": scores,
                                          "risk_mean": round(sum(scores.values()) / len(scores), 3),
                                          "attacked_claim": target, "thesis_weights": thesis_w})
+
+
+class Adversarial(Staged):
+    """The adversarial investment committee: planner, bull, bear, risk auditor, CIO."""
+    name = P
+    Options = Options
+    rule_answers = {"planner": rules.planner, "bull_thesis": rules.bull_thesis, "bear_attack": rules.bear_attack,
+                    "bear_changes": rules.bear_attack, "bull_rebuttal": rules.bull_rebuttal,
+                    "risk_auditor": rules.risk_auditor, "cio": rules.cio}
+
+    def plan(self, cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+        return plan(cfg, desks)
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        return await run(ctx)

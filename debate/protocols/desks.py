@@ -20,7 +20,16 @@ from madbench.debate.context import RunContext, gather_turns
 from madbench.debate.events import Conviction
 from madbench.debate.outcome import Outcome
 from madbench.debate.protocols.plan import Call, Plan, Step, stage
-from madbench.debate.protocols.staged import SLICES, ask_stage, known_ids_check, memo_slice, record_local, tickers_check
+from madbench.debate.protocols.staged import (
+    SLICES,
+    Staged,
+    ask_stage,
+    known_ids_check,
+    memo_slice,
+    record_local,
+    tickers_check,
+)
+from madbench.debate.rules import staged_answers as rules
 from madbench.debate.rules.analyst import fix_rounding
 from madbench.debate.stage_schemas import Argument, DebateMap, DeskReport, Ruling, Synthesis, TickerSignal, TickerView
 from madbench.debate.task import StageTask
@@ -213,7 +222,7 @@ async def run(ctx: RunContext) -> Outcome:
     history = await bull_bear(ctx, "desks", reports, opt.debate_rounds)
     shared = {"reports": {d: r.model_dump(mode="json") for d, r in reports.items()}, "history": history}
     text = {"reports": reports_json(reports), "history": json.dumps(history, indent=1)}
-    dmap, _, _ = await ask_stage(ctx, stage_task(ctx, "desks", DEBATE_MAP.kind, DEBATE_MAP.role, [], shared), DEBATE_MAP.schema,
+    dmap, _, _ = await ask_stage(ctx, stage_task(ctx, "desks", DEBATE_MAP.kind, DEBATE_MAP.role, [], shared), DebateMap,
                                  text)
     ruling = None
     if opt.enable_research_manager:
@@ -224,12 +233,12 @@ async def run(ctx: RunContext) -> Outcome:
             return [f"invalidation_conditions: metric_id {', '.join(bad)} not in the memo; name a memo evidence ID"] if bad else []
         ruling, _, _ = await ask_stage(ctx, stage_task(ctx, "desks", RESEARCH_MANAGER.kind, RESEARCH_MANAGER.role, [],
                                                        {**shared, "debate_map": dmap.model_dump(mode="json")}),
-                                       RESEARCH_MANAGER.schema, {**text, "debate_map": dmap.model_dump_json(indent=1)}, check_ruling)
+                                       Ruling, {**text, "debate_map": dmap.model_dump_json(indent=1)}, check_ruling)
     ruling_json = ruling.model_dump_json(indent=1) if ruling else "(no research manager in this configuration)"
     synth, _, _ = await ask_stage(
         ctx, stage_task(ctx, "desks", SYNTHESISER.kind, SYNTHESISER.role, [],
                         {**shared, "debate_map": dmap.model_dump(mode="json"), "ruling": ruling.model_dump(mode="json") if ruling else None}),
-        SYNTHESISER.schema, {**text, "debate_map": dmap.model_dump_json(indent=1), "ruling": ruling_json},
+        Synthesis, {**text, "debate_map": dmap.model_dump_json(indent=1), "ruling": ruling_json},
         lambda s: covers_universe([v.ticker for v in s.views], ctx.universe, "views"))
     per_ticker = {t: [s for r in reports.values() for s in r.signals if s.ticker == t] for t in ctx.universe}
     convergence = {t: signal_convergence(per_ticker[t]) for t in ctx.universe}
@@ -247,3 +256,17 @@ async def run(ctx: RunContext) -> Outcome:
                        "conviction": calibrated, "conviction_zeroed": len(zeroed),
                        "desks_without_evidence": sum(1 for d in SLICES if not memo_slice(ctx.memo.items, d)),
                        "departs_from_ruling": synth.departs_from_ruling})
+
+
+class Desks(Staged):
+    """Independent analyst desks → bull/bear debate → debate map → research manager → synthesiser."""
+    name = "desks"
+    Options = Options
+    rule_answers = {"desk": rules.desk, "bull": rules.researcher, "bear": rules.researcher, "debate_map": rules.debate_map,
+                    "research_manager": rules.research_manager, "synthesiser": rules.synthesiser}
+
+    def plan(self, cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+        return plan(cfg, desks)
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        return await run(ctx)

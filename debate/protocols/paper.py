@@ -20,11 +20,12 @@ from madbench.debate.context import RunContext, gather_turns
 from madbench.debate.control import PIDState, PIDStep, cash_spread, jsd, pairwise_js, pid_step
 from madbench.debate.events import ControllerStep, Divergence, EarlyStop
 from madbench.debate.grading import CritScore
-from madbench.debate.interventions import INTERVENTIONS, configured, hooks_at
+from madbench.debate.interventions import INTERVENTIONS, configured, hooks_at, max_retries
 from madbench.debate.interventions.hooks import HOOKS, RevisionRequest
 from madbench.debate.outcome import Outcome
 from madbench.debate.protocols.plan import Call, Check, Firing, Plan, Step
-from madbench.debate.schemas import CritiqueItem
+from madbench.debate.protocols.protocol import Protocol
+from madbench.debate.schemas import BasicCritique, BasicCritiqueItem, BasicProposal, Claim, Critique, CritiqueItem, Proposal
 from madbench.debate.task import ReceivedCritique
 from madbench.debate.validation import Validated, cap_weights
 
@@ -46,7 +47,7 @@ def judged(cfg: DebateConfig) -> bool:
 def _firing(name: str, p: BaseModel) -> Firing:
     """The intervention's chance to act, at the rates its module names (it fires; it fires again)."""
     rates = INTERVENTIONS[name].FIRING_RATES
-    return Firing(name, rates[0], p.max_retries, rates[1] if len(rates) > 1 else None)
+    return Firing(name, rates[0], max_retries(name, p), rates[1] if len(rates) > 1 else None)
 
 
 def _turn(a: AgentConfig, phase: str, variant: str = "", check: Check | None = None) -> Call:
@@ -99,23 +100,30 @@ def _peer_view(ctx: RunContext, outputs: dict[str, Validated], agent: AgentConfi
 
 def _divergence(ctx: RunContext, phase: str, round_: int, outputs: dict[str, Validated]) -> float:
     ids = sorted(outputs)
-    weights = [outputs[a].weights for a in ids]
-    cash = [outputs[a].value.cash_weight for a in ids]
+    weights = [outputs[a].held_weights for a in ids]
+    cash = [outputs[a].cash_weight for a in ids]
     value = jsd(weights, cash)
     ctx.trace.write(Divergence(phase=phase, round=round_, jsd=value,
-                   pairwise=pairwise_js({a: outputs[a].weights for a in ids}), cash_spread=cash_spread(cash)))
+                   pairwise=pairwise_js({a: outputs[a].held_weights for a in ids}), cash_spread=cash_spread(cash)))
     return value
 
 
 def _jsd(outputs: dict[str, Validated], ids: list[str]) -> float:
-    return jsd([outputs[a].weights for a in ids], [outputs[a].value.cash_weight for a in ids])
+    return jsd([outputs[a].held_weights for a in ids], [outputs[a].cash_weight for a in ids])
+
+
+def _claims(turn: Validated) -> list[Claim]:
+    """The claims of a proposal or a revision (a basic-tier one makes none)."""
+    if not isinstance(turn.value, Proposal | BasicProposal):
+        raise TypeError(f"a {type(turn.value).__name__} answer is no argument with claims")
+    return turn.value.claims
 
 
 def mean_allocation(ctx: RunContext, finals: dict[str, Validated]) -> tuple[dict[str, float], float, list[str]]:
     """Unweighted mean of the final allocations, made feasible for max_tickers if the union exceeds it."""
     n = len(finals)
-    weights = {t: sum(v.weights[t] for v in finals.values()) / n for t in ctx.universe}
-    cash = sum(v.value.cash_weight for v in finals.values()) / n
+    weights = {t: sum(v.held_weights[t] for v in finals.values()) / n for t in ctx.universe}
+    cash = sum(v.cash_weight for v in finals.values()) / n
     notes = []
     c = ctx.constraints
     held = [t for t in ctx.universe if weights[t] > 0]
@@ -140,7 +148,7 @@ class PaperDebate:
         self.round = self.rounds_run = 0
         self.current: dict[str, Validated] = {}
         self.revisions: dict[str, Validated] = {}
-        self.received: dict[str, list[tuple[str, CritiqueItem]]] = {}
+        self.received: dict[str, list[tuple[str, CritiqueItem | BasicCritiqueItem]]] = {}
         self.js_in = self.js_rev = 0.0
         self.js_log: dict[str, float] = {}
         self.rho_by_round: list[float] = []
@@ -200,6 +208,8 @@ class PaperDebate:
         for a, c in zip(self.agents, crits, strict=True):
             if c is None:
                 continue
+            if not isinstance(c.value, Critique | BasicCritique):
+                raise TypeError(f"{a.agent_id}'s critique turn answered a {type(c.value).__name__}")
             for item in c.value.critiques:
                 self.received[item.target_agent].append((a.agent_id, item))
 
@@ -208,7 +218,7 @@ class PaperDebate:
         if not targets:
             return None
         current = self.current
-        peer_claims = {p: {c.claim_id for c in current[p].value.claims} for p in targets}
+        peer_claims = {p: {c.claim_id for c in _claims(current[p])} for p in targets}
         task = self.ctx.base_task(a.agent_id, a.role, "critique", t, self.beta, own=current[a.agent_id].value,
                                   peers={p: current[p].value for p in targets})
         variables = {"peers": _peer_view(self.ctx, current, a), "tone": self.ctx.profiles[a.agent_id].tone(self.beta)}
@@ -295,7 +305,7 @@ class PaperDebate:
         task = self.ctx.base_task("judge", "judge", "judge", self.rounds_run, self.beta,
                                   peers={k: v.value for k, v in self.current.items()})
         decision = await self.ctx.ask(None, "judge", self.rounds_run, task, {"finals": finals})
-        return decision.weights, decision.value.cash_weight, decision.notes
+        return decision.held_weights, decision.cash_weight, decision.notes
 
 
 async def run(ctx: RunContext) -> Outcome:
@@ -303,3 +313,21 @@ async def run(ctx: RunContext) -> Outcome:
 
 
 __all__ = ["PaperDebate", "mean_allocation", "plan", "run"]
+
+
+class Paper(Protocol):
+    """The paper's debate: the config's agents, rounds, judge and interventions."""
+    Options = Options
+    prompts = "profiles"
+    needs_agents = True
+    runs_interventions = True
+
+    def plan(self, cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+        return plan(cfg, desks)
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        return await run(ctx)
+
+    def prompt_hashes(self, name: str) -> dict[str, str]:
+        """None of its own: its prompts are the role profiles, hashed per agent with every run's."""
+        return {}

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from madbench.debate.protocols.staged import ROUTING_PHASE
+from madbench.gateway.phases import STAGE_PHASE
 
 #: Where a plan's prompts come from: the role profiles (``configs/roles``, the paper's agent phases) or the
 #: protocol's stage prompts (``configs/protocols/<protocol>.yaml``).
@@ -90,10 +90,24 @@ class Plan:
 
 
 def stage(kind: str, role: str, schema: type[BaseModel], sees: tuple[str, ...] = (), **more) -> Call:
-    """A staged protocol's stage, routed as the one phase staged protocols use (``ROUTING_PHASE``)."""
-    return Call(kind=kind, role=role, phase=ROUTING_PHASE, schema=schema, sees=sees, **more)
+    """A staged protocol's stage, routed as the one phase staged protocols use (``STAGE_PHASE``)."""
+    return Call(kind=kind, role=role, phase=STAGE_PHASE, schema=schema, sees=sees, **more)
 
 
 def seeing(call: Call, sees: tuple[str, ...], round_: int = 0) -> Call:
     """The same stage shown other earlier answers (its history so far), in round ``round_``."""
     return replace(call, sees=sees, round=round_)
+
+
+def plan_calls(plan: Plan) -> list[tuple[Call, int, str]]:
+    """Every call the plan can make: (call, calls per run when nothing fires, the intervention it waits on or "")."""
+    out = []
+    for step in plan.steps:
+        times = plan.rounds if step.each_round else 1
+        when = step.when.intervention if step.when else ""
+        for call in step.calls:
+            out.append((call, 0 if when else times * call.count, when))
+            if call.check:
+                out.append((call.check.call, 0 if when else times * call.count, when))
+                out.append((call.check.retry, 0, call.check.firing.intervention))
+    return out

@@ -75,10 +75,12 @@ from madbench.debate.events import Divergence
 from madbench.debate.outcome import Outcome
 from madbench.debate.protocols.paper import mean_allocation
 from madbench.debate.protocols.plan import Call, Plan, Step
+from madbench.debate.protocols.protocol import Protocol
 from madbench.debate.task import AgentTask
 from madbench.debate.validation import Validated, cap_weights
 from madbench.gateway.accounting import Completion, Totals
 
+P = "self_consistency"
 #: Sample i of replicate k asks with sample index k + i·SAMPLE_STRIDE (replicate indices stay below it).
 SAMPLE_STRIDE = 1_000_000
 #: The most samples one run may draw (a bound on cost; a debate of 20 rounds is about 60 calls per agent).
@@ -280,7 +282,7 @@ def plan(cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
     k = len(cfg.agents)
     draws = tuple(Call(kind="propose", role=a.role, phase="propose", agent=a.agent_id, count=n // k + (i < n % k))
                   for i, a in enumerate(cfg.agents))
-    return Plan(protocol="self_consistency", prompts="profiles", rounds=0,
+    return Plan(protocol=P, prompts="profiles", rounds=0,
                 steps=(Step("propose", tuple(d for d in draws if d.count)),))
 
 
@@ -329,8 +331,8 @@ async def run(ctx: RunContext) -> Outcome:
         raise InputError(f"config {ctx.config.name}", "; ".join(problems), "fix the self_consistency config")
     outs, target = await _draw_all(ctx, opt)
     generated = ctx.account.completion_tokens
-    weights = [v.weights for v in outs]
-    cash = [v.value.cash_weight for v in outs]
+    weights = [v.held_weights for v in outs]
+    cash = [v.cash_weight for v in outs]
     ids = [f"sample{i}" for i in range(len(outs))]
     spread = jsd(weights, cash)
     ctx.trace.write(Divergence(phase="propose", round=0, jsd=spread, pairwise=pairwise_js(dict(zip(ids, weights, strict=True))),
@@ -349,3 +351,25 @@ async def run(ctx: RunContext) -> Outcome:
                            "generated_tokens": generated, MATCH_UNITS["generated"]: None,
                            **({MATCH_UNITS[opt.match]: target} if target is not None else {}),
                            "vote_share": vote_shares(weights, ctx.universe)})
+
+
+class SelfConsistency(Protocol):
+    """Independent samples of the config's agents' proposals, combined (a compute baseline)."""
+    Options = Options
+    prompts = "profiles"
+    matches_spend = True
+
+    def plan(self, cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+        return plan(cfg, desks)
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        return await run(ctx)
+
+    def aggregation(self, cfg: DebateConfig) -> str:
+        """Its ``combine``, not the config's aggregation (which it does not use)."""
+        return f"{cfg.protocol}:{cfg.options.get('combine') or 'mean'}"
+
+    def matched_to(self, cfg: DebateConfig) -> str | None:
+        """The config whose runs in this batch its draws wait for and match, or None."""
+        opt = Options.model_validate(cfg.options)
+        return opt.match_generated_of if opt.targets is None and opt.pilot is None else None

@@ -11,25 +11,28 @@ a ``turn`` event, like the paper protocol's.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
-import jinja2
 from pydantic import BaseModel, ConfigDict
 
 from madbench.data.errors import InputError
 from madbench.data.memo import PRICE_FEATURE_KEYS, EvidenceItem
 from madbench.data.paths import CONFIGS_DIR
-from madbench.data.templates import PromptSpec, compile_template, load_yaml_model
+from madbench.data.templates import BoundedTemplate, PromptSpec, compile_template, load_yaml_model
+from madbench.debate.config import DebateConfig
 from madbench.debate.context import RunContext, constraints_text, raise_if
 from madbench.debate.events import Turn
+from madbench.debate.protocols.protocol import Protocol
+from madbench.debate.protocols.registry import protocol_named
 from madbench.debate.request_schemas import constrained_schema
 from madbench.debate.schemas import Holding, json_schema
 from madbench.debate.task import StageTask
-from madbench.debate.validation import check_allocation, parse_json, schema_outline
+from madbench.debate.validation import M, check_allocation, parse_json, schema_outline
+from madbench.gateway.phases import CRIT_PHASE, STAGE_PHASE
 
 PROTOCOL_PROMPTS = CONFIGS_DIR / "protocols"
 
@@ -75,21 +78,23 @@ class ProtocolPrompts(BaseModel):
     stages: dict[str, PromptSpec]
 
 
+def load_prompts(protocol: str) -> tuple[ProtocolPrompts, dict[str, BoundedTemplate]]:
+    """The stage prompts of the protocol a config names ``protocol``, each template compiled."""
+    path = protocol_named(protocol).prompt_file()
+    if path is None:
+        raise InputError(f"protocol {protocol}", "it declares no stage prompts", "set stage_prompts on its class")
+    return load_prompt_file(path)
+
+
 @lru_cache(maxsize=16)
-def load_prompts(protocol: str) -> tuple[ProtocolPrompts, dict[str, jinja2.Template]]:
-    path = PROTOCOL_PROMPTS / f"{protocol}.yaml"
+def load_prompt_file(path: Path) -> tuple[ProtocolPrompts, dict[str, BoundedTemplate]]:
     if not path.is_file():
-        raise InputError(path, "protocol prompt file not found", f"add configs/protocols/{protocol}.yaml")
+        raise InputError(path, "protocol prompt file not found", "add it, or fix the protocol's stage_prompts")
     prompts = load_yaml_model(path, ProtocolPrompts)
     # a template using what it does not declare would fail only at run time: fail at load
     compiled = {name: compile_template(stage.template, set(stage.variables), f"{path}: stages.{name}.template")
                 for name, stage in prompts.stages.items()}
     return prompts, compiled
-
-
-def prompt_files_hash(protocol: str) -> str:
-    path = PROTOCOL_PROMPTS / f"{protocol}.yaml"
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
 
 # -- asking a stage ------------------------------------------------------------------------------
@@ -118,14 +123,14 @@ def tickers_check(tickers: list[str], universe: list[str], field: str) -> list[s
     return [f"{field}: {', '.join(outside)} not in the universe ({', '.join(universe)})"] if outside else []
 
 
-async def ask_stage(ctx: RunContext, task: StageTask, schema: type[BaseModel], variables: dict[str, Any],
-                    check: Callable[[BaseModel], list[str]] | None = None, label: str | None = None,
-                    allocation: Callable[[BaseModel], tuple[list[Holding], float]] | None = None,
+async def ask_stage(ctx: RunContext, task: StageTask, schema: type[M], variables: dict[str, Any],
+                    check: Callable[[M], list[str]] | None = None, label: str | None = None,
+                    allocation: Callable[[M], tuple[list[Holding], float]] | None = None,
                     visible_ids: set[str] | None = None, enums: dict[str, list[str]] | None = None):
     """Render, call, validate (with feedback retries), trace. Returns (answer, weights or None, cash or None)."""
     prompts, compiled = load_prompts(task.protocol)
     if task.stage not in prompts.stages:
-        raise InputError(PROTOCOL_PROMPTS / f"{task.protocol}.yaml", f"no prompt for stage {task.stage!r}", "add it under stages")
+        raise InputError(f"protocol {task.protocol} stage prompts", f"no prompt for stage {task.stage!r}", "add it under stages")
     stage = prompts.stages[task.stage]
     supplied = {"universe": ", ".join(task.universe), "constraints": constraints_text(task.constraints),
                 "evidence": render_items(task.evidence), "role": task.role, "round": task.round,
@@ -149,7 +154,7 @@ async def ask_stage(ctx: RunContext, task: StageTask, schema: type[BaseModel], v
         raise_if(problems)
         return answer
 
-    c = await ctx.complete(who=task.agent_id, role=task.role, phase=ROUTING_PHASE, round_=task.round, system=stage.system,
+    c = await ctx.complete(who=task.agent_id, role=task.role, phase=STAGE_PHASE, round_=task.round, system=stage.system,
                             user=user, schema=constrained_schema(schema, task.universe, ctx.memo_ids if visible_ids is None else visible_ids, enums),
                             context=task.model_dump(mode="json"),
                             temperature=ctx.config.temperature, validate=validate, label=label or task.stage)
@@ -160,12 +165,25 @@ async def ask_stage(ctx: RunContext, task: StageTask, schema: type[BaseModel], v
     return answer, result.get("weights"), result.get("cash")
 
 
-#: Staged protocols route models by role (tiers such as deep/quick per role); the phase slot is fixed.
-ROUTING_PHASE = "propose"
-
-
 def record_local(ctx: RunContext, task: StageTask, answer: BaseModel, reason: str) -> None:
     """A stage answered without a model (e.g. a desk with no evidence): traced as such, never passed off as a call."""
     ctx.trace.write(Turn(agent=task.agent_id, role=task.role, phase=task.stage, round=task.round, label=task.stage,
                    output=answer.model_dump(mode="json"), weights=None, cash=None, policy_notes=[reason],
                    model="none (no call)", is_llm=False))
+
+
+class Staged(Protocol):
+    """A shipped staged protocol: its stages' prompts are ``configs/protocols/<name>.yaml``. Staged protocols route
+    models by role (tiers such as deep/quick per role); every stage is routed as ``STAGE_PHASE``."""
+    prompts = "stages"
+    #: Its file's stem under ``configs/protocols``.
+    name: ClassVar[str]
+
+    def prompt_file(self) -> Path:
+        return PROTOCOL_PROMPTS / f"{self.name}.yaml"
+
+    def routed(self, cfg: DebateConfig) -> set[tuple[str, str]]:
+        """Every routed role and the default, at the stage phase and CRIT's: which of its roles a run calls can
+        depend on the memo (a desk without evidence makes no call)."""
+        roles = {"default"} | set(cfg.models.roles) | {k.split(".")[0] for k in cfg.models.role_phases}
+        return {(r, p) for r in roles for p in (STAGE_PHASE, CRIT_PHASE)}

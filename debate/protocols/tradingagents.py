@@ -21,7 +21,8 @@ from madbench.debate.events import Reflection
 from madbench.debate.outcome import Outcome
 from madbench.debate.protocols.desks import bull_bear, debate_steps, reports_json, run_desks, stage_task
 from madbench.debate.protocols.plan import Plan, Step, stage
-from madbench.debate.protocols.staged import ask_stage, known_ids_check, tickers_check
+from madbench.debate.protocols.staged import Staged, ask_stage, known_ids_check, tickers_check
+from madbench.debate.rules import staged_answers as rules
 from madbench.debate.stage_schemas import PMDecision, RiskView, TradePlan
 
 P = "tradingagents"
@@ -138,3 +139,17 @@ async def run(ctx: RunContext) -> Outcome:
                    rho_bar=None, extras={"pm_decision": decision.decision, "reflection_from": source or "none",
                                          "trader_weights": plan_w,
                                          "risk_caps": {v.stance: len(v.caps) for v in views}})
+
+
+class TradingAgents(Staged):
+    """Analyst team → bull/bear researchers → trader → risk team → portfolio manager, with a reflection loop."""
+    name = P
+    Options = Options
+    rule_answers = {"analyst": rules.desk, "bull": rules.researcher, "bear": rules.researcher, "trader": rules.trader,
+                    "risk": rules.risk_team, "portfolio_manager": rules.portfolio_manager}
+
+    def plan(self, cfg: DebateConfig, desks: tuple[str, ...] = ()) -> Plan:
+        return plan(cfg, desks)
+
+    async def run(self, ctx: RunContext) -> Outcome:
+        return await run(ctx)

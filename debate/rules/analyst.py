@@ -31,7 +31,7 @@ from madbench.debate.schemas import (
     Proposal,
     Revision,
 )
-from madbench.debate.task import AgentTask
+from madbench.debate.task import AgentTask, StageTask
 from madbench.debate.validation import cap_weights
 
 
@@ -48,7 +48,7 @@ class Factor:
 class EvidenceView:
     """Numeric memo values by (ticker, field) and macro field."""
 
-    def __init__(self, task: AgentTask):
+    def __init__(self, task: AgentTask | StageTask):
         self.universe = task.universe
         self.values: dict[tuple[str, str], float] = {}
         self.macro: dict[str, float] = {}
@@ -85,13 +85,13 @@ def score_tickers(view: EvidenceView, factors: list[Factor]) -> tuple[dict[str, 
     return scores, used
 
 
-def n_holdings(task: AgentTask) -> int:
+def n_holdings(task: AgentTask | StageTask) -> int:
     c, n = task.constraints, len(task.universe)
     k = max(c.min_holdings, math.ceil(1.0 / c.max_weight - 1e-9), math.ceil(n / 2))
     return min(n, c.max_tickers or n, k)
 
 
-def allocate(scores: dict[str, float], task: AgentTask) -> dict[str, float]:
+def allocate(scores: dict[str, float], task: AgentTask | StageTask) -> dict[str, float]:
     """Rank-linear weights over the top k (k, k−1, …, 1), capped at max_weight; zero elsewhere.
 
     Ties break by ticker, so the same memo always gives the same allocation.
@@ -189,7 +189,8 @@ class RuleAnalyst:
 
     def critique(self, task: AgentTask) -> Critique | BasicCritique:
         scores, used = self.assess(task)
-        items = []
+        items: list[CritiqueItem] = []
+        basic_items: list[BasicCritiqueItem] = []
         for agent in sorted(task.peers):
             peer = task.peers[agent]
             peer_w = {h.ticker: h.weight for h in peer.allocation}
@@ -211,7 +212,7 @@ class RuleAnalyst:
             text = f"The {self.lens} screen {tone}disagrees on {t}: it scores {scores.get(t, 0.0):+.2f}."
             confidence = round(min(0.95, max(0.05, severity)), 3)
             if task.tier == "basic":  # free text, its evidence cited in brackets inside it
-                items.append(BasicCritiqueItem(
+                basic_items.append(BasicCritiqueItem(
                     target_agent=agent, target_claim=target, critique_text=text[:-1] + (f" [{ids[0]}]." if ids else "."),
                     suggested_adjustment=f"Cut {t} by 5 points.", objection_confidence=confidence))
                 continue
@@ -221,7 +222,7 @@ class RuleAnalyst:
                 suggested_adjustment=f"Cut {t} by 5 points.", falsifier=f"{t}'s {self.lens} score turns positive.",
                 objection_confidence=confidence))
         if task.tier == "basic":
-            return BasicCritique(from_role=self.role, critiques=items)
+            return BasicCritique(from_role=self.role, critiques=basic_items)
         return Critique(from_role=self.role, critiques=items)
 
     def revise(self, task: AgentTask) -> Revision | BasicRevision:
@@ -239,17 +240,18 @@ class RuleAnalyst:
             # to keep its independent view, and holding is always within the limits.
             accept = task.revision_limits is None and t is not None and weights.get(t, 0) > 0 and (
                 rc.item.objection_confidence >= 0.6 or scores.get(t, 0.0) < 0)
-            if accept and t not in cuts:
+            if accept and t is not None and t not in cuts:
                 cuts[t] = min(0.05, weights[t] / 2)
+            score = scores.get(t, 0.0) if t is not None else 0.0
             answers.append(f"{rc.from_agent} on {rc.item.target_claim}: " + (
-                f"accepted, {t} is cut." if accept else f"rebutted, my screen scores {t} at {scores.get(t, 0.0):+.2f}."))
+                f"accepted, {t} is cut." if accept else f"rebutted, my screen scores {t} at {score:+.2f}."))
             if task.tier == "basic":
                 continue
             responses.append(CritiqueResponse(
                 from_agent=rc.from_agent, target_claim=rc.item.target_claim,
                 disposition="accept" if accept else "rebut",
                 justification=(f"Accepted: {t} is cut on this evidence." if accept else
-                               f"Rebutted: my screen scores {t} at {scores.get(t, 0.0):+.2f}, so the position stands.")))
+                               f"Rebutted: my screen scores {t} at {score:+.2f}, so the position stands.")))
         if cuts:
             # Move the cut weight to the best-scored holdings nobody objected to, never back to a cut ticker.
             receivers = sorted((x for x in task.universe if x not in cuts and weights[x] < task.constraints.max_weight),

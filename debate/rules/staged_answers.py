@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel
-
 from madbench.debate.rules.analyst import EvidenceView, allocate, fix_rounding, score_tickers
 from madbench.debate.rules.macro import regime
 from madbench.debate.rules.sentiment import SentimentAnalyst
@@ -255,24 +253,3 @@ def portfolio_manager(task: StageTask) -> PMDecision:
     weights = {t: round(capped.get(t, 0.0), 6) for t in task.universe}
     return PMDecision(decision="approve", allocation=_holdings(weights), cash_weight=0.0,
                       rationale=f"Rule-based portfolio manager (non-LLM): the trader's book capped at {limit:.2f}.")
-
-
-ANSWERS = {
-    ("desks", "desk"): desk, ("tradingagents", "analyst"): desk,
-    ("desks", "bull"): researcher, ("desks", "bear"): researcher,
-    ("tradingagents", "bull"): researcher, ("tradingagents", "bear"): researcher,
-    ("desks", "debate_map"): debate_map, ("desks", "research_manager"): research_manager, ("desks", "synthesiser"): synthesiser,
-    ("adversarial", "planner"): planner, ("adversarial", "bull_thesis"): bull_thesis, ("adversarial", "bear_attack"): bear_attack,
-    ("adversarial", "bear_changes"): bear_attack, ("adversarial", "bull_rebuttal"): bull_rebuttal,
-    ("adversarial", "risk_auditor"): risk_auditor, ("adversarial", "cio"): cio,
-    ("tradingagents", "trader"): trader, ("tradingagents", "risk"): risk_team,
-    ("tradingagents", "portfolio_manager"): portfolio_manager,
-}
-
-
-def answer(context: dict) -> BaseModel:
-    task = StageTask.model_validate(context)
-    key = (task.protocol, task.stage)
-    if key not in ANSWERS:
-        raise KeyError(f"no rule-based answer for protocol {task.protocol!r} stage {task.stage!r}")
-    return ANSWERS[key](task)

@@ -17,11 +17,15 @@ from madbench.eval.report.glossary import CAVEATS, DYNAMICS
 from madbench.eval.report.leakage import leakage_parts
 from madbench.eval.stats.analysis import analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, ok_runs
+from madbench.eval.stats.sections import SECTIONS, html_table
 from madbench.eval.stats.sequential_record import batch_summary, path_frame, read_record
 
 HERE = Path(__file__).parent
 FIGURE_METRICS = ["sharpe", "total_return_pct", "excess_return_pct"]
 BASELINES = ["equal", "spy"]
+#: The statistics sections (``eval/stats/sections.py``) report.html.j2 places itself; any other shows after the quality
+#: section.
+PLACED = {"comparison", "paired", "paper_table", "beats", "correlations", "ols", "dynamics", "sequential"}
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE), autoescape=True, undefined=jinja2.StrictUndefined)
 
 
@@ -29,10 +33,6 @@ def _fig_html(fig) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True})
 
 
-def _html_table(df: pd.DataFrame, digits: int = 3) -> str:
-    if df is None or not len(df):
-        return ""
-    return df.to_html(index=False, float_format=lambda v: f"{v:.{digits}f}", na_rep="n/a", border=0, classes="data")
 
 
 def _script_json(obj) -> str:
@@ -40,7 +40,7 @@ def _script_json(obj) -> str:
     return json.dumps(json_safe(obj), separators=(",", ":")).replace("<", "\\u003c")
 
 
-def _dynamics(ok: pd.DataFrame, rounds: pd.DataFrame, configs: list[str], table: pd.DataFrame) -> dict:
+def _dynamics(ok: pd.DataFrame, rounds: pd.DataFrame, configs: list[str], table_html: str) -> dict:
     """The "Debate dynamics" section: figures where some run had a critique round, else a note saying why not."""
     if "shift_l1" not in rounds.columns or "sycophancy_mean" not in ok.columns:
         return {"dynamics_figs": [], "flip_figs": [], "dynamics_html": "",
@@ -50,12 +50,12 @@ def _dynamics(ok: pd.DataFrame, rounds: pd.DataFrame, configs: list[str], table:
     pairs = critique_pairs(rounds).merge(rounds[["run_id", "config"]].drop_duplicates(), on="run_id")
     debated = [c for c in configs if (pairs["config"] == c).any()]
     if not debated:
-        return {"dynamics_figs": [], "flip_figs": [], "dynamics_html": _html_table(table),
+        return {"dynamics_figs": [], "flip_figs": [], "dynamics_html": table_html,
                 "dynamics_note": "No run of these configurations had a critique round (the paper protocol's propose → "
                                  "critique → revise): shift, flips, sycophancy and collapse are null."}
     figs = [figures.dynamics_shift(rounds, debated), figures.sycophancy_collapse(ok, rounds, debated),
             figures.turnover_oracle(ok, configs)]
-    return {"dynamics_figs": [_fig_html(f) for f in figs], "dynamics_html": _html_table(table), "dynamics_note": "",
+    return {"dynamics_figs": [_fig_html(f) for f in figs], "dynamics_html": table_html, "dynamics_note": "",
             "flip_figs": [_fig_html(figures.flip_matrix(pairs[pairs["config"] == c], c)) for c in debated]}
 
 
@@ -74,8 +74,8 @@ def _leakage(root: str | Path, runs: pd.DataFrame, configs: list[str], correctio
     record, parts = leakage_parts(root, runs, configs, correction, batch_pairs(root))
     options = ", ".join(f"{k} {v}" for k, v in record.options.items()) if record else ""
     return {"leakage_record": record, "leakage_options": options, "leakage_parts": [
-        {**p, "probe_html": _html_table(p["probe"]), "pairs_html": _html_table(p["pairs"]),
-         "estimate_html": _html_table(p["estimate"]) if len(p["estimate"]) else ""} for p in parts]}
+        {**p, "probe_html": html_table(p["probe"]), "pairs_html": html_table(p["pairs"]),
+         "estimate_html": html_table(p["estimate"]) if len(p["estimate"]) else ""} for p in parts]}
 
 
 def build_report(root: str | Path, out: str | Path | None = None, compare: list[str] | None = None,
@@ -99,28 +99,23 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
     if len(failed):
         notes.append(f"{len(failed)} failed run(s) are excluded from every statistic; see the explorer and the status column.")
     cost = figures.cost_summary(runs, data.calls)
+    stats = {section.key: section.html(analysis) for section in SECTIONS}
     metrics = [m for m in FIGURE_METRICS if m in ok.columns]
+    paper_table = analysis.paper_table
+    assert paper_table is not None  # analyse() builds it with the main table
     context = {
         "batch": data.batch, "n_runs": len(runs), "n_ok": len(ok), "n_failed": len(failed), "configs": configs,
         "n_scenarios": runs["scenario_id"].nunique(), "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "notes": notes, "correction": correction, "plotly_js": get_plotlyjs(),
-        "table_html": analysis.table.html(),
-        "pairs_html": _html_table(analysis.paired_frame()), "unit_line": analysis.unit_line, "family_line": analysis.family,
-        "table_note": analysis.table.note(), "paper_table_html": analysis.paper_table.html(),
-        "paper_table_note": analysis.paper_table.note(),
-        "ols_lines": analysis.regression.lines() if analysis.regression else [],
-        "beats_html": _html_table(pd.DataFrame(analysis.beats)),
+        "stats": {key: html for key, html in stats.items() if key in PLACED},
+        "stats_more": [html for key, html in stats.items() if key not in PLACED and html],
         "distribution_figs": [_fig_html(figures.distributions(ok, configs, m, BASELINES)) for m in metrics],
         "paired_figs": [_fig_html(figures.paired_differences(analysis.pairs, m)) for m in metrics],
         "scatter_fig": _fig_html(figures.quality_scatter(ok, configs)) if "rho_bar" in ok.columns else "<p>No ρ̄ column.</p>",
-        "correlations_html": _html_table(pd.DataFrame(analysis.computed_correlations)),
-        "correlations_skipped": analysis.skipped_correlations, "correlations_skipped_heading": analysis.skipped_heading,
-        "n_computed_correlations": len(analysis.computed_correlations),
-        "ols_formula": analysis.ols_formula or "", "ols_note": analysis.ols_note or "", "ols_html": _html_table(analysis.ols_table),
         "divergence_fig": _fig_html(figures.divergence(data.divergence[data.divergence["config"].isin(configs)], configs)),
         "pillar_fig": _fig_html(figures.pillar_trajectories(data.rounds, runs, configs)),
-        **_dynamics(ok, data.rounds, configs, analysis.dynamics), "dynamics_glossary": DYNAMICS, "caveats": CAVEATS,
-        "cost_html": _html_table(cost), "saving_note": figures.saving_note(data.calls), "n_pairs": len(analysis.pairs), "n_correlations": len(analysis.correlations),
+        **_dynamics(ok, data.rounds, configs, stats["dynamics"]), "dynamics_glossary": DYNAMICS, "caveats": CAVEATS,
+        "cost_html": html_table(cost), "saving_note": figures.saving_note(data.calls),
         "tokens_fig": _fig_html(figures.tokens_chart(cost)) if cost.get("prompt_tokens", pd.Series([0])).fillna(0).sum() > 0
         else "<p class='muted'>No tokens spent: these runs made no LLM calls (rule-based analysts).</p>",
         "explorer_json": _script_json({"runs": [d for d in data.digests if d["config"] in configs], "memos": data.memos}),

@@ -9,6 +9,7 @@ power = P(|T| > t_{1−α/2, n−1}) under the noncentral t with λ = d_z·√n.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -108,7 +109,7 @@ def plan_from_pilot(diffs, quarters, powers: list[float], alpha: float = 0.05, c
     d = np.asarray(diffs, float)
     n = len(d)
     nan = float("nan")
-    out = {"n": n, "diff": float(d.mean()) if n else nan, "sd": float(d.std(ddof=1)) if n > 1 else nan, "alpha": alpha,
+    out: dict[str, Any] = {"n": n, "diff": float(d.mean()) if n else nan, "sd": float(d.std(ddof=1)) if n > 1 else nan, "alpha": alpha,
            "safeguard_confidence": confidence}
     if n < 3 or not out["sd"] > 0:
         why = f"only {n} scenario(s) (3 needed)" if n < 3 else "the differences have no spread"
@@ -127,7 +128,7 @@ def plan_from_pilot(diffs, quarters, powers: list[float], alpha: float = 0.05, c
                                              "no effect is safe to plan for (give one: madbench power --effect)"}
     d_z = out["effect"] / out["sd"]
     clustered = bool(out["quarters"]) and out["quarters"] >= 2
-    needed = []
+    needed: list[dict[str, Any]] = []
     for p in powers:
         n0 = scenarios_needed(out["effect"], out["sd"], p, alpha)
         if clustered:

@@ -33,13 +33,13 @@ SUMMARY_COLUMNS = ["n", "hits", "hit_rate", "chance_rate", "modal_rate", "excess
 
 def bucket_index(returns_pct: Sequence[float] | np.ndarray, edges: Sequence[float]) -> np.ndarray:
     """Bucket of each return: the number of edges at or below it (0 … len(edges)); a return on an edge goes up."""
-    edges = np.asarray(edges, dtype=float)
-    if len(edges) and not np.all(np.diff(edges) > 0):
-        raise ValueError(f"bucket edges must increase strictly, got {edges.tolist()}")
+    bounds = np.asarray(edges, dtype=float)
+    if len(bounds) and not np.all(np.diff(bounds) > 0):
+        raise ValueError(f"bucket edges must increase strictly, got {bounds.tolist()}")
     x = np.asarray(returns_pct, dtype=float)
     if not np.isfinite(x).all():
         raise ValueError("returns must be finite to be bucketed")
-    return np.searchsorted(edges, x, side="right")
+    return np.searchsorted(bounds, x, side="right")
 
 
 def chance_rate(answers: np.ndarray, truth: np.ndarray, n_buckets: int) -> float:

@@ -107,7 +107,7 @@ def ols(means: pd.DataFrame, y: str = "sharpe", x: str = "rho_bar", ablation: st
     except Degenerate as exc:
         raise Degenerate(f"{exc} on the {len(data)} complete row(s)") from None
     effect, effects, warnings = choose_effects(data, x)
-    categorical = []
+    categorical: list[str | None] = []
     for column in (ablation, treatment):
         if not column or column not in data.columns or data[column].nunique() < 2:
             continue
@@ -115,7 +115,8 @@ def ols(means: pd.DataFrame, y: str = "sharpe", x: str = "rho_bar", ablation: st
             warnings.append(f"C({column}) is constant within every {effect}: absorbed by the fixed effects, left out")
             continue
         categorical.append(column)
-    formula = build_formula(data, y, x, *(categorical + [None, None])[:2], effect)
+    ablation_term, treatment_term = [*categorical, None, None][:2]
+    formula = build_formula(data, y, x, ablation_term, treatment_term, effect)
     model = smf.ols(formula, data=data)
     if len(data) <= model.exog.shape[1]:
         raise Degenerate(f"OLS {formula!r} needs more rows than terms ({model.exog.shape[1]}); only {len(data)} complete row(s)")

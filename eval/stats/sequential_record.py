@@ -143,6 +143,39 @@ def _num(x: float, digits: int = 4) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
 
 
+class SequentialSummary(BaseModel):
+    """``summary``'s figures as a typed record (``madbench.run``'s ``BatchRun.sequential``); NaN where no look was
+    taken."""
+    model_config = ConfigDict(extra="forbid")
+    #: "treatment − control", the metric tested, and the decision (or "undecided").
+    pair: str
+    metric: str
+    decision: str
+    #: The look decided at (else the last taken; None before any), of ``looks_planned``, at n of n_max scenarios.
+    look: int | None
+    looks_planned: int
+    n: int
+    n_max: int
+    #: At that look: adjusted for the looks (stagewise p, repeated CI), and naive (as if it were the only look).
+    diff: float
+    t: float
+    adjusted_p: float
+    ci_low: float
+    ci_high: float
+    naive_p: float
+    naive_ci_low: float
+    naive_ci_high: float
+    overrun_runs: int
+    not_needed_runs: int
+    #: Against the fixed design: scenarios and dollars saved (None: a run's cost is unknown).
+    scenarios_saved: int
+    runs_per_scenario: int
+    dollars_saved: float | None
+    continued: list[Continuation]
+    #: What `stats` and `madbench run` print.
+    lines: list[str]
+
+
 def summary(record: SequentialRecord, cost_per_run: float | None, runs_per_scenario: int) -> dict:
     """What `stats` and the report say of a sequential batch: the decision, its look, the adjusted figures (and the
     naive ones, labelled), and the scenarios and dollars saved against the fixed design (every scenario run):

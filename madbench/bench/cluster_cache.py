@@ -15,14 +15,18 @@ actor's own count says how many hits it served to the worker node.
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from madbench.bench.local_cluster import LocalCluster, can_hide
+from madbench.data.errors import InputError
 from madbench.gateway import LLMRequest, Message, ModelSpec, ResponseCache
 from madbench.runner.cache_actor import NODE_DIR_ENV, CachePlan, start_cache, stop_cache
+from madbench.runner.cli.common import number
 from madbench.runner.execute import init_ray
 from madbench.runner.wiring import build_gateway
 
@@ -54,7 +58,7 @@ class Probe:
         import ray
         self.node = ray.get_runtime_context().get_node_id()
         self.cluster = build_gateway(cache=plan.open(self.node, ray.get_runtime_context().get_actor_id()))
-        self.local = ResponseCache(local_dir)
+        self.local = ResponseCache(Path(local_dir))
         fill(self.local, n)
         self.n = n
 
@@ -98,6 +102,7 @@ def bench_cluster_cache(n: int = 500) -> dict:
                 plan, str(tmp / "worker-local"), n)
             times = ray.get(probe.measure.remote())
             stats = stop_cache(ray, plan)
+            assert stats is not None  # start_cache(cluster=True) started the actor stop_cache reads
         finally:
             ray.shutdown()
     served = stats["by_node"].get(nodes["w"], {})
@@ -105,3 +110,17 @@ def bench_cluster_cache(n: int = 500) -> dict:
             "hit_through_cluster": _summary(times["through_cluster"]), "hit_node_copy": _summary(times["node_copy"]),
             "hit_local_disk": _summary(times["local_disk"]), "hits_served_to_worker": served.get("hits", 0),
             "misses_served_to_worker": served.get("misses", 0), "ran_on": "worker" if times["node"] == nodes["w"] else "?"}
+
+
+EXAMPLE = "madbench bench cluster-cache --runs 100"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=number(int, le=1_000_000), default=500, help="cached answers asked for (default 500)")
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.runs < 1:
+        raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
+    print(json.dumps(bench_cluster_cache(args.runs), indent=1))
+    return 0

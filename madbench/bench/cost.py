@@ -15,7 +15,10 @@ model are understated; the cached share is what the prompts allow, and a real pr
 
 from __future__ import annotations
 
+import argparse
+import json
 import tempfile
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +28,10 @@ from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.paths import CONFIGS_DIR
 from madbench.gateway.models import ModelSpec, RateLimits, SchemaScope, StructuredMode
-from madbench.gateway.providers.litellm_provider import import_litellm, token_cost
+from madbench.gateway.providers.litellm_provider import has_price, import_litellm, token_cost
 from madbench.results import ResultsDir
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
+from madbench.runner.cli.common import add_pack_args, check_out, number
 from madbench.runner.execute import run_batch
 from madbench.runner.provider_batches import ProviderBatchOptions, journal_summary
 from madbench.runner.store import BatchLayout
@@ -50,8 +54,8 @@ def batch_price_source(model: str) -> str:
     except litellm.exceptions.ModelNotMappedError:
         raise InputError("--price-model", f"{model} has no price in litellm's cost map",
                          "name a listed model, e.g. openai/gpt-5-mini, openai/gpt-4o-mini or anthropic/claude-sonnet-4-5") from None
-    if info.get("input_cost_per_token") is None or info.get("output_cost_per_token") is None:
-        raise InputError("--price-model", f"{model} has no per-token price in litellm's cost map", "name a chat model")
+    if not has_price(model):  # no per-token price, or a hosted model listed at $0 (token_cost prices it at None)
+        raise InputError("--price-model", f"{model} has no per-token price in litellm's cost map", "name a priced chat model")
     if info.get("input_cost_per_token_batches") is not None and info.get("output_cost_per_token_batches") is not None:
         return "litellm's batch prices (input_cost_per_token_batches, output_cost_per_token_batches)"
     return "assumed 50% of the synchronous price (litellm's cost map has no batch price for this model)"
@@ -63,11 +67,17 @@ def price_calls(calls: pd.DataFrame, model: str) -> dict[str, float]:
     out = {"sync": 0.0, "sync_cached": 0.0, "batch": 0.0, "batch_cached": 0.0}
     for p, c, k in zip(paid["prompt_tokens"].fillna(0).astype(int), paid["completion_tokens"].fillna(0).astype(int),
                        paid["cached_tokens"].fillna(0).astype(int), strict=True):
-        out["sync"] += token_cost(model, p, c)
-        out["sync_cached"] += token_cost(model, p, c, cached_tokens=k)
-        out["batch"] += token_cost(model, p, c, batch=True)
-        out["batch_cached"] += token_cost(model, p, c, cached_tokens=k, batch=True)
+        out["sync"] += _priced(token_cost(model, p, c), model)
+        out["sync_cached"] += _priced(token_cost(model, p, c, cached_tokens=k), model)
+        out["batch"] += _priced(token_cost(model, p, c, batch=True), model)
+        out["batch_cached"] += _priced(token_cost(model, p, c, cached_tokens=k, batch=True), model)
     return out
+
+
+def _priced(usd: float | None, model: str) -> float:
+    if usd is None:  # batch_price_source refuses such a model before anything runs
+        raise InputError("--price-model", f"{model} has no price in litellm's cost map", "name a priced chat model")
+    return usd
 
 
 def _runs(n: int, model: ModelSpec, pack: str | None, evidence: list[str] | None):
@@ -148,3 +158,34 @@ def format_cost(out: dict[str, Any]) -> str:
         "simulated answers carry no reasoning tokens: a reasoning model's output cost is understated",
     ]
     return "\n".join(lines)
+
+
+EXAMPLE = "madbench bench cost --runs 2 --json --results /tmp/a7-cost"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=number(int, le=1_000_000), default=3,
+                        help="scenarios of the paper's A7 treatment to run (default 3)")
+    parser.add_argument("--price-model", default=PRICE_MODEL,
+                        help=f"the model whose list prices (litellm's cost map) every call is priced at (default {PRICE_MODEL})")
+    parser.add_argument("--structured-output", choices=typing.get_args(StructuredMode),
+                        help="how the answer schema is sent (default: the provider's, json_schema; prompt_only sends none)")
+    parser.add_argument("--schema-scope", choices=typing.get_args(SchemaScope),
+                        help="one schema per run (run, the default for hosted models: the schema leads the provider's "
+                             "cached prefix) or per turn (turn: each turn's own, and far fewer cache hits)")
+    parser.add_argument("--results", "--results-dir", dest="results_dir",
+                        help="keep the simulated batch's results there (calls.parquet has every call's prompt, completion "
+                             "and cached tokens); default: a temporary directory")
+    parser.add_argument("--json", action="store_true", help="print only the headline JSON record")
+    add_pack_args(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.results_dir is not None:
+        check_out(args.results_dir, "--results")
+    if args.runs < 1:
+        raise InputError("--runs", f"must be ≥ 1, got {args.runs}", "give a positive count")
+    out = bench_cost(args.runs, args.price_model, args.structured_output, args.pack, args.evidence, args.results_dir,
+                     args.schema_scope)
+    print(json.dumps({k: out[k] for k in JSON_KEYS}) if args.json else format_cost(out))
+    return 0

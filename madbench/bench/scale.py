@@ -30,6 +30,7 @@ import psutil
 import pyarrow.parquet as pq
 
 from madbench.bench.local_cluster import LocalCluster, can_hide
+from madbench.bench.pack_option import add_pack_only
 from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.paths import PROJECT_ROOT
@@ -39,7 +40,9 @@ from madbench.results import TABLES, BatchDirs, ManifestRun, ResultsDir, run_fil
 from madbench.results.rowlog import Entry, RowLog
 from madbench.runner.api import open_results
 from madbench.runner.batch import MAX_RUNS, MAX_RUNS_CEILING, BatchSpec, expand, resolve_configs, resolve_scenarios
+from madbench.runner.cli.common import number
 from madbench.runner.execute import init_ray, run_batch
+from madbench.runner.outcome import BatchOutcome
 from madbench.runner.store import BatchLayout, compact
 
 SCENARIOS = PROJECT_ROOT / "configs" / "scenarios" / "market-35.yaml"
@@ -235,9 +238,9 @@ def bench_scale(runs: int = 1000, pack: str | None = None, in_flight: int = 16, 
                    "wall_s": round(wall, 1), "expand_s": round(expand_s, 2),
                    "first_commit_s": round(times[0] - t_ready, 2) if times else None,
                    "runs_per_s_by_tenth": tenths(times), "runs_per_s": round(n / wall, 2),
-                   "compaction_s": round(stats["compaction_s"], 2),
-                   "compaction_share": round(stats["compaction_s"] / wall, 4),
-                   "second_invocation_s": round(rerun_s, 2), "second_invocation_submitted": again["submitted"],
+                   "compaction_s": round(stats.compaction_s, 2),
+                   "compaction_share": round(stats.compaction_s / wall, 4),
+                   "second_invocation_s": round(rerun_s, 2), "second_invocation_submitted": again.submitted,
                    "open_results_runs_s": round(open_s, 2), "table_rows": len(table),
                    "driver_cpu_ms_per_run": round(cpu / n * 1000, 2),
                    "driver_peak_mb": memory.figures()["driver_peak_mb"],
@@ -294,12 +297,12 @@ def synthetic_open(source: Path, n: int, where: Path) -> dict:
             "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
-def integrity(root: Path, n: int, stats: dict) -> dict:
+def integrity(root: Path, n: int, stats: BatchOutcome) -> dict:
     """Every run committed exactly once: a result file each, one table row each, no result settled twice."""
     table = ResultsDir(root).runs
     attempts = [sum(1 for e in read_trace(t).events if e["event"] == "run_start") for t, _ in run_files(root)]
     return {"runs": n, "result_files": committed(root), "table_rows": len(table), "distinct_run_ids": int(table.run_id.nunique()),
-            "ok": int((table.status == "ok").sum()), "settled_twice": len(stats["committed_twice"]),
+            "ok": int((table.status == "ok").sum()), "settled_twice": len(stats.committed_twice),
             "traces_with_more_than_one_attempt": sum(1 for a in attempts if a > 1)}
 
 
@@ -354,26 +357,28 @@ def extrapolate(small: dict, large: dict, target: int = 100_000) -> dict:
                                            CLUSTER["free_disk_gb_on_head"])}}
 
 
+EXAMPLE = "madbench bench scale --runs 1000 20000 --open-rows 100000 --json"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`bench scale`'s own options."""
-    parser.add_argument("--runs", type=int, nargs="+", default=[1000], metavar="N",
+    parser.add_argument("--runs", type=number(int, ge=1, le=MAX_RUNS_CEILING), nargs="+", default=[1000], metavar="N",
                         help="single-agent rule-based runs per measurement; two sizes (e.g. --runs 1000 20000) also "
                              "extrapolate to 100,000 runs by their growth (default 1000)")
-    parser.add_argument("--in-flight", type=int, default=16, help="runs in flight (default 16)")
+    parser.add_argument("--in-flight", type=number(int, ge=1, le=10_000), default=16, help="runs in flight (default 16)")
     parser.add_argument("--lose-node", action="store_true",
                         help="at a quarter of the runs a worker joins and another's raylet is killed")
-    parser.add_argument("--open-rows", type=int, metavar="N",
-                        help="also build a results directory of N runs from the measured batch's rows through the real "
-                             "writer, and time open_results(...).runs on it (e.g. 100000)")
-    parser.add_argument("--json", action="store_true", help="print one JSON record")
+    parser.add_argument("--open-rows", type=number(int, ge=1, le=MAX_RUNS_CEILING), metavar="N",
+                        help="also build a results directory of N runs from the largest measured batch's rows through "
+                             "the real writer, and time open_results(...).runs on it (e.g. 100000)")
+    parser.add_argument("--json", action="store_true", help="print one JSON record on one line")
+    add_pack_only(parser)
 
 
 def main(args: argparse.Namespace) -> int:
     sizes = list(args.runs)
-    bad = [n for n in sizes if n < 1 or n > MAX_RUNS_CEILING]
-    if bad or len(sizes) > 2:
-        raise InputError("--runs", f"give one or two sizes from 1 to {MAX_RUNS_CEILING:,} (got {sizes})",
-                         "e.g. --runs 1000 20000")
+    if len(sizes) > 2:
+        raise InputError("--runs", f"give one or two sizes (got {len(sizes)})", "e.g. --runs 1000 20000")
     measured = [bench_scale(n, getattr(args, "pack", None), args.in_flight, args.lose_node,
                             args.open_rows if n == max(sizes) else None) for n in sizes]
     out: dict = {"measurements": measured}

@@ -10,11 +10,16 @@ All arithmetic is on arrays: one cell of 4,000 experiments takes well under a se
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 from dataclasses import dataclass
 
 import numpy as np
+import psutil
 
+from madbench.data.errors import InputError
+from madbench.data.scenario import load_scenarios
 from madbench.eval.stats.clustered import cr2_se_df
 from madbench.eval.stats.group_sequential import (
     Design,
@@ -27,6 +32,8 @@ from madbench.eval.stats.group_sequential import (
     t_to_z,
     z_to_t,
 )
+from madbench.runner.batch import load_batch, resolve_scenarios
+from madbench.runner.cli.common import number
 from madbench.runner.sequential import design_of, schedule_order
 
 
@@ -178,3 +185,93 @@ def format_rows(rows: list[dict], experiments: int, clustering: str = "") -> str
                      f"{r['share_of_fixed']:>6.1%} {r['adjusted_p_below_alpha']:>7.4f} {r['rci_covers']:>7.4f} "
                      f"{r['naive_p_below_alpha']:>9.4f} {r['naive_ci_covers']:>9.4f}")
     return "\n".join(lines)
+
+
+EXAMPLE = "madbench bench sequential --batch configs/batches/a7-sequential.yaml --icc 0.15"
+
+#: Bytes of one float64 per simulated scenario difference, times the arrays a cell holds at once (the draws, their
+#: squares and the two running sums: ``simulate``).
+CELL_BYTES_PER_DRAW = 8 * 4
+
+
+def available_memory() -> int:
+    """Bytes this machine can give a new allocation without swapping."""
+    return int(psutil.virtual_memory().available)
+
+
+def check_sequential_options(experiments: int, max_scenarios: int, looks: int) -> None:
+    """The looks fit in the scenarios and a cell's arrays fit in memory, before anything is drawn: one line instead
+    of numpy's traceback minutes (or terabytes) later."""
+    try:
+        planned_looks(max_scenarios, looks)
+    except ValueError as exc:
+        raise InputError("--looks", str(exc), "give fewer --looks or more --max-scenarios") from None
+    need, have = CELL_BYTES_PER_DRAW * experiments * max_scenarios, available_memory()
+    if need > have:
+        raise InputError("--experiments", f"{experiments:,} experiments of {max_scenarios:,} scenarios need about "
+                         f"{need / 2**30:,.1f} GiB at once, and {have / 2**30:,.1f} GiB is available",
+                         "give fewer --experiments or --max-scenarios")
+
+
+def quarters_of_scenarios(scenarios) -> dict[str, str]:
+    return {s.id: s.invest_quarter for s in scenarios}
+
+
+def sequential_quarters(args: argparse.Namespace) -> dict[str, str] | None:
+    """The scenarios and their quarters: the batch's (--batch), the file's (--quarters), or None for independent
+    scenarios (then --icc means nothing and is refused)."""
+    if args.batch is not None and args.quarters is not None:
+        raise InputError("--quarters", "a batch's design is measured on its own scenarios", "drop --quarters or --batch")
+    if args.batch is not None:
+        spec, base = load_batch(args.batch)
+        if spec.sequential is None:
+            raise InputError(args.batch, "no `sequential:` design to measure", "give a batch with one, such as "
+                             "configs/batches/a7-sequential.yaml")
+        if spec.scenarios.draws:
+            raise InputError(args.batch, "scenarios.draws: `bench sequential` reads a batch's scenario file, not drawn "
+                             "scenarios", "give a batch whose scenarios are listed in a file")
+        return quarters_of_scenarios(resolve_scenarios(spec, base, None, str(args.batch)))
+    if args.quarters is not None:
+        return quarters_of_scenarios(load_scenarios(args.quarters))
+    if args.icc:
+        raise InputError("--icc", "independent scenarios have no quarters to correlate within",
+                         "give --quarters SCENARIOS or --batch FILE with it")
+    return None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--experiments", type=number(int, ge=100, le=100_000_000), default=4000,
+                        help="simulated experiments per design and cell (default 4000)")
+    parser.add_argument("--max-scenarios", type=number(int, ge=4, le=1_000_000), default=70,
+                        help="the designs' maximum of scenarios (default 70)")
+    parser.add_argument("--looks", type=number(int, ge=1, le=20), default=5, help="looks (default 5)")
+    parser.add_argument("--effect", type=number(gt=0, le=5), default=0.39,
+                        help="the standardised effect d_z of the alternative and of the plan (default 0.39)")
+    parser.add_argument("--seed", type=number(int, ge=0), default=0, help="the simulation's seed (default 0)")
+    parser.add_argument("--quarters", metavar="SCENARIOS",
+                        help="lay the scenarios out in quarters as this scenario file's are (e.g. "
+                             "configs/scenarios/market-35.yaml), in the schedule order of seed 0, and test each look with "
+                             "the quarter-clustered t; the maximum is the file's scenarios (default: independent scenarios)")
+    parser.add_argument("--batch", metavar="FILE",
+                        help="measure this batch's own `sequential:` design on its scenarios' quarters (e.g. "
+                             "configs/batches/a7-sequential.yaml) instead of the standard designs")
+    parser.add_argument("--icc", type=number(ge=0, lt=1), default=0.0,
+                        help="with --quarters or --batch: the intra-quarter correlation of the simulated differences "
+                             "(default 0)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+
+
+def main(args: argparse.Namespace) -> int:
+    quarters = sequential_quarters(args)
+    n_max = len(quarters) if quarters else args.max_scenarios
+    check_sequential_options(args.experiments, n_max, args.looks if args.batch is None else 1)
+    if args.batch is not None and quarters is not None:  # sequential_quarters gives a batch's quarters always
+        rows = bench_batch(load_batch(args.batch)[0], quarters, args.experiments, args.seed, args.icc)
+    else:
+        clusters = None if quarters is None else schedule_clusters(quarters, 0)
+        rows = bench_sequential(args.experiments, n_max, args.looks, args.effect, seed=args.seed,
+                                clusters=clusters, icc=args.icc)
+    clustering = "" if quarters is None else (f", {len(set(quarters.values()))} quarters of the scenarios, "
+                                              f"intra-quarter correlation {args.icc:g}, quarter-clustered t")
+    print(json.dumps(rows, indent=1) if args.json else format_rows(rows, args.experiments, clustering))
+    return 0

@@ -1,4 +1,6 @@
-"""`madbench bench memo|backtest|gateway`: measured figures for the data, backtest and gateway stages.
+"""`madbench bench memo|backtest|gateway|runner`: measured figures for the data, backtest, gateway and runner stages
+(each benchmark's options and entry point are its own module: memos.py, backtests.py, gateway_overhead.py,
+runner_overhead.py).
 
 Benchmarks measure; they assert nothing. Targets (this project's, on a 2-core
 machine): 35 paper memos in under 10 s with the pack loaded once; 10,000
@@ -19,10 +21,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from madbench.bench.throughput import bench_cache, bench_throughput, peak_rss_mb
-from madbench.data.errors import InputError
+from madbench.bench.throughput import peak_rss_mb
 from madbench.data.market.calendar import quarter_range
-from madbench.data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
+from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.memo import build_memo
 from madbench.data.paths import CONFIGS_DIR
 from madbench.data.scenario import load_scenarios
@@ -88,35 +89,6 @@ def bench_backtest(pack_dir, n: int = 10_000, tickers: int = 20, windows: int = 
     return {"backtests": done, "tickers": tickers, "windows": windows, "vectorised_s": round(vec_s, 3),
             "per_backtest_us_vectorised": round(vec_s / done * 1e6, 1), "per_call_ms_single": round(per_call_s * 1e3, 3),
             "single_call_path_for_10000_s": round(per_call_s * 10_000, 2), "setup_s": round(t_setup, 3), "target_s": 5.0}
-
-
-HEADLINE = ["efficiency", "requests_per_min", "limit_rpm", "share_429", "wall_s", "ideal_s", "speedup_vs_serial",
-            "overhead_p50_ms", "overhead_p95_ms", "peak_rss_mb"]
-
-
-def run_bench(args) -> int:
-    for name in ("runs", "concurrency", "serial_runs"):  # before the pack: bad arguments are named first
-        if getattr(args, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')}", f"must be ≥ 1, got {getattr(args, name)}", "give a positive count")
-    pack = resolve_pack_dir(args.pack)
-    if args.what in ("throughput", "cache"):
-        if args.what == "cache":
-            out = bench_cache(args.runs, args.pack, args.scenarios)
-        else:
-            out = bench_throughput(args.runs, args.rpm, args.tpm, args.latency_median, args.concurrency, args.serial_runs,
-                                   args.pack, args.scenarios)
-            if args.json:
-                out = {k: out[k] for k in HEADLINE}
-    elif args.what == "runner":
-        out = bench_runner()
-    elif args.what == "gateway":
-        out = bench_gateway(n=args.n)
-    elif args.what == "memo":
-        out = bench_memo(pack, resolve_evidence_dirs(args.evidence), args.scenarios)
-    else:
-        out = bench_backtest(pack, n=args.n)
-    print(json.dumps(out, indent=1))
-    return 0
 
 
 def _pct(xs: list[float], q: float) -> float:

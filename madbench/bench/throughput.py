@@ -1,4 +1,5 @@
-"""`madbench bench throughput` and `madbench bench cache`: the real runner and gateway against the simulated provider.
+"""`madbench bench throughput` (and the measurement behind `madbench bench cache`): the real runner and gateway against the
+simulated provider.
 
 The provider (madbench/sim/provider.py) enforces RPM/TPM itself and answers 429 with
 Retry-After, with lognormal latency; its answers come from the rule-based analysts,
@@ -13,6 +14,8 @@ with the overall rate (all requests over the whole wall time).
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import os
 import tempfile
@@ -24,13 +27,17 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from madbench.bench.pack_option import add_pack_only
+from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack, resolve_pack_dir
 from madbench.data.paths import PROJECT_ROOT
 from madbench.data.scenario import load_scenarios
 from madbench.gateway.models import ModelSpec, RateLimits
 from madbench.results import ResultsDir
 from madbench.runner.batch import BatchSpec, expand, resolve_configs, resolve_scenarios
+from madbench.runner.cli.common import number
 from madbench.runner.execute import init_ray, run_batch
+from madbench.runner.outcome import BatchOutcome
 from madbench.runner.store import BatchLayout
 from madbench.sim.provider import SimConfig, SimProvider
 
@@ -78,7 +85,7 @@ def _model(url: str, rpm: float | None, tpm: float | None, concurrency: int, max
                      limits=RateLimits(rpm=rpm, tpm=tpm, max_concurrency=max_requests or max(8, 3 * concurrency)))
 
 
-def _batch(spec, runs, root: Path, cache: Path, pack_dir: str, **over) -> dict:
+def _batch(spec, runs, root: Path, cache: Path, pack_dir: str, **over) -> BatchOutcome:
     return run_batch(spec.model_copy(update=over), runs, BatchLayout(root), pack_dir, [], str(cache), quiet=True)
 
 
@@ -145,7 +152,7 @@ def bench_throughput(runs: int = 100, rpm: float = 600, tpm: float | None = None
         "one_request_at_a_time_s_per_run": round(one_call_per_run, 2),
         "speedup_vs_one_request_at_a_time": round(one_call_per_run * runs / wall, 1),
         "overhead_p50_ms": round(_pct(llm["overhead_ms"], 0.5), 2), "overhead_p95_ms": round(_pct(llm["overhead_ms"], 0.95), 2),
-        "peak_rss_mb": round(peak[0], 1), "batch_wall_s": round(stats["wall_s"], 1),
+        "peak_rss_mb": round(peak[0], 1), "batch_wall_s": round(stats.wall_s, 1),
         "targets": {"efficiency": 0.90, "share_429": 0.02, "speedup_vs_serial": 20, "peak_rss_mb": 4096},
     }
     return out
@@ -175,3 +182,39 @@ def bench_cache(runs: int = 100, pack: str | None = None, scenarios: str | None 
     return {"runs": runs, "fill_s": round(fill, 1), "fill_http_calls": before, "replay_s": round(replay, 1),
             "replay_http_calls": http, "replay_calls_from_cache": int(calls["cached"].sum()), "replay_calls": int(len(calls)),
             "same_allocations": same, "targets": {"replay_s": 60, "replay_http_calls": 0}}
+
+
+EXAMPLE = "madbench bench throughput --runs 20 --rpm 600 --json"
+#: The headline figures `--json` prints.
+HEADLINE = ["efficiency", "requests_per_min", "limit_rpm", "share_429", "wall_s", "ideal_s", "speedup_vs_serial",
+            "overhead_p50_ms", "overhead_p95_ms", "peak_rss_mb"]
+
+
+def positive_runs(runs: int) -> None:
+    """--runs of 0 or less is one line naming the option (before the pack or Ray are touched)."""
+    if runs < 1:
+        raise InputError("--runs", f"must be ≥ 1, got {runs}", "give a positive count")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", type=number(int, le=1_000_000), default=100,
+                        help="runs of a 3-agent, 1-round debate with CRIT and a judge (default 100)")
+    parser.add_argument("--rpm", type=number(gt=0), default=600, help="requests/min the simulated provider allows (default 600)")
+    parser.add_argument("--tpm", type=number(gt=0), help="tokens/min the simulated provider allows (default: none)")
+    parser.add_argument("--latency-median", type=number(ge=0, le=3600), default=2.0,
+                        help="median provider latency in s, lognormal (default 2)")
+    parser.add_argument("--concurrency", type=number(int, ge=1, le=10_000), default=32, help="runs in flight (default 32)")
+    parser.add_argument("--serial-runs", type=number(int, ge=1, le=10_000), default=3,
+                        help="runs measured one at a time for the speed-up (default 3)")
+    parser.add_argument("--scenarios", default=str(SCENARIOS),
+                        help="scenario file the runs are drawn from (default configs/scenarios/market-35.yaml)")
+    parser.add_argument("--json", action="store_true", help="print only the headline JSON record")
+    add_pack_only(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    positive_runs(args.runs)
+    out = bench_throughput(args.runs, args.rpm, args.tpm, args.latency_median, args.concurrency, args.serial_runs,
+                           args.pack, args.scenarios)
+    print(json.dumps({k: out[k] for k in HEADLINE} if args.json else out, indent=1))
+    return 0

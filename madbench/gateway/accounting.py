@@ -27,7 +27,9 @@ class Attempt(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     model: str
-    kind: str  # ok | rate_limited | transient | fatal | invalid | cache_corrupt | fallback
+    #: ok | rate_limited | transient | fatal | invalid | cache_corrupt | fallback | cancelled | outraced (a hedged
+    #: request closed because its other copy answered first: madbench.gateway.hedging)
+    kind: str
     reason: str | None = None
     wait_s: float = 0.0
     latency_s: float = 0.0
@@ -46,6 +48,12 @@ class Attempt(BaseModel):
     provider_batch: str | None = None
     #: The rejected answer itself, for an ``invalid`` attempt (what the model wrote, for diagnosis).
     response: str | None = None
+    #: True for an attempt of a hedge (the second copy of a slow request); None for any other.
+    hedge: bool | None = None
+
+
+#: Attempt kinds that are no retry: an answer, and a hedged request closed because its copy answered first.
+NOT_RETRIES = ("ok", "outraced")
 
 
 class Completion(BaseModel):
@@ -79,7 +87,7 @@ class Completion(BaseModel):
 
     @property
     def retries(self) -> int:
-        return sum(1 for a in self.attempts if a.kind not in ("ok",))
+        return sum(1 for a in self.attempts if a.kind not in NOT_RETRIES)
 
     @property
     def cached_tokens(self) -> int:

@@ -20,6 +20,9 @@
   while calls in flight hold what it needs; ``BudgetExhausted`` when it cannot
   fit under the cap) and settles it to what was billed, failed calls too: see
   ``_reserved``.
+* A request still unanswered past its model's latency quantile is sent again
+  (a hedge, ``hedging.py``): through the same limiter and budget; the first
+  answer wins and the other request is closed (``_raced``).
 """
 
 from __future__ import annotations
@@ -46,10 +49,11 @@ from .errors import (
     RateLimited,
     TransientError,
 )
+from .hedging import Hedger, HedgeSettings
 from .limiter import LimiterPool
 from .models import ModelSpec, SchemaScope, as_spec, spec_cost
 from .providers import Provider, Providers
-from .providers.base import RawResponse
+from .providers.base import Race, RawResponse, racing
 from .providers.batching import current_party
 from .request import LLMRequest, Message
 from .secrets import redact, redact_known
@@ -75,6 +79,37 @@ class _Exhausted(Exception):
     """This model gave up (rate limits or provider errors); try the next one in the chain."""
 
 
+@dataclasses.dataclass
+class _Sending:
+    """What became of one request (one budget reservation): whether it reached the provider (it may bill from then
+    on), whether its answer came (counted at what it billed), and, for a request in a hedge's race, what the hedger
+    watches and the answer that beat it."""
+
+    sent: bool = False
+    answered: bool = False
+    #: This request's attempts (a copy in a race keeps its own, merged into the call's when the race ends).
+    attempts: list[Attempt] = dataclasses.field(default_factory=list)
+    #: When the try now at the provider was sent (monotonic); None while none is. ``moved`` is set at each change.
+    at: float | None = None
+    moved: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    race: Race | None = None
+    hedge: bool = False
+    #: The other copy's answer, once it won: its prompt tokens price this request's bound.
+    beaten_by: RawResponse | None = None
+
+    def moving(self, at: float | None) -> None:
+        self.at = at
+        self.moved.set()
+
+    @property
+    def lost(self) -> bool:
+        return self.race is not None and self.race.lost
+
+
+#: The copies of a raced request: each one's task and what became of it (the first copy first).
+_Legs = dict["asyncio.Task[tuple[RawResponse, float]]", _Sending]
+
+
 #: How long a call cancelled with its request at the provider waits for the answer, to count it at what it billed
 #: rather than at its reserved maximum (a failed run's report waits that long at most for its sibling turns).
 CANCELLED_ANSWER_PATIENCE_S = 15.0
@@ -83,7 +118,7 @@ CANCELLED_ANSWER_PATIENCE_S = 15.0
 class Gateway:
     def __init__(self, cache: ResponseCache | None = None, limiters: LimiterPool | None = None,
                  budget: Budget | None = None, use_cache: bool = True, guard: Callable[[], None] | None = None,
-                 providers: Providers | None = None, replay: bool = False):
+                 providers: Providers | None = None, replay: bool = False, hedging: HedgeSettings | None = None):
         self.cache = cache
         #: Replay (``madbench replay``): every answer from the cache; a call that would reach a provider (one whose
         #: answers are cached: a model behind an API or a local server) is refused, never sent.
@@ -105,6 +140,9 @@ class Gateway:
         #: watchdog reads a run whose count moves as alive even while its trace does not (a slow answer, retries).
         self.activity: Counter[str | None] = Counter()
         self._prepared: dict[str, ModelSpec] = {}
+        #: Slow requests sent twice (hedging.py): each model's latencies seen here, and the cap's counts.
+        self.hedger = Hedger(hedging)
+        self._hedged_specs: dict[str, bool] = {}
 
     def prepare(self, spec: ModelSpec) -> tuple[ModelSpec, Provider]:
         provider = self.providers.for_model(spec.model)
@@ -262,8 +300,8 @@ class Gateway:
         messages = list(request.messages)
         waited = 0.0
         for round_ in range(spec.retry.max_validation_retries + 1):
-            raw, w = await self._reserved(request.model_copy(update={"messages": messages, "model": spec.model,
-                                                                     "api_base": spec.api_base}), spec, provider, attempts)
+            raw, w = await self._requested(request.model_copy(update={"messages": messages, "model": spec.model,
+                                                                      "api_base": spec.api_base}), spec, provider, attempts)
             waited += w
             try:
                 return raw, validate(raw.content, spec), round_, waited
@@ -276,8 +314,91 @@ class Gateway:
                             Message(role="user", content=FEEDBACK.format(error=exc))]
         raise AssertionError("unreachable")
 
+    def hedges(self, spec: ModelSpec, provider: Provider) -> bool:
+        """Whether ``spec``'s slow requests are hedged: never in replay, for a provider that is not ``hedgeable`` or
+        with the setting off; else as the spec says, and by default when its price is known (hedging.py)."""
+        if self.replay or not provider.hedgeable or not self.hedger.settings.enabled:
+            return False
+        if spec.hedge is not None:
+            return spec.hedge
+        key = spec.model_dump_json()
+        if key not in self._hedged_specs:
+            self._hedged_specs[key] = spec_cost(provider, spec, 1, 1) is not None
+        return self._hedged_specs[key]
+
+    async def _requested(self, request: LLMRequest, spec: ModelSpec, provider: Provider,
+                         attempts: list[Attempt]) -> tuple[RawResponse, float]:
+        """One request's answer: ``_reserved``, raced against a hedge where ``spec`` hedges."""
+        if not self.hedges(spec, provider):
+            return await self._reserved(request, spec, provider, attempts, _Sending())
+        return await self._raced(request, spec, provider, attempts)
+
+    async def _raced(self, request: LLMRequest, spec: ModelSpec, provider: Provider,
+                     attempts: list[Attempt]) -> tuple[RawResponse, float]:
+        """``request`` sent once and, once that has waited its model's hedging delay at the provider with no answer
+        and the cap allows, sent again (each copy under its own reservation and limiter lease). The first answer
+        wins: the other copy is cancelled, its request closed and counted (``_answer``). A copy that fails leaves the
+        other to answer; when both fail, the first's error stands. Either way both copies' attempts are the call's,
+        the winner's last."""
+        self.hedger.requests += 1
+        first = _Sending(race=Race())
+        legs: _Legs = {asyncio.ensure_future(self._leg(request, spec, provider, first)): first}
+        try:
+            delay = self.hedger.delay(spec.limit_key())
+            task = next(iter(legs))
+            if (delay is not None and await _due(task, first, delay) and self._hedge_fits(request, spec, provider)
+                    and self.hedger.take()):
+                hedge = _Sending(race=Race(), hedge=True)
+                legs[asyncio.ensure_future(self._leg(request, spec, provider, hedge))] = hedge
+            winner = await _first_answer(legs)
+        except BaseException:
+            # The call is cancelled (or this failed): each copy still in flight stops as a cancelled call does.
+            for t in legs:
+                t.cancel()
+            await asyncio.shield(asyncio.wait(list(legs)))
+            attempts.extend(_merged(legs, None))
+            _read_outcomes(legs)
+            raise
+        if winner is None:  # every copy failed: the first's error, with every attempt
+            attempts.extend(_merged(legs, None))
+            _read_outcomes(legs)
+            error = next(iter(legs)).exception()
+            assert error is not None
+            raise error
+        answer: tuple[RawResponse, float] = winner.result()
+        for t, leg in legs.items():
+            if not t.done():
+                leg.beaten_by = answer[0]
+                assert leg.race is not None
+                leg.race.lost = True
+                t.cancel()
+        await asyncio.wait(list(legs))
+        for t, leg in legs.items():
+            if t is not winner and not t.cancelled() and t.exception() is None:  # answered in the same instant
+                leg.attempts[-1] = leg.attempts[-1].model_copy(update={
+                    "kind": "outraced", "reason": "answered too, just after the other copy of this hedged request: its "
+                                                  "answer was dropped, counted at what it billed"})
+        attempts.extend(_merged(legs, winner))
+        _read_outcomes(legs)  # a copy that failed before the other answered: its attempts say why
+        return answer
+
+    async def _leg(self, request: LLMRequest, spec: ModelSpec, provider: Provider,
+                   sending: _Sending) -> tuple[RawResponse, float]:
+        """One copy of a raced request, in its own task: its provider sees the race (``racing``)."""
+        racing.set(sending.race)
+        return await self._reserved(request, spec, provider, sending.attempts, sending)
+
+    def _hedge_fits(self, request: LLMRequest, spec: ModelSpec, provider: Provider) -> bool:
+        """Whether a hedge's maximum cost fits under the budget beside what is spent and held (as this process knows
+        it): a hedge is optional, and one that cannot fit must not be the call that marks the budget reached."""
+        cap = self.budget.max_cost_usd
+        if cap is None:
+            return True
+        amount = spec_cost(provider, spec, *max_tokens(request)) or 0.0
+        return self.budget.spent_usd + self.budget.ledger.reserved_usd + amount <= cap
+
     async def _reserved(self, request: LLMRequest, spec: ModelSpec, provider: Provider,
-                        attempts: list[Attempt]) -> tuple[RawResponse, float]:
+                        attempts: list[Attempt], sending: _Sending) -> tuple[RawResponse, float]:
         """``_call`` under a budget reservation of the request's maximum cost, settled to what its attempts billed
         (429s and errors bill nothing; a model without a known price reserves and settles 0).
 
@@ -288,14 +409,14 @@ class Gateway:
         reserved = spec_cost(provider, spec, prompt, completion) or 0.0
         token = await self.budget.reserve(reserved)
         first = len(attempts)
-        sent = {"sent": False, "answered": False}
         try:
-            answer = await self._call(request, spec, provider, attempts, sent)
+            answer = await self._call(request, spec, provider, attempts, sending)
         except asyncio.CancelledError:
             # Cancelled with a request at the provider (a failed run stops its sibling turns): ``_answer`` waited for
             # its answer and recorded what it billed. One whose answer never came is settled at the maximum it was
-            # reserved for, as its bill is never reported to us: spend never under-reports.
-            unknown = sent["sent"] and not sent["answered"]
+            # reserved for, as its bill is never reported to us: spend never under-reports. A copy that lost a race
+            # between tries (none at the provider) billed what its tries did.
+            unknown = sending.sent and not sending.answered and not (sending.lost and sending.at is None)
             if unknown:
                 attempts.append(Attempt(model=spec.model, kind="cancelled", prompt_tokens=prompt,
                                         completion_tokens=completion, cost_usd=reserved,
@@ -310,9 +431,9 @@ class Gateway:
         return answer
 
     async def _call(self, request: LLMRequest, spec: ModelSpec, provider: Provider, attempts: list[Attempt],
-                    sent: dict[str, bool]) -> tuple[RawResponse, float]:
+                    sending: _Sending) -> tuple[RawResponse, float]:
         """One answer from one model, retrying 429s and transient errors; raises _Exhausted when it gives up.
-        ``sent["sent"]`` turns true once a request has gone to the provider (it may bill it from then on)."""
+        ``sending.sent`` turns true once a request has gone to the provider (it may bill it from then on)."""
         limiter = self.limiters.get(spec.limit_key(), spec.limits) if provider.rate_limited else None
         provider.warm()  # before the lease: see Provider.warm
         tries = {"rate_limited": 0, "transient": 0}
@@ -333,12 +454,15 @@ class Gateway:
                 start = time.perf_counter()
                 party = current_party.get()
                 try:
-                    sent["sent"] = True
+                    sending.sent = True
+                    sending.moving(time.monotonic())
                     self.requests += provider.is_llm or provider.cacheable
                     self.activity[party] += 1
-                    raw = _scrubbed(await self._answer(request, spec, provider, attempts, sent, start))
+                    raw = _scrubbed(await self._answer(request, spec, provider, attempts, sending, start))
+                    sending.moving(None)
                     self.activity[party] += 1
                 except (RateLimited, TransientError) as exc:
+                    sending.moving(None)
                     self.activity[party] += 1
                     # 429s honour Retry-After (capped) and tell the limiter; other transient errors back off.
                     kind = exc.kind
@@ -369,25 +493,30 @@ class Gateway:
             except BaseException:
                 if release is not None:  # shielded: a second cancellation must not leave the slot taken either
                     # A cancelled call whose answer came (``_answer``) used what the provider counted, like any answer.
-                    used = _tokens_used(attempts[-1]) if sent["answered"] and attempts else None
+                    used = _tokens_used(attempts[-1]) if sending.answered and attempts else None
                     await asyncio.shield(release(lease_id, "error" if used is None else "ok", used))
                 raise
             attempts.append(self._answer_attempt(spec, provider, raw, latency))
+            if self.hedges(spec, provider):
+                self.hedger.observe(spec.limit_key(), latency)
             return raw, waited
 
     async def _answer(self, request: LLMRequest, spec: ModelSpec, provider: Provider, attempts: list[Attempt],
-                      sent: dict[str, bool], start: float) -> RawResponse:
+                      sending: _Sending, start: float) -> RawResponse:
         """The provider's answer to ``request``, sent now. A caller cancelled while the request is at the provider (a
         failed run stops its sibling turns, as does an orphaned actor's run at its guard) still waits for the
         answer, which the provider bills whether or not it is read: it is recorded as a cancelled attempt at what it
         billed (``sent["answered"]``), and the cancellation goes on. One whose answer does not come within
         ``CANCELLED_ANSWER_PATIENCE_S`` (or an error, or a second cancellation) is left to ``_reserved`` to count at
-        its maximum."""
+        its maximum. A copy of a hedged request whose other copy answered first is not waited for: ``_outraced``."""
         call = asyncio.ensure_future(provider.complete(request, spec))
         try:
             return await asyncio.shield(call)
         except asyncio.CancelledError:
             if call.cancelled():  # the request itself was cancelled, not only its caller: no answer will come
+                raise
+            if sending.lost:
+                await self._outraced(call, request, spec, provider, attempts, sending, start)
                 raise
             raw = None
             try:
@@ -400,7 +529,7 @@ class Gateway:
                 attempts.append(Attempt(model=spec.model, kind="cancelled", latency_s=time.perf_counter() - start,
                                         reason=redact(f"cancelled with the request at the provider, which answered "
                                                       f"{exc.kind}: {exc.reason}")[:1000], **exc.billed))
-                sent["answered"] = True
+                sending.answered = True
                 raise asyncio.CancelledError() from None
             except BaseException:
                 raw = None
@@ -410,8 +539,34 @@ class Gateway:
             attempts.append(self._answer_attempt(spec, provider, raw, time.perf_counter() - start).model_copy(
                 update={"kind": "cancelled", "reason": "cancelled with the request at the provider: its answer was "
                                                        "waited for and counted at what it billed, then dropped"}))
-            sent["answered"] = True
+            sending.answered = True
             raise
+
+    async def _outraced(self, call: asyncio.Future[RawResponse], request: LLMRequest, spec: ModelSpec,
+                        provider: Provider, attempts: list[Attempt], sending: _Sending, start: float) -> None:
+        """Close a raced copy's request (its provider closes the connection: ``racing``) and record it as
+        ``outraced``: at what it billed if its answer came all the same, else at a bound of what it may have billed,
+        the winner's prompt tokens (the same prompt) and the request's whole completion allowance. Without the
+        winner's token count it is left to ``_reserved``, which counts it at its reserved maximum."""
+        call.cancel()
+        await asyncio.wait({call})
+        note = "closed when the other copy of this hedged request answered first"
+        if not call.cancelled() and call.exception() is None:
+            attempts.append(self._answer_attempt(spec, provider, call.result(), time.perf_counter() - start).model_copy(
+                update={"kind": "outraced", "reason": f"{note}; its answer came all the same and was dropped"}))
+            sending.answered = True
+            return
+        winner = sending.beaten_by
+        prompt = winner.prompt_tokens if winner is not None else None
+        completion = max_tokens(request)[1]
+        bound = spec_cost(provider, spec, prompt, completion)
+        if bound is None:
+            return
+        attempts.append(Attempt(model=spec.model, kind="outraced", latency_s=time.perf_counter() - start,
+                                prompt_tokens=prompt, cost_usd=bound, list_cost_usd=bound,
+                                reason=f"{note}; counted at a bound of its bill ({prompt} prompt tokens, as the "
+                                       f"winner's, and its {completion} completion tokens allowed)"))
+        sending.answered = True
 
     def _pause(self, spec: ModelSpec, kind: str, retry_after: float | None, tries: dict[str, int], bounds: dict[str, int],
                first_transient: float | None) -> tuple[float, bool, float | None]:
@@ -455,3 +610,52 @@ def _scrubbed(raw: RawResponse) -> RawResponse:
 def _tokens_used(answer: RawResponse | Attempt) -> int | None:
     """The tokens an answer used, as its provider counted them (what the limiter's token bucket settles to)."""
     return None if answer.prompt_tokens is None else answer.prompt_tokens + (answer.completion_tokens or 0)
+
+
+async def _due(task: asyncio.Future[Any], sending: _Sending, delay: float) -> bool:
+    """Wait until ``task``'s try now at the provider has been there ``delay`` seconds (True), or ``task`` ends (False).
+    The clock starts at each try's send: a try waiting at the limiter or backing off is not slow at the provider."""
+    while not task.done():
+        if sending.at is None:
+            sending.moved.clear()
+            moved = asyncio.ensure_future(sending.moved.wait())
+            try:
+                await asyncio.wait([task, moved], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                moved.cancel()
+            continue
+        left = sending.at + delay - time.monotonic()
+        if left <= 0:
+            return True
+        sending.moved.clear()
+        moved = asyncio.ensure_future(sending.moved.wait())
+        try:
+            await asyncio.wait([task, moved], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            moved.cancel()
+    return False
+
+
+async def _first_answer(legs: _Legs) -> asyncio.Task[tuple[RawResponse, float]] | None:
+    """The first of ``legs`` to end with an answer (the first leg's when both end at once), None when all fail."""
+    pending = set(legs)
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        answered = [t for t in legs if t in done and not t.cancelled() and t.exception() is None]
+        if answered:
+            return answered[0]
+    return None
+
+
+def _merged(legs: _Legs, winner: asyncio.Task[tuple[RawResponse, float]] | None) -> list[Attempt]:
+    """The attempts of every copy of a raced request, a hedge's marked, the winner's last (its answer is the call's
+    last attempt, which validation may mark invalid)."""
+    order = [t for t in legs if t is not winner] + ([winner] if winner is not None else [])
+    return [a.model_copy(update={"hedge": True}) if legs[t].hedge else a for t in order for a in legs[t].attempts]
+
+
+def _read_outcomes(legs: _Legs) -> None:
+    """Each ended copy's error read, so that none is reported as never retrieved (its attempts record it)."""
+    for t in legs:
+        if t.done() and not t.cancelled():
+            t.exception()

@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, field_validator, model_validator
 
-Phase = Literal["propose", "critique", "revise", "judge", "crit", "rca"]
-PHASES: tuple[str, ...] = ("propose", "critique", "revise", "judge", "crit", "rca")
+from madbench.gateway.phases import PHASES, Phase
+
 StructuredMode = Literal["json_schema", "json_object_schema", "prompt_only"]
 WeightPolicy = Literal["strict", "normalize"]
 #: How narrowly the JSON schema sent with a turn is fitted (debate.request_schemas): to the turn (its peers' claims,
@@ -23,6 +23,8 @@ SchemaScope = Literal["turn", "run"]
 #: The ModelSpec fields that say where a model is reached and how fast, not what it answers: a run's identity sees
 #: them at their defaults, and a batch or the command line may override them (``madbench.gateway.routing_profiles``).
 DEPLOYMENT_FIELDS: tuple[str, ...] = ("api_base", "api_key_env", "limits")
+#: The ModelSpec fields a run's identity leaves out entirely (added after run ids existed: ids stay the same).
+UNSEEN_FIELDS: tuple[str, ...] = ("price", "hedge")
 #: What an environment variable's name may be (POSIX): anything else given as ``api_key_env`` is most likely the key.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -134,6 +136,9 @@ class ModelSpec(BaseModel):
     send_context: bool = False
     #: The model's price where litellm's cost map has none (or lists $0 for a hosted model); None: the map's.
     price: ModelPrice | None = None
+    #: Hedge this model's slow requests (madbench.gateway.hedging): True or False; None, the default, hedges it when
+    #: its price is known (every hedge is counted) and never when it is not. A deployment setting: run ids ignore it.
+    hedge: bool | None = None
 
     @property
     def provider(self) -> str:
@@ -164,10 +169,10 @@ def spec_identity(value: ModelSpec | str) -> dict[str, Any] | str:
     the same runs as the bare model string."""
     if isinstance(value, str):
         return value
-    # A price changes what is counted, not what is answered; left out entirely, so that ids from before the field
-    # existed stay the same.
-    data = value.model_dump(mode="json", exclude={"price"}) | {"fallbacks": [spec_identity(f) for f in value.fallbacks]}
-    defaults = ModelSpec(model=value.model).model_dump(mode="json", exclude={"price"})
+    # A price changes what is counted, and hedging how fast it is answered, not what is answered; both left out
+    # entirely, so that ids from before the fields existed stay the same.
+    data = value.model_dump(mode="json", exclude=set(UNSEEN_FIELDS)) | {"fallbacks": [spec_identity(f) for f in value.fallbacks]}
+    defaults = ModelSpec(model=value.model).model_dump(mode="json", exclude=set(UNSEEN_FIELDS))
     data |= {f: defaults[f] for f in DEPLOYMENT_FIELDS}
     return value.model if data == defaults else data
 

@@ -3,7 +3,7 @@ reached, named once and shared by the debate configs that say ``routing: <name>`
 
 A config's own ``models:`` entries go over its profile's, table by table (a tier, role, phase or role.phase given
 replaces the profile's entry of that name; ``default`` replaces the profile's). A batch or the command line may then
-override the deployment settings of a tier (``DEPLOYMENT_FIELDS``: api_base, key variable, limits), which a run's
+override the deployment settings of a tier (``DEPLOYMENT_FIELDS``: api_base, key variable, limits; and ``hedge``), which a run's
 identity does not see (``ModelRouting.identity``).
 """
 
@@ -76,6 +76,8 @@ class Deployment(BaseModel):
     api_base: str | None = None
     api_key_env: str | None = None
     limits: RateLimits | None = None
+    #: Hedge the tier's slow requests (``ModelSpec.hedge``): true or false; left out, the tier's own setting.
+    hedge: bool | None = None
 
     @field_validator("api_base")
     @classmethod

@@ -4,7 +4,7 @@ read by the report), beside the tables it summarises (residue.parquet, identify.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,7 +32,7 @@ class AuditRecord(BaseModel):
     """``<results>/leakage_audit/audit.json``."""
 
     model_config = ConfigDict(extra="forbid")
-    options: dict
+    options: dict[str, Any]
     on_leak: Literal["refuse", "warn"]
     #: clear: no model beat chance; refused or warned: some did, and what ``on_leak`` made of it.
     decision: Literal["clear", "warned", "refused"]

@@ -133,7 +133,7 @@ def machine() -> dict[str, Any]:
     return {"os": platform.platform(), "machine": platform.machine(), "cpu_count": os.cpu_count()}
 
 
-def collect(pack_dir: str | Path | None, evidence: list, scenarios: str | Path | None,
+def collect(pack_dir: str | Path | None, evidence: list[str] | list[Path], scenarios: str | Path | None,
             cluster: dict[str, Any] | None = None) -> Provenance:
     """This process's provenance for results computed from these inputs."""
     packages = package_versions()

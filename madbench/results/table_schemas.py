@@ -73,6 +73,10 @@ CALLS = pa.schema([
     # A paid call the ledger (budget.json) counts that no trace records: its call id there; ``orphaned``, one a kill
     # left in flight (runner/store.py: ``ledger_rows``). Null and False for a traced call.
     *_cols("call_id", STR), *_cols("orphaned", BOOL),
+    # A hedged call (madbench.gateway.hedging): a second copy of its request was sent; ``hedge_won``, the copy's answer
+    # won (the first request was closed), else the first's did (null when not hedged); ``outraced_cost_usd``, what the
+    # closed copy is counted at, within ``cost_usd`` (null when none was closed).
+    *_cols("hedged hedge_won", BOOL), *_cols("outraced_cost_usd", FLOAT),
 ])
 SCORES = pa.schema([
     *_cols("run_id scenario_id config label", STR), *_cols("round", INT), *_cols("agent_id role scorer", STR),
@@ -91,6 +95,7 @@ ADDED: dict[int, dict[str, tuple[str, ...]]] = {
         "rounds": ("adopted_evidence_ids",)},
     3: {"calls": ("model_served",)},
     4: {"calls": ("call_id", "orphaned")},
+    5: {"calls": ("hedged", "hedge_won", "outraced_cost_usd")},
 }
 
 

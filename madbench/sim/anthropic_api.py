@@ -73,9 +73,9 @@ class AnthropicDouble(ApiDouble):
             raise self.invalid("temperature: Input should be less than or equal to 1")
         if body.get("stream"):
             raise self.invalid("stream: this double answers whole messages only")
-        name = _forced_tool(body)
-        if name is not None and name not in {t.get("name") for t in body.get("tools") or []}:
-            raise self.invalid(f"tool_choice: tool {name!r} is not among the tools given")
+        forced = _forced_tool(body)
+        if forced is not None and forced not in {t.get("name") for t in body.get("tools") or []}:
+            raise self.invalid(f"tool_choice: tool {forced!r} is not among the tools given")
         fmt = body.get("output_format")
         if fmt is not None and STRUCTURED_BETA not in req.headers.get("anthropic-beta", ""):
             raise self.invalid("output_format: Extra inputs are not permitted (structured outputs need the "

@@ -22,8 +22,10 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from email.message import MIMEPart
 from email.parser import BytesParser
 from email.policy import default as default_policy
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 TERMINAL = ("completed", "expired", "failed", "cancelled")
@@ -69,7 +71,7 @@ class BatchStore:
         self.files: dict[str, tuple[str, bytes]] = {}  # id → (purpose, bytes)
         self.batches: dict[str, SimBatch] = {}
         #: custom_id → how many created batches carried it.
-        self.submitted: Counter[str] = Counter()
+        self.submitted: Counter[str | None] = Counter()  # a line without a custom_id counts under None
         self._lock = threading.Lock()
         self._n = 0
 
@@ -115,8 +117,7 @@ class BatchStore:
         fields = {p.get_param("name", header="content-disposition"): p for p in msg.iter_parts()}
         if "file" not in fields or "purpose" not in fields:
             raise _Refused(400, "a file upload needs the fields `file` and `purpose`")
-        data = fields["file"].get_payload(decode=True) or b""
-        purpose = (fields["purpose"].get_payload(decode=True) or b"").decode()
+        data, purpose = _decoded(fields["file"]), _decoded(fields["purpose"]).decode()
         file_id = self._new_file(purpose, data, fields["file"].get_filename() or "upload.jsonl")
         return self._file_object(file_id)
 
@@ -200,7 +201,8 @@ class BatchStore:
         done = batch.lines
         if batch.fate == "expired":
             done = batch.lines[: int(len(batch.lines) * self.config.expired_done_share)]
-        out, err = [], []
+        out: list[dict[str, Any]] = []
+        err: list[dict[str, Any]] = []
         for line in done:
             row = self._answer(line)
             (out if row["response"]["status_code"] == 200 else err).append(row)
@@ -262,3 +264,8 @@ def _send_bytes(handler, status: int, data: bytes) -> None:
         handler.wfile.write(data)
     except (BrokenPipeError, ConnectionResetError):
         pass  # the client gave up: expected
+
+
+def _decoded(part: MIMEPart) -> bytes:
+    """A form field's bytes: get_payload(decode=True) gives bytes, or None for a multipart part."""
+    return cast("bytes | None", part.get_payload(decode=True)) or b""

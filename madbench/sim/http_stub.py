@@ -7,6 +7,7 @@ import socket
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 class JSONHandler(BaseHTTPRequestHandler):
@@ -54,7 +55,7 @@ class QuietServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def handle_error(self, request: object, client_address: object) -> None:
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
 
@@ -70,6 +71,7 @@ class StubServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's address (bytes only for AF_UNIX)
         host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # listening on every interface: reach it locally
         return f"http://{host}:{port}/v1"
 

@@ -21,6 +21,8 @@ import hashlib
 import json
 import math
 import random
+import select
+import socket
 import threading
 import time
 from collections import OrderedDict, deque
@@ -108,6 +110,9 @@ class SimStats:
     #: What it billed: (model, prompt_tokens, completion_tokens, cached_tokens) of every answer it sent, counted as it
     #: is sent (a caller killed while reading it was billed all the same, as by a hosted provider).
     billed: list[tuple[str, int, int, int]] = field(default_factory=list)
+    #: Requests whose client closed the connection before their answer was ready (a hedge's loser, a killed caller):
+    #: billed all the same, the answer never sent.
+    abandoned: int = 0
 
 
 class SimProvider(StubServer):
@@ -128,6 +133,7 @@ class SimProvider(StubServer):
         self._lock = threading.Lock()
         self._window: deque[tuple[float, int]] = deque()  # (time, tokens) of admitted requests
         self.outage_until = 0.0
+        self._latencies: deque[float] = deque()  # scripted latencies of the next admitted requests
         self.prefix_cache = PrefixCache(self.config.prefix_cache_entries)
         #: /v1/files and /v1/batches (madbench/sim/batches.py): each line is answered as ``reply`` answers.
         self.batches = BatchStore(self.reply)
@@ -154,13 +160,16 @@ class SimProvider(StubServer):
                 if retry_after is not None:
                     return self.send_json(429, {"error": {"message": "simulated rate limit", "type": "rate_limit_error"}},
                                           {"Retry-After": str(max(1, math.ceil(retry_after)))})
-                if delay:
-                    time.sleep(delay)
+                gone = bool(delay) and client_gone_within(self.request, delay)
                 answer = sim.reply(body)
                 usage = answer["usage"]
                 with sim._lock:
                     sim.stats.billed.append((body.get("model", "sim"), usage["prompt_tokens"], usage["completion_tokens"],
                                              usage["prompt_tokens_details"]["cached_tokens"]))
+                    sim.stats.abandoned += gone
+                if gone:
+                    self.close_connection = True
+                    return
                 self.send_json(200, answer)
 
         super().__init__(Handler, host, port)
@@ -184,6 +193,12 @@ class SimProvider(StubServer):
         out["usage"]["prompt_tokens_details"] = {"cached_tokens": self.prefix_cache.lookup(model, head, prompt)}
         return out
 
+    def script_latency(self, *seconds: float) -> None:
+        """The next admitted requests wait exactly these latencies, in order (then the lognormal again): a straggler
+        on demand, for tests."""
+        with self._lock:
+            self._latencies.extend(seconds)
+
     def outage(self, seconds: float) -> None:
         """Answer every request with 503 for the next ``seconds`` (a provider outage)."""
         self.outage_until = time.monotonic() + seconds
@@ -204,5 +219,27 @@ class SimProvider(StubServer):
                 return (self._window[0][0] + 60.0 - now if self._window else 1.0), 0.0
             self._window.append((now, tokens))
             self.stats.admitted.append(now)
-            delay = 0.0 if c.latency_median_s <= 0 else self._rng.lognormvariate(math.log(c.latency_median_s), c.latency_sigma)
+            if self._latencies:
+                delay = self._latencies.popleft()
+            else:
+                delay = 0.0 if c.latency_median_s <= 0 else self._rng.lognormvariate(math.log(c.latency_median_s),
+                                                                                      c.latency_sigma)
         return None, delay
+
+
+def client_gone_within(sock: socket.socket, seconds: float) -> bool:
+    """Wait ``seconds`` for an answer's latency; True as soon as the client closes the connection (it sends nothing
+    more while it waits for its answer, so a readable socket is its close)."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([sock], [], [], left)
+        if not readable:
+            return False
+        try:
+            if not sock.recv(1, socket.MSG_PEEK):
+                return True
+        except OSError:
+            return True
+        time.sleep(max(0.0, deadline - time.monotonic()))  # bytes of a next request: not a close
+        return False
+    return False

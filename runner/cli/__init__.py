@@ -24,7 +24,7 @@ from importlib import metadata
 from typing import NoReturn
 
 from madbench.data.errors import InputError
-from madbench.runner.cli.commands import GROUPS, Group, command_parser, command_word, group_of
+from madbench.runner.cli.commands import EXAMPLES, GROUPS, Group, command_parser, command_word, group_of
 from madbench.runner.exit_codes import EXIT_DISK_FULL, EXIT_INPUT, EXIT_INTERRUPTED, EXIT_NO_RAY
 from madbench.runner.ray_address import RayUnavailable
 
@@ -79,15 +79,28 @@ def build_parser(full: Iterable[Group] | None = None) -> argparse.ArgumentParser
     return parser
 
 
-def _describe(parser: argparse.ArgumentParser) -> None:
-    """A subcommand's --help opens with its one-line description unless it has a longer one of its own."""
+def _describe(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> None:
+    """A subcommand's --help opens with its one-line description unless it has a longer one of its own, and ends
+    with its example (``commands.EXAMPLES``) unless it has an epilog of its own."""
+    if parser.epilog is None and " ".join(path) in EXAMPLES:
+        parser.epilog = f"example:\n  {EXAMPLES[' '.join(path)]}"
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter  # the example as written, not rewrapped
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for choice in action._choices_actions:
                 sub = action.choices[choice.dest]
                 if sub.description is None:
                     sub.description = choice.help
-                _describe(sub)
+                _describe(sub, (*path, choice.dest))
+
+
+def _command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``argv`` names: `madbench bench scale ...` is bench scale's."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     owner = group_of(command_word(argv))
     parser = build_parser([owner] if owner else [])
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named by the command they were given to, whose --help lists what it takes
+            prog = _command_parser(parser, argv).prog
+            parser.exit(EXIT_INPUT, f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see `{prog} --help`)\n")
         return args.func(args)
     except InputError as exc:
         print(f"madbench: error: {exc}", file=sys.stderr)

@@ -77,9 +77,55 @@ GROUPS: tuple[Group, ...] = (
         "sim": "a simulated OpenAI-compatible provider (rate limits, latency) for trying setups offline",
     }),
     Group("madbench.bench.cli", {
-        "bench": "benchmarks: memo, backtest, gateway, runner, throughput against a simulated provider, cached replay, cost per run, sequential designs",
+        "bench": "benchmarks, one subcommand each: the stages, the runner under load and at scale, its guarantees, costs, sequential designs",
     }),
 )
+
+#: One example per command path (its --help ends with it); `madbench bench`'s benchmarks carry their own (EXAMPLE).
+EXAMPLES: dict[str, str] = {
+    "": "madbench demo",
+    "demo": "madbench demo --results results",
+    "run": "madbench run configs/batches/rules-35.yaml --dry-run",
+    "status": "madbench status results/rules-35",
+    "data": "madbench data check",
+    "data check": "madbench data check --pack ../shared/data/market",
+    "data fetch": "madbench data fetch --tickers AAPL,MSFT,XOM --start 2019-01-01 --end 2025-12-31 --out packs/mine",
+    "scenarios": "madbench scenarios make --quarters 2021Q4:2025Q3 --count 35 --seed 7 --out my-scenarios.yaml",
+    "scenarios make": "madbench scenarios make --quarters 2021Q4:2025Q3 --count 35 --seed 7 --out my-scenarios.yaml",
+    "memo": "madbench memo 2025Q2_n3_022 --scenarios configs/scenarios/market-35.yaml",
+    "debate": "madbench debate 2025Q2_n3_022 --scenarios configs/scenarios/market-35.yaml "
+              "--config configs/debate/causal-debate-3.yaml --model rules/auto",
+    "trace": "madbench trace show results/debates/RUN_ID",
+    "trace show": "madbench trace show results/debates/RUN_ID --responses",
+    "backtest": "madbench backtest --quarter 2023Q2 --tickers AAPL,MSFT,XOM --weights equal --baselines",
+    "backtest-quarters": "madbench backtest-quarters --steps steps.json --cost-bps 10",
+    "rescore": "madbench rescore results/rules-35 --scorer rules --rubric role-aware",
+    "stats": "madbench stats results/rules-35 --compare causal-debate-3,single-causal --metric sharpe",
+    "power": "madbench power --metric sharpe --effect 0.14 --sd 0.37",
+    "probe": "madbench probe recall --model openai/madbench-sim --api-base http://127.0.0.1:8000/v1 "
+             "--scenarios configs/scenarios/market-35.yaml",
+    "probe recall": "madbench probe recall --model openai/madbench-sim --api-base http://127.0.0.1:8000/v1 "
+                    "--scenarios configs/scenarios/market-35.yaml",
+    "leakage": "madbench leakage audit --scenarios configs/scenarios/market-35.yaml",
+    "leakage audit": "madbench leakage audit --scenarios configs/scenarios/market-35.yaml --ids 2025Q2_n3_022",
+    "report": "madbench report results/rules-35",
+    "replay": "madbench replay results/rules-35",
+    "diff": "madbench diff results/a results/b",
+    "export": "madbench export results/rules-35 --format inspect",
+    "llm": "madbench llm ask --model rules/auto --prompt hi",
+    "llm ask": "madbench llm ask --model openai/gpt-4o-mini --prompt 'Say hi as JSON' --schema answer.json",
+    "cache": "madbench cache stats",
+    "cache stats": "madbench cache stats --json",
+    "cache prune": "madbench cache prune --older-than 30d",
+    "cache verify": "madbench cache verify results/rules-35",
+    "model": "madbench model status",
+    "model serve": "madbench model serve",
+    "model status": "madbench model status",
+    "model stop": "madbench model stop",
+    "sim": "madbench sim serve --rpm 500 --latency-median 2",
+    "sim serve": "madbench sim serve --api anthropic --port 8010",
+    "bench": "madbench bench scale --runs 200",
+}
 
 #: Every command's one-line description, in help order.
 COMMANDS: dict[str, str] = {name: text for g in GROUPS for name, text in g.commands.items()}

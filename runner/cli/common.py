@@ -17,6 +17,7 @@ from madbench.data.market.pack import Pack, resolve_evidence_dirs, resolve_pack_
 from madbench.data.market.pack import load_pack as _load_pack
 from madbench.data.paths import PROJECT_ROOT
 from madbench.gateway.models import ModelSpec
+from madbench.runner.deployment import Resolved, one_model
 
 #: The project checkout (configs/ lives here).
 ROOT = PROJECT_ROOT
@@ -132,3 +133,63 @@ def check_out(value: str, flag: str, kind: str = "folder") -> Path:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise InputError(flag, f"{existing} is not writable by this user", f"choose another {kind}, or make it writable")
     return path
+
+
+#: ``--set``'s example, the same for every command.
+SET_EXAMPLE = "e.g. --set agents.limits.rpm=200 --set strong.api_base=http://localhost:8000/v1"
+
+#: Each shorthand flag of ``--set`` (``runner.deployment.SHORTHANDS``): its parser and help, ``{what}`` the model(s)
+#: it deploys.
+SHORTHAND_FLAGS: dict[str, tuple[Callable[[str], Any] | None, str]] = {
+    "--api-base": (None, "OpenAI-compatible endpoint for {what}, e.g. http://127.0.0.1:8000/v1 (--set TIER.api_base=URL)"),
+    "--api-key-env": (None, "environment variable holding {what}'s key (default: the provider's usual one; "
+                            "--set TIER.api_key_env=NAME)"),
+    "--rpm": (number(gt=0), "requests per minute limit of {what} (one limiter per provider, model and api_base; "
+                            "--set TIER.limits.rpm=N)"),
+    "--tpm": (number(gt=0), "tokens per minute limit of {what} (--set TIER.limits.tpm=N)"),
+    "--max-concurrency": (number(int, ge=1, le=10_000), "requests of {what} in flight across the cluster (default 8; "
+                                                         "--set TIER.limits.max_concurrency=N)"),
+}
+
+
+def add_routing_args(p: argparse.ArgumentParser, routing_help: str, set_scope: str) -> None:
+    """``--routing NAME`` and ``--set TIER.FIELD=VALUE``, as every command that calls a model takes them
+    (``runner.deployment`` resolves them); ``set_scope``: which tiers ``--set`` reaches in this command."""
+    p.add_argument("--routing", metavar="NAME", help=routing_help)
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="TIER.FIELD=VALUE",
+                   help=f"override a tier's deployment setting (api_base, api_key_env, limits.<field>) {set_scope}; "
+                        f"repeatable; {SET_EXAMPLE}")
+
+
+def add_model_deployment(p: argparse.ArgumentParser, what: str,
+                         shorthands: tuple[str, ...] = ("--api-base", "--api-key-env", "--rpm")) -> None:
+    """The deployment options of a command that calls one model (``what``) outside a batch: ``--routing``, ``--set``
+    and the ``shorthands`` of ``--set`` it offers."""
+    add_routing_args(p, "take the model's deployment from the routing profile configs/routing/NAME.yaml: the model "
+                        "option then names one of its tiers (e.g. strong) or the model of one",
+                     f"of {what}'s tier (the one the routing names it by, else `model`)")
+    for flag in shorthands:
+        kind, text = SHORTHAND_FLAGS[flag]
+        p.add_argument(flag, type=kind, help=text.format(what=what))
+
+
+def model_deployments(args: argparse.Namespace, models: list[str], flag: str = "--model") -> list[Resolved]:
+    """``models`` with the deployment the command line gives them (``runner.deployment.one_model``)."""
+    given = {f: getattr(args, f[2:].replace("-", "_"), None) for f in SHORTHAND_FLAGS}
+    return one_model(models, args.routing, args.settings, given, flag)
+
+
+def called_spec(model: Resolved, **fields: Any) -> ModelSpec:
+    """``model``'s spec with this command's own ``fields`` over it (``send_context``, ``retry``), checked as
+    ``flag_spec`` checks the flags."""
+    return flag_spec(**(model.spec.model_dump() | fields))
+
+
+def endpoints(models: list[Resolved], specs: list[ModelSpec]) -> dict[str, tuple[str, set[str]]]:
+    """Each api_base ``specs`` (of ``models``) call: the option that gave it and the models reached there, for
+    ``preflight.require_endpoint``."""
+    out: dict[str, tuple[str, set[str]]] = {}
+    for model, spec in zip(models, specs, strict=True):
+        if spec.api_base:
+            out.setdefault(spec.api_base, (model.api_base_from, set()))[1].add(spec.model)
+    return out

@@ -15,6 +15,7 @@ from madbench.data.market.pack import resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.scenario import find_scenario, load_scenarios
 from madbench.debate.config_file import load_debate_config
 from madbench.debate.events import (
+    AnyEvent,
     Backtest,
     BlindMap,
     ControllerStep,
@@ -33,12 +34,13 @@ from madbench.debate.events import (
     parse_event,
 )
 from madbench.debate.trace import read_trace
-from madbench.gateway import ModelRouting, ResponseCache, resolve_cache_dir
+from madbench.gateway import ResponseCache, resolve_cache_dir
 from madbench.results import FORMAT_VERSION, DebateDirs
 from madbench.results.records import DebateManifest, write_debate_manifest
 from madbench.runner.api import checked_provenance
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, load_pack, number
+from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, add_routing_args, load_pack, number
+from madbench.runner.deployment import config_routing
 from madbench.runner.exit_codes import EXIT_INPUT
 from madbench.runner.pipeline import run_debate
 from madbench.runner.wiring import build_gateway
@@ -50,6 +52,8 @@ def register(sub) -> None:
     p.add_argument("--scenarios", required=True, help="scenario YAML file")
     p.add_argument("--config", required=True, help="debate config, e.g. configs/debate/causal-debate-3.yaml")
     p.add_argument("--model", help="run every role and phase on this model (e.g. rules/auto, local/gemma3-270m, openai/gpt-4o-mini)")
+    add_routing_args(p, "run the config on the routing profile configs/routing/NAME.yaml, its own routing replaced (e.g. "
+                        "rules, paper-openai)", "of the config's routing (run ids do not change)")
     p.add_argument("--sample-index", type=number(int, ge=0), default=0, help="replicate number (default 0)")
     p.add_argument("--out", default="results/debates", help="directory for the run directory (default results/debates)")
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
@@ -72,10 +76,10 @@ def cmd_debate(args) -> int:
         raise InputError("--out", f"{args.out} is a file, not a directory", "give a directory for the run directories "
                          "(it is made if missing)")
     config = load_debate_config(args.config)
-    if args.model:
-        if "/" not in args.model:
-            raise InputError("--model", f"{args.model!r} is not a model string", "write e.g. rules/auto, local/gemma3-270m or openai/gpt-4o-mini")
-        config = config.model_copy(update={"models": ModelRouting.single(args.model)})
+    if args.model and "/" not in args.model:
+        raise InputError("--model", f"{args.model!r} is not a model string", "write e.g. rules/auto, local/gemma3-270m or openai/gpt-4o-mini")
+    if args.model or args.routing or args.settings:
+        config = config.model_copy(update={"models": config_routing(config.models, args.model, args.routing, args.settings)})
     scenarios = load_scenarios(args.scenarios)
     _, scenario = find_scenario(scenarios, args.scenario_id, args.scenarios)
     pack = load_pack(args)
@@ -110,6 +114,7 @@ def cmd_debate(args) -> int:
     if result.interventions:
         print("interventions: " + "; ".join(f"{i['name']} r{i['round']} {i.get('agent', '')} {i.get('reason', '')}".strip() for i in result.interventions))
     m = result.metrics
+    assert m is not None  # an ok run holds its backtest's metrics
     print(f"metrics: return {m['total_return_pct']:.2f}% | SPY {m['spy_return_pct']:.2f}% | excess {m['excess_return_pct']:.2f}% | "
           f"Sharpe {_f(m['sharpe'])} | Sortino {_f(m['sortino'])} | vol {_f(m['volatility'])} | max DD {m['max_drawdown_pct']:.2f}%")
     for name, b in result.baselines.items():
@@ -148,7 +153,7 @@ def cmd_trace_show(args) -> int:
     return EXIT_INPUT if unreadable or readout.problems else 0  # a damaged trace is shown, and said so
 
 
-def render_event(e: Event, responses: bool = False) -> str:
+def render_event(e: AnyEvent, responses: bool = False) -> str:
     """One trace event as a line (an LLM call with ``responses`` also gets its raw response, indented)."""
     line = _RENDERERS.get(type(e), _render_other)(e)
     if responses and isinstance(e, LLMCall):
@@ -156,13 +161,13 @@ def render_event(e: Event, responses: bool = False) -> str:
     return line
 
 
-def _fields(e: Event, *leave_out: str) -> dict:
+def _fields(e: AnyEvent, *leave_out: str) -> dict:
     """The event's fields as written in its trace line (the hash-chain fields and ``leave_out`` left out)."""
     return {k: v for k, v in {"event": e.event, **e.model_dump(mode="json", exclude_unset=True)}.items()
             if k not in ("seq", "prev", "t", *leave_out)}
 
 
-def _render_other(e: Event) -> str:
+def _render_other(e: AnyEvent) -> str:
     return f"   {e.event} " + json.dumps(_fields(e), sort_keys=True)[:300]
 
 

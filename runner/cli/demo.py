@@ -10,7 +10,9 @@ from madbench.runner.demo import run_demo
 
 def register(sub) -> None:
     p = command_parser(sub, "demo")
-    p.add_argument("--out", default="results", help="parent of the batches' results directories (default results)")
+    # --results, as `madbench run` spells the same folder; --out kept for the scripts that use it
+    p.add_argument("--results", "--out", dest="out", default="results",
+                   help="parent of the batches' results directories (default results)")
     p.add_argument("--no-local", action="store_true", help="skip the embedded language model's batch (quickstart)")
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     add_pack_args(p)

@@ -22,13 +22,15 @@ from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import (
     CACHE_DIR_HELP,
     add_blind_options,
+    add_model_deployment,
     add_pack_args,
     blind_options,
+    called_spec,
     check_out,
-    flag_spec,
     given_blind_options,
     id_list,
     load_pack,
+    model_deployments,
     number,
 )
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
@@ -60,11 +62,9 @@ def register(sub) -> None:
                                                   "the blind options of its blind config, as its runs would build them")
     p.add_argument("--ids", help="comma-separated scenario ids of the --scenarios file (default: all)")
     p.add_argument("--model", help="a language model to probe, e.g. openai/gpt-5-mini (default: the residue pass only)")
-    p.add_argument("--api-base", help="OpenAI-compatible endpoint for --model, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--api-key-env", help="environment variable holding the key (default: the provider's usual one)")
+    add_model_deployment(p, "--model")
     p.add_argument("--send-context", action="store_true", help="send each request's answer key (digests) beside the "
                                                                 "prompt: only for `madbench sim serve`, never a real provider")
-    p.add_argument("--rpm", type=number(gt=0), help="requests per minute limit")
     p.add_argument("--timeout", type=number(gt=0, le=3600), default=120.0, help="seconds per attempt (default 120)")
     add_blind_options(p, "of the memos audited")
     p.add_argument("--out", default="results/leakage-audit", help="folder for residue.parquet, identify.parquet and "
@@ -91,22 +91,27 @@ def batch_memo_inputs(args):
     return resolve_scenarios(spec, base, pack, args.batch), pack, blind[0]
 
 
-def probe_spec(args) -> ModelSpec | None:
-    """The model --model and its flags describe (None without --model), refused here when no call to it could
-    succeed (an unknown provider, a missing key), as `madbench run`'s preflight refuses it."""
+def probe_spec(args) -> tuple[ModelSpec, str] | None:
+    """The model --model and its deployment options describe, with the option that gave its api_base (None without
+    --model), refused here when no call to it could succeed (an unknown provider, a missing key), as `madbench run`'s
+    preflight refuses it."""
     if not args.model:
-        for flag, value in (("--api-base", args.api_base), ("--api-key-env", args.api_key_env), ("--rpm", args.rpm)):
+        for flag, value in (("--api-base", args.api_base), ("--api-key-env", args.api_key_env), ("--rpm", args.rpm),
+                            ("--routing", args.routing), ("--set", args.settings or None)):
             if value is not None:
                 raise InputError(flag, "is for the identification probe, which only --model asks for",
                                  "give --model, or leave the option out")
         return None
-    check_model(args.model)
-    spec = flag_spec(model=args.model, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
-                     retry={"timeout_s": args.timeout}, limits={"rpm": args.rpm} if args.rpm is not None else {})
+    if not args.routing:  # with --routing, a tier's name: its model is checked below
+        check_model(args.model)
+    model = model_deployments(args, [args.model])[0]
+    spec = called_spec(model, send_context=args.send_context,
+                       retry=model.spec.retry.model_dump() | {"timeout_s": args.timeout})
+    check_model(spec.model)
     problems = spec_problems(spec) or probe_problems_at(spec)
     if problems:
         raise InputError("--model", "; ".join(problems), "give a model that can be called")
-    return spec
+    return spec, model.api_base_from
 
 
 #: The temperature the standalone probe asks a model that refuses 0 at: the providers' default (gpt-5 takes only it).
@@ -126,7 +131,8 @@ def probe_problems_at(spec: ModelSpec) -> list[str]:
 
 def cmd_leakage_audit(args) -> int:
     out = check_out(args.out, "--out")
-    spec = probe_spec(args)
+    probed = probe_spec(args)
+    spec = probed[0] if probed else None
     if args.batch:
         if args.ids is not None:
             raise InputError("--ids", "selects from a --scenarios file", "drop it, or edit the batch's scenarios.ids")
@@ -145,7 +151,7 @@ def cmd_leakage_audit(args) -> int:
             scenarios = [find_scenario(scenarios, i, args.scenarios)[1] for i in ids]
         pack = load_pack(args)
     if spec is not None:  # once the inputs are read (it sends a request), before the memos and minutes of retries
-        require_endpoint(spec.api_base, {spec.model})
+        require_endpoint(spec.api_base, {spec.model}, probed[1] if probed else "--api-base")
     memos = blind_memos(scenarios, pack, options)
     reference = reference_blocks(pack, options)
     residue = residue_table(memos, reference)

@@ -22,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -42,7 +43,7 @@ from madbench.results import BatchDirs, read_manifest, run_files
 from madbench.results.layout import run_id_of
 from madbench.results.traces import check_attempts
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import CACHE_DIR_HELP, flag_spec, number
+from madbench.runner.cli.common import CACHE_DIR_HELP, add_model_deployment, called_spec, model_deployments, number
 from madbench.runner.preflight import require_endpoint, spec_problems
 from madbench.runner.wiring import build_gateway
 
@@ -64,16 +65,13 @@ def register(sub) -> None:
     llm = p.add_subparsers(dest="llm_cmd", required=True, metavar="ACTION", help="what to send")
     p = llm.add_parser("ask", help="one request through the full gateway (limiter, cache, retries, validation)")
     p.add_argument("--model", required=True, help="litellm model string (openai/gpt-4o-mini, ollama/llama3, …) or local/gemma3-270m")
-    p.add_argument("--api-base", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--api-key-env", help="environment variable holding the key (default: the provider's usual one)")
+    add_model_deployment(p, "--model", ("--api-base", "--api-key-env", "--rpm", "--tpm"))
     p.add_argument("--prompt", required=True, help="the user message")
     p.add_argument("--system", help="a system message")
     p.add_argument("--schema", help="FILE.json: a JSON schema the answer must satisfy (sent for constrained decoding)")
     p.add_argument("--temperature", type=number(ge=0, le=2), default=0.0, help="sampling temperature (default 0)")
     p.add_argument("--max-tokens", type=number(int, ge=1, le=1_000_000), default=None, help="most tokens in the answer (default: the provider's)")
     p.add_argument("--sample-index", type=number(int, ge=0), default=0, help="replicate number (distinct cached samples)")
-    p.add_argument("--rpm", type=number(gt=0), help="requests per minute limit")
-    p.add_argument("--tpm", type=number(gt=0), help="tokens per minute limit")
     p.add_argument("--timeout", type=number(gt=0, le=3600), default=120.0, help="seconds per attempt (default 120)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
     p.add_argument("--cache-dir", help="cache directory (else $MADBENCH_CACHE_DIR, else ~/.cache/madbench/llm)")
@@ -149,19 +147,18 @@ def schema_validator(schema: dict | None):
 
 def cmd_llm_ask(args) -> int:
     schema = _read_schema(args.schema) if args.schema else None
-    limits = {k: v for k, v in (("rpm", args.rpm), ("tpm", args.tpm)) if v is not None}
     if not args.prompt.strip():
         raise InputError("--prompt", "is empty", "give the text to send")
-    if "/" not in args.model:
+    if "/" not in args.model and not args.routing:  # with --routing, a tier's name
         raise InputError("--model", f"{args.model!r} is not a model string", "write PROVIDER/MODEL, e.g. openai/gpt-4o-mini")
-    spec = flag_spec(model=args.model, api_base=args.api_base, api_key_env=args.api_key_env, limits=limits,
-                     retry={"timeout_s": args.timeout})
+    model = model_deployments(args, [args.model])[0]
+    spec = called_spec(model, retry=model.spec.retry.model_dump() | {"timeout_s": args.timeout})
     problems = spec_problems(spec)  # an unknown provider, a missing key: as `madbench run`'s preflight says them
     if problems:
         raise InputError("--model", "; ".join(problems), "give a model that can be called")
-    require_endpoint(spec.api_base, {spec.model})
+    require_endpoint(spec.api_base, {spec.model}, model.api_base_from)
     messages = ([Message(role="system", content=args.system)] if args.system else []) + [Message(role="user", content=args.prompt)]
-    request = LLMRequest(model=args.model, messages=messages, temperature=args.temperature, max_tokens=args.max_tokens,
+    request = LLMRequest(model=spec.model, messages=messages, temperature=args.temperature, max_tokens=args.max_tokens,
                          response_schema=schema, sample_index=args.sample_index)
     cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
     gateway = build_gateway(cache=cache)
@@ -175,7 +172,7 @@ def cmd_llm_ask(args) -> int:
     finally:
         if cache:
             cache.close()
-    meta = {"model_requested": c.model_requested, "model_used": c.model_used, "is_llm": c.is_llm, "cached": c.cached,
+    meta: dict[str, Any] = {"model_requested": c.model_requested, "model_used": c.model_used, "is_llm": c.is_llm, "cached": c.cached,
             "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens, "cost_usd": c.cost_usd,
             "latency_s": round(c.latency_s, 4), "overhead_ms": round(c.overhead_s * 1000, 3),
             "retries": [{"kind": a.kind, "reason": a.reason, "wait_s": round(a.wait_s, 3)} for a in c.attempts if a.kind != "ok"],
@@ -312,6 +309,7 @@ def _check_calls(cache: ResponseCache, calls: list[_Call], verdict: _Verdict) ->
             continue
         used = "was served from the cache" if call.cached else "received from the provider"
         source = " (hash of its traced response: the trace predates answer_sha256)" if call.from_response else ""
+        assert state.answer_sha256 is not None  # neither missing nor corrupt: present, with its hash
         verdict.mismatched.append({**finding, "cache_sha256": state.answer_sha256, "line": call.line(
             f"the cache's answer (sha256 {state.answer_sha256[:12]}) differs from the one the run {used} "
             f"(sha256 {call.sha256[:12]}){source}: edited or replaced after the run")})

@@ -15,7 +15,15 @@ from madbench.data.scenario import load_scenarios
 from madbench.eval.stats.frame import json_safe
 from madbench.gateway import ModelSpec, ResponseCache, resolve_cache_dir
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import CACHE_DIR_HELP, check_out, flag_spec, number
+from madbench.runner.cli.common import (
+    CACHE_DIR_HELP,
+    add_model_deployment,
+    called_spec,
+    check_out,
+    endpoints,
+    model_deployments,
+    number,
+)
 from madbench.runner.cutoffs import CUTOFFS_FILE, load_cutoffs
 from madbench.runner.exit_codes import EXIT_RUNS_FAILED
 from madbench.runner.preflight import require_endpoint, spec_problems
@@ -41,8 +49,7 @@ def register(sub) -> None:
     p.add_argument("--out", default="results/probe-recall",
                    help="folder for recall.parquet and recall_summary.parquet (default results/probe-recall)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON records instead of a table")
-    p.add_argument("--api-base", help="OpenAI-compatible endpoint for every --model, e.g. http://127.0.0.1:8000/v1")
-    p.add_argument("--api-key-env", help="environment variable holding the key (default: the provider's usual one)")
+    add_model_deployment(p, "every --model")
     p.add_argument("--send-context", action="store_true",
                    help="send each request's structured task beside the prompt: only for madbench's simulated provider "
                         "(`madbench sim serve`), never for a real one")
@@ -50,7 +57,6 @@ def register(sub) -> None:
     p.add_argument("--cutoffs", default=str(CUTOFFS_FILE), help="model-cutoff registry (default configs/model_cutoffs.yaml)")
     p.add_argument("--temperature", type=number(ge=0, le=2), default=0.0, help="sampling temperature (default 0)")
     p.add_argument("--max-tokens", type=number(int, ge=1, le=1_000_000), default=None, help="most tokens in one answer (default: the provider's)")
-    p.add_argument("--rpm", type=number(gt=0), help="requests per minute limit")
     p.add_argument("--timeout", type=number(gt=0, le=3600), default=120.0, help="seconds per attempt (default 120)")
     p.add_argument("--pack", help="data pack with the realised prices (else $MADBENCH_PACK, else ../shared/data/market)")
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
@@ -58,19 +64,21 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_probe_recall)
 
 
-def _specs(args) -> list[ModelSpec]:
+def _specs(args) -> tuple[list[ModelSpec], dict[str, tuple[str, set[str]]]]:
     """One spec per --model (given twice, once), each refused here when no call to it could succeed, as `madbench
     run`'s preflight refuses it."""
-    for model in args.model:
+    for model in args.model if not args.routing else []:  # with --routing, tiers' names: their models checked below
         check_model(model)
-    limits = {"rpm": args.rpm} if args.rpm is not None else {}
-    specs = [flag_spec(model=m, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
-                       limits=limits, retry={"timeout_s": args.timeout}) for m in dict.fromkeys(args.model)]
+    models = model_deployments(args, list(dict.fromkeys(args.model)))
+    specs = [called_spec(m, send_context=args.send_context, retry=m.spec.retry.model_dump() | {"timeout_s": args.timeout})
+             for m in models]
+    for spec in specs:
+        check_model(spec.model)
     for spec in specs:
         problems = spec_problems(spec)
         if problems:
             raise InputError("--model", "; ".join(problems), "give a model that can be called")
-    return specs
+    return specs, endpoints(models, specs)
 
 
 def shown(summary: pd.DataFrame) -> pd.DataFrame:
@@ -84,12 +92,13 @@ def shown(summary: pd.DataFrame) -> pd.DataFrame:
 
 def cmd_probe_recall(args) -> int:
     out = check_out(args.out, "--out")
-    specs = _specs(args)
+    specs, reached = _specs(args)
     prompt = load_recall_prompt(args.prompt)
     registry = load_cutoffs(args.cutoffs)
     scenarios = load_scenarios(args.scenarios)
     pack = load_pack(resolve_pack_dir(args.pack))  # prices only: the probe shows no memo, so no evidence
-    require_endpoint(args.api_base, {s.model for s in specs})  # after the inputs are read: it sends a request
+    for api_base, (flag, models) in reached.items():  # after the inputs are read: it sends a request
+        require_endpoint(api_base, models, flag)
     cache = None if args.no_cache else ResponseCache(resolve_cache_dir(args.cache_dir))
     gateway = build_gateway(cache=cache)
     try:

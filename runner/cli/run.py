@@ -13,7 +13,7 @@ from madbench.runner.batch import MAX_RUNS, MAX_RUNS_CEILING
 from madbench.runner.batch_view import FailureGroup, attempt_counts
 from madbench.runner.budget import spend_text
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import add_pack_args, number
+from madbench.runner.cli.common import add_pack_args, add_routing_args, number
 from madbench.runner.estimate import format_table
 from madbench.runner.options import RunOptions
 
@@ -38,12 +38,9 @@ def register(sub) -> None:
                    help="a sequential batch: run on past its recorded decision (the runs it made not_needed); recorded")
     p.add_argument("--model", help="every role and phase on this model, overriding the batch's `model` and each config's "
                                    "routing (e.g. rules/auto: any batch offline); results go to <batch>@<model>")
-    p.add_argument("--routing", metavar="NAME", help="every config on the routing profile configs/routing/NAME.yaml, "
-                   "its own routing replaced (e.g. rules, paper-openai); results go to <batch>@<NAME>")
-    p.add_argument("--set", dest="settings", action="append", default=[], metavar="TIER.FIELD=VALUE",
-                   help="override a tier's deployment setting (api_base, api_key_env, limits.<field>) in every config "
-                        "with that tier, over the batch's `routing.tiers`; repeatable; run ids do not change, e.g. "
-                        "--set agents.limits.rpm=200 --set strong.api_base=http://localhost:8000/v1")
+    add_routing_args(p, "every config on the routing profile configs/routing/NAME.yaml, its own routing replaced (e.g. "
+                        "rules, paper-openai); results go to <batch>@<NAME>",
+                     "in every config with that tier, over the batch's `routing.tiers` (run ids do not change)")
     p.add_argument("--provider-batch", action="store_true", help="answer LLM calls through the provider's batch API "
                    "(about half the price, results within hours): one provider batch per debate phase; the same as "
                    "`execution: batch` in the batch file")
@@ -107,15 +104,15 @@ def print_run(r: BatchRun) -> int:
     print(f"batch {r.batch}: {r.runs} runs ({r.skipped} already done, {submissions_text(r.submitted, r.retries)}) in "
           f"{r.wall_s:.1f} s; {r.ok} ok, {r.failed} failed, {r.pending} pending"
           f"{f', {r.not_needed} not_needed' if r.not_needed else ''}; "
-          f"state {r.state}; table rows: {', '.join(f'{k} {v}' for k, v in r.tables.items())}; "
+          f"state {r.state}; table rows: {', '.join(f'{k} {v}' for k, v in r.tables.model_dump().items())}; "
           f"results in {r.results_dir.resolve()}")  # not configs/batches/../../results/…
     if r.provider_batches is not None:
         pb = r.provider_batches
-        print(f"provider batches: {pb['provider_batches']} created for {pb['requests']} requests "
-              f"({pb['answered']} answered, {pb['errored']} answered with an error and asked again, {pb['resubmitted']} "
-              f"resubmitted from an expired or failed batch), journaled in {pb['journal']}")
+        print(f"provider batches: {pb.provider_batches} created for {pb.requests} requests "
+              f"({pb.answered} answered, {pb.errored} answered with an error and asked again, {pb.resubmitted} "
+              f"resubmitted from an expired or failed batch), journaled in {pb.journal}")
     if r.sequential is not None:
-        print("sequential: " + "\n  ".join(r.sequential["lines"]))
+        print("sequential: " + "\n  ".join(r.sequential.lines))
     spent, reached = budget_lines(r.spend.model_dump(), r.batch_file, r.spend.unpriced_calls)
     if spent:
         print(spent)
@@ -143,7 +140,7 @@ def print_estimate(e: BatchEstimate, as_json: bool) -> int:
     d = e.estimate.model_dump()
     print(json.dumps(d, indent=1) if as_json else format_table(d))
     if e.estimate.sequential is not None and not as_json:
-        print("\n".join(sequential_lines(e.estimate.sequential)))
+        print("\n".join(sequential_lines(e.estimate.sequential.model_dump())))
     if e.estimate.budget_note:
         print(e.estimate.budget_note, file=sys.stderr)
     return 0
@@ -177,8 +174,8 @@ def cmd_status(args) -> int:
           f"{f', {s.not_needed} not_needed' if s.not_needed else ''}; "
           f"{s.committed} results committed")
     for cfg, c in s.by_config.items():
-        print(f"  {cfg:<30} ok {c['ok']:>4}  failed {c['failed']:>4}  pending {c['pending']:>4}"
-              + (f"  not_needed {c['not_needed']:>4}" if c.get("not_needed") else ""))
+        print(f"  {cfg:<30} ok {c.ok:>4}  failed {c.failed:>4}  pending {c.pending:>4}"
+              + (f"  not_needed {c.not_needed:>4}" if c.not_needed else ""))
     for line in s.looks:
         print(f"  {line}")
     for r in s.in_flight:

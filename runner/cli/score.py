@@ -16,7 +16,7 @@ from madbench.results import BatchDirs, check_results_dir, read_manifest, read_s
 from madbench.results.layout import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL
 from madbench.runner.batch import MAX_IN_FLIGHT, MAX_WORKERS
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import flag_spec, number
+from madbench.runner.cli.common import add_model_deployment, called_spec, model_deployments, number
 from madbench.runner.preflight import require_endpoint, spec_problems
 from madbench.runner.ray_address import check_address, split_address
 from madbench.runner.rescore_job import Job, Outcome, Plan, dry_run, failure_reasons, plan, run_rescore
@@ -32,13 +32,9 @@ def register(sub) -> None:
     p.add_argument("--scorer", required=True, help="model for CRIT: rules (non-LLM), local/gemma3-270m, openai/gpt-4o-mini, …")
     p.add_argument("--rubric", default="uniform", help="rubric name in configs/rubrics/ or a file (default uniform)")
     p.add_argument("--label", help="name of the new scores table under scores/ (default: scorer and rubric)")
-    p.add_argument("--api-base", help="OpenAI-compatible endpoint for the scorer model")
-    p.add_argument("--api-key-env", help="environment variable holding the scorer's key")
+    add_model_deployment(p, "the scorer", ("--api-base", "--api-key-env", "--rpm", "--tpm", "--max-concurrency"))
     p.add_argument("--send-context", action="store_true",
                    help="send each CRIT task beside the prompt: only for madbench's simulated provider (`madbench sim serve`)")
-    p.add_argument("--rpm", type=number(gt=0), help="the scorer's requests per minute (one limiter per provider, model and api_base)")
-    p.add_argument("--tpm", type=number(gt=0), help="the scorer's tokens per minute")
-    p.add_argument("--max-concurrency", type=number(int, ge=1, le=10_000), help="the scorer's requests in flight across the cluster (default 8)")
     p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm)")
     p.add_argument("--address", help="join a Ray cluster (else $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--workers", type=number(int, ge=1, le=MAX_WORKERS), default=2, help="runner actors (default 2)")
@@ -49,13 +45,13 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_rescore)
 
 
-def _scorer_spec(args) -> ModelSpec:
+def _scorer_spec(args) -> tuple[ModelSpec, str]:
+    """The scorer's spec, and the option that gave its api_base."""
     scorer = "rules/crit" if args.scorer in ("rules", "rules/auto") else args.scorer
-    if "/" not in scorer:
+    if "/" not in scorer and not args.routing:  # with --routing, a tier's name
         raise InputError("--scorer", f"{args.scorer!r} is not a model", "write rules, local/gemma3-270m or a litellm model string")
-    limits = {k: v for k, v in (("rpm", args.rpm), ("tpm", args.tpm), ("max_concurrency", args.max_concurrency)) if v is not None}
-    spec = flag_spec(model=scorer, api_base=args.api_base, api_key_env=args.api_key_env, send_context=args.send_context,
-                     limits=limits)
+    scorer_model = model_deployments(args, [scorer], "--scorer")[0]
+    spec = called_spec(scorer_model, send_context=args.send_context)
     problems = spec_problems(spec)  # an unknown provider, a missing key: refused as `madbench run`'s preflight does
     for p in problems if args.dry_run else []:
         if isinstance(p, SendOnly):  # a dry run calls nothing: a missing key is said, and the estimate made
@@ -63,7 +59,7 @@ def _scorer_spec(args) -> ModelSpec:
     problems = [p for p in problems if not (args.dry_run and isinstance(p, SendOnly))]
     if problems:
         raise InputError("--scorer", "; ".join(problems), "give a scorer that can be called")
-    return spec
+    return spec, scorer_model.api_base_from
 
 
 def _batch_cache_dir(root: Path) -> str | None:
@@ -74,8 +70,9 @@ def _batch_cache_dir(root: Path) -> str | None:
     return value if value and Path(value).expanduser().is_absolute() else None
 
 
-def make_job(args) -> Job:
-    spec = _scorer_spec(args)
+def make_job(args) -> tuple[Job, str]:
+    """The re-scoring job, and the option that gave the scorer's api_base."""
+    spec, api_base_from = _scorer_spec(args)
     rubric = load_rubric(args.rubric)
     if args.label is not None and not args.label.strip():
         raise InputError("--label", "is empty", "give a label, or leave --label out for <scorer>.<rubric>")
@@ -88,19 +85,19 @@ def make_job(args) -> Job:
             raise InputError(name, f"{value} is not a positive count", "give 1 or more")
     root = Path(args.results_dir)
     check_results_dir(root)
-    return Job(root, label, spec, rubric, resolve_cache_dir(args.cache_dir, _batch_cache_dir(root)))
+    return Job(root, label, spec, rubric, resolve_cache_dir(args.cache_dir, _batch_cache_dir(root))), api_base_from
 
 
 def cmd_rescore(args) -> int:
     if args.address:
         split_address(args.address)
-    job = make_job(args)
+    job, api_base_from = make_job(args)
     p = plan(job)
     if args.dry_run:
         print(json.dumps(dry_run(job, p), indent=1))
         return 0
     check_address(args.address)
-    require_endpoint(job.spec.api_base, {job.spec.model}, "--api-base")  # after every other check: it sends a request
+    require_endpoint(job.spec.api_base, {job.spec.model}, api_base_from)  # after every other check: it sends a request
     outcome = run_rescore(job, p, args.address, args.workers, args.max_in_flight, args.concurrency, args.quiet)
     print_summary(job, p, outcome)
     print_agreement(job)

@@ -75,6 +75,9 @@ STAGE_ANSWER_TOKENS: dict[str, Size] = {
     "research_manager": Size(350), "synthesiser": Size(100, 20), "trader": Size(150, 12), "risk": Size(250),
     "portfolio_manager": Size(150, 12),
 }
+#: A stage madbench does not ship (a researcher's own protocol): about the median shipped stage, with an allocation's
+#: tokens per ticker; a pilot of the protocol measures it.
+OTHER_STAGE_ANSWER = Size(250, 12)
 
 
 @dataclass(frozen=True)

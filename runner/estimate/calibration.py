@@ -12,8 +12,10 @@ from typing import Any
 from madbench.data.errors import InputError
 from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
-from madbench.debate.interventions import configured
+from madbench.debate.interventions import configured, max_retries
+from madbench.debate.protocols import protocol_of
 from madbench.debate.trace import read_trace, stored_trace
+from madbench.gateway.phases import PHASES
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.estimate.assumptions import EXPECTED_RATES, LATENCY_CV, Calibration, Factors, Rates
 from madbench.runner.estimate.batch_estimate import mean
@@ -30,8 +32,7 @@ def _label_parts(label: str) -> list[str]:
 def kind_of(phase: str, label: str) -> str:
     """The calibration kind of a ``calls.parquet`` row: the paper's phase, or a staged protocol's stage
     (its label's first part: ``risk:aggressive`` → ``risk``)."""
-    return phase if phase in ("propose", "critique", "revise", "judge", "crit", "rca") and \
-        _label_parts(label)[0] in ("propose", "critique", "revise", "judge", "crit", "rca") else _label_parts(label)[0]
+    return phase if phase in PHASES and _label_parts(label)[0] in PHASES else _label_parts(label)[0]
 
 
 def observed_rates(runs: list[dict[str, Any]], calls_by_run: dict[str, list[dict[str, Any]]]) -> tuple[Rates, dict[str, str]]:
@@ -55,7 +56,7 @@ def observed_rates(runs: list[dict[str, Any]], calls_by_run: dict[str, list[dict
         for row in rows:
             acc["validation_retries"][0] += float(row.get("validation_retries") or 0)
             acc["validation_retries"][1] += 1
-        if cfg.protocol != "paper":
+        if not protocol_of(cfg).runs_interventions:
             continue
         t = int(run.get("rounds_run") or 0)
         if cfg.rounds:
@@ -64,9 +65,9 @@ def observed_rates(runs: list[dict[str, Any]], calls_by_run: dict[str, list[dict
         iv = dict(configured(cfg.interventions))
         revise = [r for r in rows if r["phase"] == "revise"]
         if "rca" in iv:
-            R = iv["rca"].max_retries
-            retries = [r for r in revise if _RCA_RETRY.search(str(r["label"]))]
-            at_limit = sum(1 for r in retries if int(_RCA_RETRY.search(str(r["label"])).group(1)) == R)
+            R = max_retries("rca", iv["rca"])
+            retries = [m for r in revise if (m := _RCA_RETRY.search(str(r["label"])))]
+            at_limit = sum(1 for m in retries if int(m.group(1)) == R)
             acc["rca_fail"][0] += len(retries)
             acc["rca_fail"][1] += sum(1 for r in rows if r["phase"] == "rca") - at_limit
         for name, prefix, per_agent, fire, refire in (("js_collapse", "js", False, "js_fire", "js_refire"),
@@ -82,10 +83,11 @@ def observed_rates(runs: list[dict[str, Any]], calls_by_run: dict[str, list[dict
                     attempts.setdefault(int(m.group(1)), set()).add((r["round"], r["agent"]) if per_agent else r["round"])
             acc[fire][0] += len(attempts.get(1, ()))
             acc[fire][1] += t * (len(cfg.agents) if per_agent else 1)
-            for k in range(1, iv[name].max_retries):
-                acc[refire][0] += len(attempts.get(k + 1, ()))
-                acc[refire][1] += len(attempts.get(k, ()))
-    values, sources = {}, {}
+            for n in range(1, max_retries(name, iv[name])):
+                acc[refire][0] += len(attempts.get(n + 1, ()))
+                acc[refire][1] += len(attempts.get(n, ()))
+    values: dict[str, float] = {}
+    sources: dict[str, str] = {}
     for k, (num, den) in acc.items():
         if den > 0:
             values[k] = num / den

@@ -73,11 +73,11 @@ def _together(tally: Tally, step: Step, of: Shapes, rates: Rates, times: float) 
             tally.calls(of(c.check.retry), times * er)
             tally.calls(of(c.check.call), times * (1 + er))
     tally.step([of(c) for c in step.calls for _ in range(c.count)], times)
-    checked = [c for c in step.calls if c.check]
+    checked = [c.check for c in step.calls if c.check]
     if checked:
-        tally.step([of(c.check.call) for c in checked], times)
-        pair = max(tally.latency(of(c.check.retry)) + tally.latency(of(c.check.call)) for c in checked)
-        f = checked[0].check.firing
+        tally.step([of(c.call) for c in checked], times)
+        pair = max(tally.latency(of(c.retry)) + tally.latency(of(c.call)) for c in checked)
+        f = checked[0].firing
         tally.est.path_s += times * expected_max_retries(rate(rates, f.rate), f.max_retries, len(checked)) * pair
 
 
@@ -90,11 +90,11 @@ def _one_after_another(tally: Tally, step: Step, of: Shapes, rates: Rates, times
         for c in calls:
             tally.calls(of(c), times * c.count)
         chain = sum(tally.latency(of(c)) for c in calls)
-        for c in (c for c in calls if c.check):
-            er = retries(c.check, rates)
-            tally.calls(of(c.check.retry), times * er)
-            tally.calls(of(c.check.call), times * (1 + er))
-            chain += (1 + er) * tally.latency(of(c.check.call)) + er * tally.latency(of(c.check.retry))
+        for check in (c.check for c in calls if c.check):
+            er = retries(check, rates)
+            tally.calls(of(check.retry), times * er)
+            tally.calls(of(check.call), times * (1 + er))
+            chain += (1 + er) * tally.latency(of(check.call)) + er * tally.latency(of(check.retry))
         chains.append(chain)
     tally.est.path_s += times * sum(chains)
 

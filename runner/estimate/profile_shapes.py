@@ -51,6 +51,8 @@ class PaperShapes:
     def of(self, call: Call) -> Shape:
         """The shape of a planned call: its kind (and variant), by agent."""
         if call.kind == "judge":
+            if self.judge is None:
+                raise ValueError("a judge call in the plan of a run shaped without a judge (a bug)")
             return self.judge
         return getattr(self, call.kind + (f"_{call.variant}" if call.variant else ""))[call.agent]
 

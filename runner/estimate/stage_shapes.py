@@ -1,4 +1,4 @@
-"""The shapes of the calls whose prompts are a staged protocol's stages (``configs/protocols/<protocol>.yaml``)."""
+"""The shapes of the calls whose prompts are a staged protocol's stages (its ``stage_prompts``)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from madbench.runner.estimate.assumptions import (
     CITED_EVIDENCE_ITEMS,
     CONTEXT_TOKENS,
     JSON_REDUMP,
+    OTHER_STAGE_ANSWER,
     STAGE_ANSWER_TOKENS,
     Calibration,
     tokens_of,
@@ -53,6 +54,8 @@ def _stage_shape(cfg: DebateConfig, call: Call, scenario: Scenario, memo: MemoIn
     n = len(scenario.tickers)
     prompts, compiled = load_prompts(cfg.protocol)
     spec_t = prompts.stages[call.kind]
+    if call.schema is None:
+        raise ValueError(f"stage {call.kind} of protocol {cfg.protocol} names no answer schema (a bug)")
     supplied = {"universe": ", ".join(scenario.tickers),
                 "constraints": constraints_text(cfg.effective_constraints(scenario.constraints, "estimate")),
                 "evidence": "", "role": call.role, "round": call.round, "schema": schema_outline(json_schema(call.schema)),
@@ -73,7 +76,8 @@ def stage_shapes(cfg: DebateConfig, scenario: Scenario, memo: MemoInfo, plan: Pl
     """The shape of every call in a staged protocol's plan. CRIT (on the adversarial thesis) is shown the CRIT
     judge's prompt, not a stage's."""
     n = len(scenario.tickers)
-    answers = {s: size.tokens(n) for s, size in STAGE_ANSWER_TOKENS.items()}
+    kinds = {k for step in plan.steps for call in step.calls for k in (call.kind, *call.sees)}
+    answers = {s: STAGE_ANSWER_TOKENS.get(s, OTHER_STAGE_ANSWER).tokens(n) for s in {*STAGE_ANSWER_TOKENS, *kinds}}
     return {call: _crit_shape(cfg, call, memo, answers, n, calib) if call.kind == "crit"
             else _stage_shape(cfg, call, scenario, memo, answers, calib)
             for step in plan.steps for call in step.calls}

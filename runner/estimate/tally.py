@@ -47,7 +47,7 @@ def batch_wall_s(path_s: list[float], max_in_flight: int, usage: dict[str, Limit
         if lim.tpm:
             bounds[f"tpm of {name}"] = u.tokens / (lim.tpm * keep / 60)
         bounds[f"max_concurrency of {name}"] = u.busy_s / lim.max_concurrency
-    name = max(bounds, key=bounds.get)
+    name = max(bounds, key=lambda b: bounds[b])
     return BATCH_STARTUP_S + bounds[name], name
 
 
@@ -170,8 +170,8 @@ def merge(into: RunEstimate, e: RunEstimate) -> None:
         t = into.lines.setdefault(k, Line())
         for f in ("calls", "attempts", "prompt_tokens", "completion_tokens", "busy_s", "cost_usd", "cost_batch_usd"):
             setattr(t, f, getattr(t, f) + getattr(line, f))
-    for k, u in e.limits.items():
-        t2 = into.limits.setdefault(k, LimitUsage(u.limits, label=u.label))
+    for key, u in e.limits.items():
+        t2 = into.limits.setdefault(key, LimitUsage(u.limits, label=u.label))
         t2.attempts += u.attempts
         t2.tokens += u.tokens
         t2.busy_s += u.busy_s

@@ -5,7 +5,10 @@ import re
 
 import pytest
 
+from madbench.bench.cost import batch_price_source
 from madbench.bench.throughput import sustained_rpm
+from madbench.data.errors import InputError
+from madbench.gateway.providers.litellm_provider import has_price, import_litellm, listed
 from madbench.runner.cli import main
 from tests.conftest import requires_shared
 
@@ -25,6 +28,19 @@ def test_sustained_rate_is_the_median_full_window():
     assert sustained_rpm(steady) == pytest.approx(600, rel=0.01)
     assert sustained_rpm(steady + [150 + i for i in range(20)]) == pytest.approx(600, rel=0.01)  # a slow tail
     assert sustained_rpm([0.0, 1.0]) != sustained_rpm([0.0, 1.0])  # NaN: no full window to measure
+
+
+def test_a_hosted_model_listed_at_no_price_is_refused_before_the_benchmark_runs():
+    # litellm lists some hosted models at $0: no price, which token_cost answers with None (the run's calls
+    # could not be priced; the benchmark once ran them all and then failed on a None).
+    litellm = import_litellm()
+    free = next((m for m, v in litellm.model_cost.items() if isinstance(v, dict) and v.get("input_cost_per_token") == 0
+                 and v.get("output_cost_per_token") == 0 and v.get("mode") == "chat" and listed(m) and not has_price(m)), None)
+    if free is None:
+        pytest.skip("litellm's cost map lists no hosted chat model at $0")
+    with pytest.raises(InputError, match="no per-token price"):
+        batch_price_source(free)
+    assert "litellm" in batch_price_source("openai/gpt-5-mini") or "assumed" in batch_price_source("openai/gpt-5-mini")
 
 
 @requires_shared

@@ -170,9 +170,9 @@ def user_protocols(tmp_path, monkeypatch):
     d = tmp_path / "protocols"
     shutil.copytree(staged.PROTOCOL_PROMPTS, d)
     monkeypatch.setattr(staged, "PROTOCOL_PROMPTS", d)
-    staged.load_prompts.cache_clear()
+    staged.load_prompt_file.cache_clear()
     yield d
-    staged.load_prompts.cache_clear()
+    staged.load_prompt_file.cache_clear()
 
 
 def _override(roles, role: str, phase: str, variables: list[str], template: str) -> None:

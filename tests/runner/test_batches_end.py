@@ -53,7 +53,7 @@ PROTOCOL_CONFIGS = {"paper": "causal-debate-3", "adversarial": "adversarial", "d
 class Hanging:
     """A provider whose every call waits until cancelled (an answer that never comes in time)."""
 
-    name, is_llm, cacheable, rate_limited = "hang", True, False, True
+    name, is_llm, cacheable, rate_limited, hedgeable = "hang", True, False, True, False
     calls = 0
 
     def prepare(self, spec):

@@ -216,8 +216,8 @@ def test_bench_sequential_refuses_sizes_it_could_not_draw_in_one_line(argv, prob
 
 
 def test_bench_sequential_refuses_a_size_past_the_memory_it_has(monkeypatch, capsys):
-    from madbench.bench import cli as bench_cli
-    monkeypatch.setattr(bench_cli, "available_memory", lambda: 2**20)  # 1 MiB free
+    from madbench.bench import sequential_designs
+    monkeypatch.setattr(sequential_designs, "available_memory", lambda: 2**20)  # 1 MiB free
     assert exit_code(["bench", "sequential", "--experiments", "4000", "--max-scenarios", "70"]) == 2
     assert "4,000 experiments of 70 scenarios need about 0.0 GiB at once, and 0.0 GiB is available" in one_line(capsys)
 

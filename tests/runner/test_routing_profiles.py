@@ -14,7 +14,7 @@ from madbench.gateway.models import ModelRouting, ModelSpec, RateLimits
 from madbench.gateway.routing_profiles import ROUTING_DIR, load_routing_profile
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios, with_settings
 from madbench.runner.cli import main
-from madbench.runner.launch import parse_settings
+from madbench.runner.deployment import parse_settings
 from tests.conftest import errors_only
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -64,7 +64,7 @@ def test_a_batch_run_carrying_a_tampered_id_fails_with_the_mismatch_and_the_othe
     tampered = replace(bad, run_id="0123456789abcdef")
     layout = BatchLayout(tmp_path / "results" / "t")
     stats = run_batch(spec, [good, tampered], layout, str(pack_dir), [], str(tmp_path / "cache"), quiet=True)
-    assert stats["status"] == {"ok": 1, "failed": 1, "pending": 0, "not_needed": 0}
+    assert stats.status.model_dump() == {"ok": 1, "failed": 1, "pending": 0, "not_needed": 0}
     runs = {m.run_id: m for m in read_manifest(layout.root).runs}
     assert runs[good.run_id].status == "ok" and layout.stored_result(good.run_id) is not None
     failed = runs[tampered.run_id]

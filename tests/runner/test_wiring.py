@@ -22,10 +22,11 @@ IMPORT_EVERYTHING = """
 import importlib, json, pkgutil, sys
 from pathlib import Path
 import madbench
+from madbench.checkout import CHECKOUT_PACKAGES
 from madbench.gateway.providers import Providers
 own = sorted(p.name for p in Path(madbench.__file__).parent.iterdir() if (p / "__init__.py").is_file())
 names = []
-for top in [*madbench.CHECKOUT_PACKAGES, *own]:
+for top in [*CHECKOUT_PACKAGES, *own]:
     package = importlib.import_module(f"madbench.{top}")
     names += [i.name for i in pkgutil.walk_packages(package.__path__, f"madbench.{top}.") if not i.name.endswith("__main__")]
 for name in names:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,6 +26,19 @@ class RawResponse:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class Race:
+    """A request raced against a copy of itself (a hedge: madbench.gateway.hedging). ``lost`` turns true when the
+    other copy's answer won; a provider whose caller is then cancelled closes the request at once (its connection with
+    it) instead of waiting for an answer nobody will read."""
+
+    lost: bool = False
+
+
+#: The race the request being sent is in (None: it is in none), set by the gateway around each copy of a hedged request.
+racing: ContextVar[Race | None] = ContextVar("madbench_racing", default=None)
+
+
 class SendOnly(str):
     """A preflight problem that only sending a call meets (a missing key, a model name litellm does not list): a dry
     run, which sends nothing, reports it as a warning; a run refuses to start."""
@@ -37,6 +51,9 @@ class Provider(Protocol):
     cacheable: bool
     #: Whether calls queue at the rate limiter.
     rate_limited: bool
+    #: Whether a slow request may be sent a second time (a hosted API; not code in this process, a local model, whose
+    #: second request would only share its machine, or a provider batch).
+    hedgeable: bool
 
     def prepare(self, spec: ModelSpec) -> ModelSpec:
         """Fill provider defaults (endpoint, structured-output mode, weight policy)."""

@@ -158,6 +158,7 @@ class BatchingProvider:
     cacheable = True
     #: Batches have their own (much larger) quota, and a limiter would let only a few calls wait at once.
     rate_limited = False
+    hedgeable = False
     #: Its calls are billed at batch prices (``spec_cost`` prices a declared price so too).
     bills_batches = True
 

@@ -20,7 +20,7 @@ from ..errors import FatalProviderError, NoAnswer, Overloaded, RateLimited, Refu
 from ..models import ModelSpec
 from ..request import LLMRequest
 from ..secrets import api_key_from_env, redact, remember, remember_env
-from .base import RawResponse, SendOnly
+from .base import RawResponse, SendOnly, racing
 from .llama_schema import llama_cpp_schema
 
 _litellm = None
@@ -195,6 +195,14 @@ async def sent(litellm: Any, kwargs: dict[str, Any], spec: ModelSpec) -> Any:
     try:
         return await asyncio.shield(call)
     except asyncio.CancelledError:
+        race = racing.get()
+        if race is not None and race.lost:
+            # A hedged request whose copy answered first: closed now (httpx closes the connection of a request
+            # cancelled mid-flight), not waited for. Cancelled before litellm sent it, it was never sent.
+            call.cancel()
+            call.add_done_callback(read_dropped_outcome)
+            await asyncio.wait([call])
+            raise
         # litellm builds the request in a worker thread and awaits it afterwards: cancelled in between, the coroutine
         # it built is dropped unawaited. So a cancelled call (a failed run stops its sibling turns) is let finish
         # within its own timeout, and its answer dropped; the caller settles it at its reserved maximum.
@@ -354,6 +362,7 @@ class LiteLLMProvider:
     is_llm = True
     cacheable = True
     rate_limited = True
+    hedgeable = True
 
     def prepare(self, spec: ModelSpec) -> ModelSpec:
         return spec.model_copy(update={

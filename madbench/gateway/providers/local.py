@@ -22,6 +22,7 @@ class LocalModelProvider:
     is_llm = True
     cacheable = True
     rate_limited = True
+    hedgeable = False
 
     def __init__(self) -> None:
         self._inner = LiteLLMProvider()

@@ -25,6 +25,7 @@ class RulesProvider:
     is_llm = False
     cacheable = False  # recomputing is cheaper than a cache read, and always identical
     rate_limited = False
+    hedgeable = False
 
     def __init__(self, answer: RuleAnswer):
         self.answer = answer
@@ -46,7 +47,8 @@ class RulesProvider:
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return None
 
-    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, **cache_split: int | None) -> float:
+    def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, cached_tokens: int | None = None,
+             cache_write_tokens: int | None = None, batch: bool = False) -> float:
         return 0.0
 
     async def complete(self, request: LLMRequest, spec: ModelSpec) -> RawResponse:

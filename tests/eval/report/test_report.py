@@ -115,3 +115,14 @@ def test_quality_scatter_draws_no_slope_through_a_two_valued_rho_bar():
     assert all(t.mode == "markers" for t in fig.data)
     fig = quality_scatter(runs_frame(), ["debate", "single", "mean"])
     assert "OLS slope" in fig.layout.title.text and fig.data[-1].name == "OLS fit (pooled)"
+
+
+@pytest.mark.slow
+def test_a_new_statistics_section_shows_in_the_report_after_the_quality_section(batch_results, tmp_path, monkeypatch):
+    from madbench.eval.stats import sections
+    from tests.eval.stats.test_sections import Means
+    monkeypatch.setattr(sections, "SECTIONS", (*sections.SECTIONS, Means()))
+    html = build_report(batch_results, tmp_path / "report.html").read_text()
+    assert html.count("<h3 id='means'>Means</h3>") == 1
+    assert html.index('id="quality"') < html.index("id='means'") < html.index('id="divergence"')
+    assert html.count('<h2 id="comparison">') == 1  # a section the page places itself is shown once, in its place

@@ -1,0 +1,150 @@
+"""Hedged requests through real HTTP (litellm → httpx → the simulated provider, whose scripted latency makes a
+straggler on demand): the slow copy is closed, both are counted, one answer is cached."""
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from madbench.gateway import Budget, Gateway, LLMRequest, Message, ModelSpec, RateLimits, ResponseCache
+from madbench.gateway.hedging import HedgeSettings, LatencyWindow, empirical_quantile
+from madbench.gateway.models import spec_identity
+from madbench.sim.provider import SimConfig, SimProvider
+
+PRICED = "openai/gpt-4o-mini"  # priced by litellm's cost map; answered by the simulator at its api_base
+UNPRICED = "openai/madbench-sim"
+#: Hedge after 3 answers, once a request has waited 0.3 s (the simulator answers a warm-up request at once).
+QUICK = HedgeSettings(min_samples=3, min_delay_s=0.3, max_share=1.0)
+
+
+def ask(text: str, model: str = PRICED) -> LLMRequest:
+    return LLMRequest(model=model, messages=[Message(role="user", content=text)], max_tokens=200)
+
+
+def spec_at(sim: SimProvider, model: str = PRICED, **extra) -> ModelSpec:
+    return ModelSpec(model=model, api_base=sim.url, limits=RateLimits(max_concurrency=32), **extra)
+
+
+async def warmed(gw: Gateway, spec: ModelSpec, n: int = 4) -> None:
+    for i in range(n):
+        await gw.complete(ask(f"warm-up {i}", spec.model), spec)
+
+
+def wait_for(predicate, timeout_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_empirical_quantile_is_numpys_linear_definition():
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 100):
+        x = sorted(rng.lognormal(2.0, 0.5, n).tolist())
+        for q in (0.1, 0.5, 0.9, 0.99):
+            assert empirical_quantile(x, q) == pytest.approx(float(np.quantile(x, q)))
+
+
+def test_a_latency_window_forgets_its_oldest_answers():
+    window = LatencyWindow(3)
+    for x in (100.0, 1.0, 2.0, 3.0):
+        window.add(x)
+    assert len(window) == 3 and window.quantile(0.5) == 2.0 and window.quantile(0.99) < 3.0  # 100 is gone
+
+
+def test_hedge_settings_never_enter_a_run_identity():
+    base = ModelSpec(model=PRICED, api_base="http://127.0.0.1:1/v1")
+    assert spec_identity(base.model_copy(update={"hedge": True})) == spec_identity(base)
+    assert spec_identity(base.model_copy(update={"hedge": False})) == spec_identity(base) == PRICED
+
+
+def test_a_slow_first_request_is_hedged_the_hedge_wins_both_are_counted_and_one_answer_is_cached(tmp_path):
+    with SimProvider(SimConfig()) as sim, ResponseCache(tmp_path / "cache") as cache:
+        budget = Budget(5.0)
+        gw = Gateway(cache=cache, budget=budget, hedging=QUICK)
+        spec = spec_at(sim)
+
+        async def go():
+            await warmed(gw, spec)
+            sim.script_latency(60.0)  # the next request straggles; its hedge is answered at once
+            return await gw.complete(ask("the slow one"), spec)
+
+        t0 = time.monotonic()
+        c = asyncio.run(go())
+        took = time.monotonic() - t0
+        assert took < 30  # the hedge answered: nobody waited the straggler's 60 s
+        assert [(a.kind, a.hedge) for a in c.attempts] == [("outraced", None), ("ok", True)]
+        assert sim.stats.requests == 4 + 2 and gw.requests == 4 + 2 and gw.hedger.hedges == 1
+        # the straggler's connection was closed, not left to run
+        assert wait_for(lambda: sim.stats.abandoned == 1)
+        outraced, won = c.attempts
+        assert outraced.prompt_tokens == won.prompt_tokens and outraced.cost_usd > won.cost_usd > 0
+        assert c.cost_usd == pytest.approx(outraced.cost_usd + won.cost_usd)
+        # the budget counted both requests (the warm-ups' and this call's), and holds nothing
+        assert budget.spent_usd == pytest.approx(gw.totals.cost_usd) and budget.ledger.held == {}
+        assert gw.totals.cost_usd >= c.cost_usd
+        assert len(cache) == 5  # the warm-ups' answers and this call's one
+        again = asyncio.run(gw.complete(ask("the slow one"), spec))
+        assert again.cached and again.content == c.content and sim.stats.requests == 6
+
+
+def test_the_first_answer_wins_when_the_hedge_is_slower(tmp_path):
+    with SimProvider(SimConfig()) as sim:
+        gw = Gateway(hedging=QUICK)
+        spec = spec_at(sim)
+
+        async def go():
+            await warmed(gw, spec)
+            sim.script_latency(1.2, 60.0)  # the first is slow, its hedge slower still
+            return await gw.complete(ask("slow, then slower"), spec)
+
+        c = asyncio.run(go())
+        assert [(a.kind, a.hedge) for a in c.attempts] == [("outraced", True), ("ok", None)]
+        assert wait_for(lambda: sim.stats.abandoned == 1)
+
+
+def test_the_cap_bounds_the_hedges_to_a_share_of_the_requests():
+    with SimProvider(SimConfig()) as sim:
+        gw = Gateway(hedging=QUICK.model_copy(update={"max_share": 0.2}))
+        spec = spec_at(sim)
+
+        async def go():
+            await warmed(gw, spec)
+            sim.script_latency(*[1.5] * 6)  # six stragglers at once; their hedges are answered at once
+            return await asyncio.gather(*[gw.complete(ask(f"slow {i}"), spec) for i in range(6)])
+
+        calls = asyncio.run(go())
+        hedged = [c for c in calls if any(a.hedge for a in c.attempts)]
+        assert gw.hedger.requests == 10 and len(hedged) == gw.hedger.hedges == 2  # 0.2 × 10 requests
+        assert sim.stats.requests == 10 + 2
+
+
+@pytest.mark.parametrize(("hedge", "hedged"), [(None, False), (True, True)])
+def test_a_model_without_a_price_is_hedged_only_when_its_spec_says_so(hedge, hedged):
+    with SimProvider(SimConfig()) as sim:
+        gw = Gateway(hedging=QUICK)
+        spec = spec_at(sim, UNPRICED, hedge=hedge)
+
+        async def go():
+            await warmed(gw, spec)
+            sim.script_latency(1.5)
+            return await gw.complete(ask("slow", UNPRICED), spec)
+
+        c = asyncio.run(go())
+        assert any(a.hedge for a in c.attempts) is hedged
+        assert sim.stats.requests == 4 + 1 + hedged
+
+
+def test_a_batch_setting_turns_hedging_off_for_a_priced_model():
+    with SimProvider(SimConfig()) as sim:
+        gw = Gateway(hedging=QUICK.model_copy(update={"enabled": False}))
+        spec = spec_at(sim)
+
+        async def go():
+            await warmed(gw, spec)
+            sim.script_latency(1.0)
+            return await gw.complete(ask("slow"), spec)
+
+        c = asyncio.run(go())
+        assert [a.kind for a in c.attempts] == ["ok"] and sim.stats.requests == 5
