@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 
 from madbench.data.errors import InputError
 from madbench.results.layout import TABLES, BatchDirs
-from madbench.results.table_schemas import concat, read_table, to_table
+from madbench.results.table_schemas import SPECS, concat, read_table, to_table
 
 #: A row log's file name: ``rows-<writer>.jsonl`` under ``parts/``.
 LOG_PREFIX, LOG_SUFFIX = "rows-", ".jsonl"
@@ -52,6 +52,24 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"a table row holds {type(value).__name__} {value!r}, which JSON cannot write")
 
 
+def _sparse(row: dict[str, Any], table: str, where: Path) -> dict[str, Any]:
+    """``row`` as a log line holds it: its declared columns without a value left out (``_dense`` puts them back), so
+    a log costs what the run's values do, not its table's width. A row lacking a declared column is refused here,
+    as ``to_table`` would refuse it."""
+    declared = SPECS[table].schema.names
+    missing = [n for n in declared if n not in row]
+    if missing:
+        raise InputError(where, f"a {table} row lacks the declared column(s) {', '.join(missing)}",
+                         "the code building the row must give every declared column (None where it has no value)")
+    names = set(declared)
+    return {k: v for k, v in row.items() if v is not None or k not in names}
+
+
+def _dense(row: dict[str, Any], table: str) -> dict[str, Any]:
+    """A logged row with every declared column (None where the line left it out)."""
+    return dict.fromkeys(SPECS[table].schema.names) | row
+
+
 def writer_name() -> str:
     """A name no other writer of any node has: host, process and a random part."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
@@ -65,7 +83,8 @@ class RowLog:
         self._fd: int | None = None
 
     def append(self, entry: Entry) -> None:
-        line = json.dumps({"run_id": entry.run_id, "attempts": entry.attempts, "tables": entry.tables},
+        tables = {t: [_sparse(row, t, self.path) for row in rows] for t, rows in entry.tables.items()}
+        line = json.dumps({"run_id": entry.run_id, "attempts": entry.attempts, "tables": tables},
                           default=_plain, separators=(",", ":")).encode() + b"\n"
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +125,8 @@ def read_log(path: Path, start: int = 0) -> tuple[list[Entry], int]:
     for n, raw in enumerate(data[:end].splitlines(), 1):
         try:
             d = json.loads(raw)
-            entries.append(Entry(str(d["run_id"]), int(d["attempts"]), {t: list(d["tables"][t]) for t in TABLES}))
+            entries.append(Entry(str(d["run_id"]), int(d["attempts"]),
+                                 {t: [_dense(row, t) for row in d["tables"][t]] for t in TABLES}))
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(path, f"line {n} after byte {start} is not a run's rows ({type(exc).__name__}: {exc})",
                              "delete the log and run the batch's `madbench run` command again: it rebuilds the rows "

@@ -81,3 +81,14 @@ def test_an_unfinished_batch_reads_its_committed_runs_from_the_logs_and_the_tabl
     results = ResultsDir(tmp_path)
     assert results.unfinished and list(results.runs.run_id) == ["a", "b"] and list(results.calls.run_id) == ["a", "b"]
     assert json.loads(dirs.manifest.read_text())["state"] == "running"
+
+
+def test_a_logged_row_leaves_out_its_empty_declared_columns_and_reads_back_whole(tmp_path):
+    log = RowLog(BatchDirs(tmp_path), "w")
+    written = entry("a")
+    log.append(written)
+    line = log.path.read_text()
+    assert '"sharpe"' not in line and '"status":"ok"' in line  # a declared column without a value costs nothing
+    assert read_log(log.path)[0] == [written]
+    with pytest.raises(InputError, match="a runs row lacks the declared column"):
+        log.append(Entry("b", 1, {"runs": [{"run_id": "b"}], "rounds": [], "calls": []}))

@@ -8,7 +8,7 @@ import pytest
 
 from madbench.data.errors import InputError
 from madbench.eval.stats.sequential_record import read_record
-from madbench.results import BatchDirs, ManifestRun
+from madbench.results import SPECS, BatchDirs, ManifestRun
 from madbench.results.rowlog import Entry, RowLog
 from madbench.runner.sequential import Monitor, SequentialSpec
 
@@ -33,7 +33,8 @@ def _runs():
 
 
 def _commit(layout: Layout, run, value: float, manifest: dict) -> None:
-    row = {"run_id": run.run_id, "scenario_id": run.scenario.id, "status": "ok", "sharpe": value, "total_return_pct": value}
+    row = dict.fromkeys(SPECS["runs"].schema.names) | {"run_id": run.run_id, "scenario_id": run.scenario.id,
+                                                      "status": "ok", "sharpe": value, "total_return_pct": value}
     layout.rows.append(Entry(run.run_id, 1, {"runs": [row], "rounds": [], "calls": []}))
     manifest[run.run_id].status = "ok"
 

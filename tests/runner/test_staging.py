@@ -10,7 +10,7 @@ import yaml
 import madbench.data.market.pack as pack_module
 from madbench.data.paths import PROJECT_ROOT
 from madbench.debate.trace import compressed_path, trace_bytes
-from madbench.results import TABLES, RunResult
+from madbench.results import SPECS, TABLES, RunResult
 from madbench.results.rowlog import Entry, logs, read_log
 from madbench.runner.cli import main
 from madbench.runner.execute import HEAD_DIRS, worker_env
@@ -35,7 +35,7 @@ def staged_run(layout: BatchLayout, run_id: str, trace: bytes) -> None:
 
 
 def entry(run_id: str) -> Entry:
-    return Entry(run_id, 2, {t: [{"run_id": run_id, "table": t}] for t in TABLES})
+    return Entry(run_id, 2, {t: [dict.fromkeys(SPECS[t].schema.names) | {"run_id": run_id}] for t in TABLES})
 
 
 def test_a_staged_run_is_committed_trace_result_rows_and_only_over_a_trace_it_extends(tmp_path):
