@@ -19,7 +19,7 @@ __all__ = ["run", "estimate", "open_results", "runs_df", "study_stats", "BatchSp
            "Spend", "Results", "BatchStatus", "FailureGroup", "RunOptions", "InputError", "__version__"]
 #: Where each name of the API is defined.
 _HOMES = {"madbench.runner.api": ("run", "estimate", "open_results", "BatchRun", "BatchEstimate", "Estimate"),
-          "madbench.runner.batch": ("BatchSpec",), "madbench.runner.outcome": ("Spend",),
+          "madbench.runner.batch": ("BatchSpec",), "madbench.runner.api_records": ("Spend",),
           "madbench.runner.batch_view": ("Results", "BatchStatus", "FailureGroup"),
           "madbench.runner.study_dirs": ("runs_df", "study_stats"),
           "madbench.runner.options": ("RunOptions",), "madbench.data.errors": ("InputError",)}
@@ -28,10 +28,10 @@ _LAZY = {name: module for module, names in _HOMES.items() for name in names}
 if TYPE_CHECKING:
     from madbench.data.errors import InputError
     from madbench.runner.api import BatchEstimate, BatchRun, Estimate, estimate, open_results, run
+    from madbench.runner.api_records import Spend
     from madbench.runner.batch import BatchSpec
     from madbench.runner.batch_view import BatchStatus, FailureGroup, Results
     from madbench.runner.options import RunOptions
-    from madbench.runner.outcome import Spend
     from madbench.runner.study_dirs import runs_df, study_stats
 
     __version__: str

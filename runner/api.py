@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,20 +19,11 @@ from madbench.data.errors import InputError, format_validation_error
 from madbench.data.memo import build_memo
 from madbench.eval.stats.group_sequential import design_power
 from madbench.eval.stats.sequential_record import SequentialSummary, batch_summary, read_record
+from madbench.eval.stats.sweep_record import read_record as read_sweep_record
+from madbench.eval.stats.sweep_record import summary as sweep_record_summary
 from madbench.results import BatchDirs, ResultsDir, read_manifest
 from madbench.results.provenance import Provenance, collect, dirty_warning, require_clean
-from madbench.runner.batch import BatchSpec
-from madbench.runner.batch_view import FailureGroup, Results, attempt_counts, failure_groups
-from madbench.runner.budget import read_budget
-from madbench.runner.dispatch import FINISHED
-from madbench.runner.estimate import MemoInfo, calibrate, estimate_batch
-from madbench.runner.execute import ray_client, run_batch
-from madbench.runner.exit_codes import EXIT_INTERRUPTED, EXIT_RUNS_FAILED
-from madbench.runner.launch import Launch, load_checked
-from madbench.runner.leakage_gate import audit_batch
-from madbench.runner.matching import split, with_targets
-from madbench.runner.options import RunOptions
-from madbench.runner.outcome import (
+from madbench.runner.api_records import (
     CalibrationSource,
     ConfigEstimate,
     EstimateFigures,
@@ -44,10 +36,23 @@ from madbench.runner.outcome import (
     Spend,
     TableRows,
 )
+from madbench.runner.batch import BatchSpec
+from madbench.runner.batch_status import FailureGroup, attempt_counts, failure_groups
+from madbench.runner.batch_view import Results
+from madbench.runner.budget import read_budget
+from madbench.runner.dispatch import FINISHED
+from madbench.runner.estimate import MemoInfo, calibrate, estimate_batch
+from madbench.runner.execute import ray_client, run_batch
+from madbench.runner.exit_codes import EXIT_INTERRUPTED, EXIT_RUNS_FAILED
+from madbench.runner.launch import Launch, load_checked
+from madbench.runner.leakage_gate import audit_batch
+from madbench.runner.matching import split, with_targets
+from madbench.runner.options import RunOptions
 from madbench.runner.preflight import reachable_models
 from madbench.runner.provider_batches import batch_problems
 from madbench.runner.sequential import design_of, quarters_of
 from madbench.runner.store import BatchLayout
+from madbench.runner.sweep import sweep_plan
 
 
 class BatchRun(BaseModel):
@@ -75,6 +80,8 @@ class BatchRun(BaseModel):
     not_needed: int = 0
     #: A sequential batch's decision and looks (``sequential_record.summary``), else None.
     sequential: SequentialSummary | None = None
+    #: A sweep's decisions per arm (``sweep_record.summary``), else None.
+    sweep: dict[str, Any] | None = None
     #: Rows of runs.parquet, rounds.parquet and calls.parquet.
     tables: TableRows
     failures: list[FailureGroup]
@@ -124,6 +131,9 @@ class Estimate(BaseModel):
     #: A sequential batch's plan (``sequential_plan``): its looks, and its maximum and expected scenarios, cost and
     #: time under the null and under the planned effect.
     sequential: SequentialPlan | None = None
+    #: A sweep's plan (``runner.sweep.sweep_plan``): its looks and bounds, its runs and cost at most and expected under
+    #: the global null and under one better arm.
+    sweep: dict[str, Any] | None = None
 
 
 class BatchEstimate(BaseModel):
@@ -223,7 +233,8 @@ def run_with(o: RunOptions) -> BatchRun:
                     skipped=outcome.skipped, submitted=submitted, retries=retries, wall_s=outcome.wall_s,
                     compaction_s=outcome.compaction_s,
                     state=outcome.state, **outcome.status.model_dump(), tables=outcome.tables,
-                    sequential=sequential_summary(b.root), failures=failure_groups(manifest_runs),
+                    sequential=sequential_summary(b.root), sweep=sweep_summary(b.root),
+                    failures=failure_groups(manifest_runs, root=b.root),
                     spend=outcome.budget.model_copy(update={"unpriced_calls": unpriced_calls(b.root)}),
                     provider_batches=None if pb is None else pb.model_copy(update={"journal": str(b.root / "provider_batches")}),
                     retry_command=o.retry_command(), exit_status=exit_status(outcome.state, outcome.status))
@@ -240,6 +251,14 @@ def checked_provenance(pack_dir: Path | None, evidence: Sequence[Path], scenario
     if warning:
         print(f"madbench: warning: {warning}", file=sys.stderr)
     return provenance
+
+
+def sweep_summary(root: Path) -> dict[str, Any] | None:
+    """A sweep's decision per arm with its adjusted figures, and what it saved (None for another batch)."""
+    record = read_sweep_record(root)
+    if record is None:
+        return None
+    return sweep_record_summary(record, ResultsDir(root).runs if BatchDirs(root).table("runs").is_file() else None)
 
 
 def sequential_summary(root: Path) -> SequentialSummary | None:
@@ -287,20 +306,28 @@ def estimate_with(o: RunOptions) -> BatchEstimate:
     layout = BatchLayout(b.root)
     stored = {r.run_id: layout.stored_result(r.run_id) for r in b.runs}
     todo = [r for r in b.runs if (done := stored[r.run_id]) is None or (o.retry_failed and done.status == "failed")]
-    figures = dry_run(b, todo, o.calibrate_from) if todo else None
+    figures = dry_run(b, todo, o.calibrate_from, o.progress) if todo else None
     return BatchEstimate(batch=b.spec.name, results_dir=b.root, runs=len(b.runs), committed=len(b.runs) - len(todo),
                          estimate=figures, warnings=list(b.warnings))
 
 
-def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimate:
+def dry_run(b: Launch, todo: list, calibrate_from: str | None = None, progress: bool = False) -> Estimate:
     """The size of ``todo`` (runs of ``b``) and its estimated calls, tokens, cost and time (runner/estimate/):
-    expected and worst case per config, and the batch's wall time on its max_in_flight and rate limits."""
+    expected and worst case per config, and the batch's wall time on its max_in_flight and rate limits. ``progress``:
+    say on stderr what takes more than a moment (building the memos the estimate counts)."""
     spec = b.spec
     calib = calibrate(calibrate_from) if calibrate_from else None
+    scenarios = {r.scenario.id: r.scenario for r in todo}
+    t0 = time.perf_counter()
     memos = {}
-    for r in todo:
-        if r.scenario.id not in memos:
-            memos[r.scenario.id] = MemoInfo.from_memo(build_memo(r.scenario, b.pack))
+    for i, (sid, scenario) in enumerate(scenarios.items()):
+        if progress and i % 10 == 0:
+            print(f"madbench: building the memos the estimate counts: {i} of {len(scenarios)} ...", file=sys.stderr,
+                  flush=True)
+        memos[sid] = MemoInfo.from_memo(build_memo(scenario, b.pack))
+    if progress:
+        print(f"madbench: {len(memos)} memos built in {time.perf_counter() - t0:.0f} s; estimating ...", file=sys.stderr,
+              flush=True)
     est = estimate_batch(todo, memos, spec.max_in_flight, calib)
     total = est["total"]
     out = {"batch": spec.name, "runs": len(todo), "expected_calls": total["calls"],
@@ -317,6 +344,8 @@ def dry_run(b: Launch, todo: list, calibrate_from: str | None = None) -> Estimat
     out["provider_batch_unsupported"] = batch_problems([m for c in configs for _, _, m in reachable_models(c)])
     if spec.sequential is not None:
         out["sequential"] = sequential_plan(spec, b.runs, todo, out)
+    if spec.sweep is not None:
+        out["sweep"] = sweep_plan(spec, b.runs, todo, out)
     return Estimate(**out)
 
 

@@ -41,6 +41,7 @@ from madbench.runner.pairs import check_pairs
 from madbench.runner.pipeline import config_identity, run_id_for
 from madbench.runner.provider_batches import ProviderBatchOptions
 from madbench.runner.sequential import SequentialSpec
+from madbench.runner.sweep import SweepSpec
 from madbench.scoring.scorers import scorer_for
 
 #: The most runs one batch expands to (configs × grid cells × scenarios × replicates) unless `madbench run
@@ -189,6 +190,9 @@ class BatchSpec(BaseModel):
     #: A group-sequential design on one declared pair: looks at planned counts of complete pairs, and a stop once the
     #: answer is known (runner/sequential.py).
     sequential: SequentialSpec | None = None
+    #: Many arms raced against one control, losing arms dropped at looks, the family-wise error held
+    #: (runner/sweep.py).
+    sweep: SweepSpec | None = None
     #: The identification probe and residue pass of `madbench leakage audit` on the batch's own blind memos before
     #: any debate, recorded in <results>/leakage_audit/ (runner/leakage_gate.py); needs a blind config.
     leakage_audit: LeakageAuditSpec | None = None
@@ -220,6 +224,9 @@ class BatchSpec(BaseModel):
     def _one_routing(self):
         if self.model is not None and self.routing.profile is not None:
             raise ValueError("give `model` (one model everywhere) or `routing.profile` (a routing profile), not both")
+        if self.sequential is not None and self.sweep is not None:
+            raise ValueError("sweep: a batch is a sweep (many arms against one control) or a sequential experiment (one "
+                             "pair), not both: keep one of `sweep:` and `sequential:`")
         if self.sequential is not None and self.sequential.pair not in [p.treatment for p in self.pairs]:
             raise ValueError(f"sequential.pair: {self.sequential.pair!r} is not the treatment of a declared pair (the "
                              f"batch's: {', '.join(p.treatment for p in self.pairs) or 'none'}); declare it under `pairs:`")

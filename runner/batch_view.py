@@ -8,96 +8,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel
-
-from madbench.data.errors import InputError
 from madbench.eval.report.page import build_report
 from madbench.eval.stats.analysis import Analysis, analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, load_runs
-from madbench.eval.stats.sequential_record import SequentialRecord, batch_summary, read_record
-from madbench.results import Manifest, ManifestRun, ResultsDir, read_manifest
-from madbench.runner.lock import lock_holder
-from madbench.runner.outcome import RunCounts
-from madbench.runner.sequential import NOT_NEEDED
-from madbench.runner.store import BatchLayout, current_step, group_failures
+from madbench.eval.stats.sequential_record import batch_summary, read_record
+from madbench.eval.stats.sweep_record import read_record as read_sweep_record
+from madbench.eval.stats.sweep_record import summary as sweep_summary
+from madbench.results import ResultsDir
+from madbench.runner.batch_status import BatchStatus, FailureGroup, batch_status, look_lines, require_manifest
 
-
-class FailureGroup(BaseModel):
-    """Failed runs that failed for one reason (its first lines: a traceback's tail differs from run to run)."""
-    reason: str
-    run_ids: list[str]
-
-
-def failure_groups(manifest_runs: list[ManifestRun], limit_lines: int = 3) -> list[FailureGroup]:
-    """The failed runs of a manifest grouped by reason, most frequent first."""
-    failed = {r.run_id: r.error for r in manifest_runs if r.status == "failed"}
-    return [FailureGroup(reason=reason, run_ids=ids) for reason, ids in group_failures(failed, limit_lines)]
-
-
-def attempt_counts(manifest_runs: list[ManifestRun]) -> tuple[int, int]:
-    """(runs submitted, retries) by the last invocation, from the attempts a manifest counts: a run retried after a
-    failure is one run submitted and one retry; one requeued after its actor was lost is neither."""
-    attempts = [r.attempts for r in manifest_runs]
-    return sum(1 for a in attempts if a), sum(max(0, a - 1) for a in attempts)
-
-
-class InFlight(BaseModel):
-    """A run its driver has in flight, and what it is doing now (the last event of its trace)."""
-    run_id: str
-    config: str
-    scenario_id: str
-    since: str
-    step: str
-
-
-class BatchStatus(BaseModel):
-    """Progress and outcome of a batch (what `madbench status` prints; its --json is every field but ``failures``)."""
-    batch: str
-    #: finished, running, interrupted, stopped: ... (``stopped (driver gone ...)`` when a driver died holding it)
-    state: str
-    #: The driver holding the results directory's lock, or None.
-    driver: str | None
-    updated: str
-    ok: int
-    failed: int
-    pending: int
-    #: Runs a sequential batch's decision made unnecessary.
-    not_needed: int = 0
-    #: A sequential batch's looks so far and its decision, a line each (empty for another batch).
-    looks: list[str] = []
-    #: Runs whose result file is committed.
-    committed: int
-    in_flight: list[InFlight]
-    #: Config name -> its runs by status.
-    by_config: dict[str, RunCounts]
-    failures: list[FailureGroup]
-
-
-def batch_state(root: Path, m: Manifest) -> tuple[str, str | None]:
-    """(the batch's state, the driver holding its lock or None). A manifest that says ``running`` is believed only
-    while a driver holds ``<results>/.lock``: a driver killed with ``kill -9`` leaves it saying so forever."""
-    holder = lock_holder(root)
-    if m.state == "running" and holder is None:
-        return f"stopped (driver gone: last update {m.updated}; run the same command to resume)", None
-    return m.state, holder
-
-
-def look_lines(record: SequentialRecord | None) -> list[str]:
-    """A sequential batch's looks so far, a line each, and its decision (what `madbench status` prints)."""
-    if record is None:
-        return []
-    d = record.design
-    out = [f"sequential: {record.treatment} − {record.control} on {record.metric}, {len(d.n)} looks at {d.n} complete "
-           f"pairs, {d.spending} spending" + (", non-binding futility" if d.futility else "")]
-    for x in record.looks:
-        fut = "" if x.futility_t is None else f", futility {x.futility_t:.3f}"
-        out.append(f"look {x.look}: {x.n} pairs, t = {x.t:.3f} (efficacy ±{x.efficacy_t:.3f}{fut}): {x.decision}")
-    if record.decision:
-        # Past a decision, --continue ran the runs it had made unnecessary: they are no longer not_needed.
-        idle = (f"{len(record.not_needed)} not_needed" if record.stopped else
-                f"continued past it: the {len(record.not_needed)} runs it had made not_needed were run")
-        out.append(f"decision: {record.decision}; {len(record.overrun)} overrun, {idle}")
-    return out
+__all__ = ["BatchStatus", "FailureGroup", "Results", "check_committed", "look_lines"]
 
 
 def check_committed(results_dir: str | Path) -> None:
@@ -113,8 +33,7 @@ class Results(ResultsDir):
     def __init__(self, path: str | Path):
         super().__init__(path)
         self.path = self.root
-        if not self.dirs.manifest.is_file():
-            raise InputError(str(path), "no manifest.json here", "give a batch results directory such as results/rules-35")
+        require_manifest(path)
         _ = self.manifest  # read now: a manifest of another format version, or a damaged one, is refused before any table
 
     def __repr__(self) -> str:
@@ -122,23 +41,7 @@ class Results(ResultsDir):
 
     def status(self) -> BatchStatus:
         """The batch's progress and outcome, as `madbench status` reports it."""
-        m = read_manifest(self.path)  # read afresh: a batch may be running
-        state, driver = batch_state(self.path, m)
-        runs = m.runs
-        layout = BatchLayout(self.path)
-        committed = sum(1 for r in runs if layout.stored_result(r.run_id) is not None)  # a corrupt one is named
-        # Runs the manifest calls in flight are in flight only while its driver lives; else they wait for the resume.
-        flying = [r for r in runs if r.in_flight_since] if driver is not None else []
-        in_flight = [InFlight(run_id=r.run_id, config=r.config, scenario_id=r.scenario_id, since=r.in_flight_since,
-                              step=current_step(layout.trace_path(r.run_id))) for r in flying]
-        by_config: dict[str, dict[str, int]] = {}
-        for r in runs:
-            by_config.setdefault(r.config, {"ok": 0, "failed": 0, "pending": 0, NOT_NEEDED: 0})[r.status] += 1
-        counts = {s: sum(1 for r in runs if r.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
-        return BatchStatus(batch=m.spec["name"], state=state, driver=driver, updated=m.updated, **counts,
-                           looks=look_lines(read_record(self.path)),
-                           committed=committed, in_flight=in_flight,
-                           by_config={c: RunCounts(**n) for c, n in by_config.items()}, failures=failure_groups(runs))
+        return batch_status(self.path)
 
     def stats(self, compare: list[str] | None = None, metrics: list[str] | None = None, correction: str = "holm",
               all_pairs: bool = False) -> Analysis:
@@ -154,6 +57,9 @@ class Results(ResultsDir):
         record = read_record(self.path)
         if record is not None:  # the looks' adjusted inference leads; the plain paired tests below are naive
             analysis.sequential = batch_summary(record, self.runs)
+        swept = read_sweep_record(self.path)
+        if swept is not None:  # each arm's adjusted inference leads; the plain paired tests below are naive
+            analysis.sweep = sweep_summary(swept, self.runs)
         return analysis
 
     def report(self, out: str | Path | None = None, compare: list[str] | None = None, correction: str = "holm",

@@ -91,18 +91,28 @@ def _run(run_id: str, result: Path, trace: Path) -> Run:
     return Run(run_id, read_result(result, run_id), last_attempt(list[Event](read_committed_history(trace))))
 
 
-def flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested structure as {dotted path: leaf}."""
-    if isinstance(value, dict):
-        return {k: v for key in sorted(value, key=str) for k, v in flat(value[key], f"{prefix}.{key}" if prefix else str(key)).items()}
-    if isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
-        return {k: v for i, item in enumerate(value) for k, v in flat(item, f"{prefix}[{i}]").items()}
-    return {prefix: value}
+def _nested(value: Any) -> bool:
+    """A value a diff goes into: a dict or a list holding dicts or lists, with entries to compare."""
+    return (isinstance(value, dict) and bool(value)) or (
+        isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value))
 
 
 def field_diff(a: Any, b: Any, prefix: str = "") -> list[dict[str, Any]]:
-    fa, fb = flat(a, prefix), flat(b, prefix)
-    return [{"field": k, "a": fa.get(k), "b": fb.get(k)} for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)]
+    """Where ``a`` and ``b`` differ, as {field: dotted path, a, b}: it goes into what both sides hold in the same shape
+    (two dicts, two lists of structures) and names a field absent on one side as None; anything else is one entry
+    with both values whole (``interventions: [] -> [{...}]``, never the entries of a side that has none). At the top
+(no ``prefix``: a whole section) a side that is None has each of the other side's fields as None."""
+    if a == b:
+        return []
+    if not prefix and (a is None or b is None):  # a section one side has nothing of (no provenance): its fields each
+        a, b = (a if a is not None else {}), (b if b is not None else {})
+    if isinstance(a, dict) and isinstance(b, dict) and ((a and b) or not prefix):
+        return [d for key in sorted(set(a) | set(b), key=str)
+                for d in field_diff(a.get(key), b.get(key), f"{prefix}.{key}" if prefix else str(key))]
+    if isinstance(a, list) and isinstance(b, list) and _nested(a) and _nested(b):
+        return [d for i in range(max(len(a), len(b)))
+                for d in field_diff(a[i] if i < len(a) else None, b[i] if i < len(b) else None, f"{prefix}[{i}]")]
+    return [{"field": prefix, "a": a, "b": b}]
 
 
 def turns(calls: list[LLMCall]) -> dict[tuple[str, str, int, str, int], LLMCall]:

@@ -198,6 +198,11 @@ class Work(ABC, Generic[Unit]):
         the head anyway once nothing is in flight, so a hold never stalls it."""
         return False
 
+    def needed(self, unit: Unit) -> bool:
+        """Whether ``unit`` is still wanted (a sweep's arm that a look stopped wants no more runs): one that is not is
+        taken off the queue unsent, and the job marks it."""
+        return True
+
     def tick(self) -> None:
         """Every ``STATUS_INTERVAL_S`` seconds while the loop runs."""
 
@@ -266,6 +271,8 @@ class Dispatch(Generic[Unit]):
             if ready is None and self.in_flight:
                 break
             unit = self.queue.pop(ready or 0)
+            if not self.work.needed(unit):
+                continue  # taken off unsent: the job marks it
             key = self.work.key(unit)
             self.attempts[key] += 1
             k = self.sent % len(self.pool.actors)

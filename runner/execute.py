@@ -42,6 +42,7 @@ from madbench.gateway.secrets import redact, remember
 from madbench.results import ManifestRun, read_manifest, read_table, write_manifest
 from madbench.results.provenance import Provenance
 from madbench.results.records import ManifestJournal
+from madbench.runner.api_records import BatchOutcome
 from madbench.runner.batch import BatchSpec, RunSpec
 from madbench.runner.budget import (
     BudgetRecord,
@@ -54,11 +55,11 @@ from madbench.runner.budget import (
 from madbench.runner.cache_actor import CachePlan, start_cache, stop_cache, wants_cluster_cache
 from madbench.runner.dispatch import BUDGET_STOP, FINISHED, ActorPool, Dispatch, Work
 from madbench.runner.lock import ResultsLock, WriterGuard
-from madbench.runner.outcome import BatchOutcome
 from madbench.runner.pipeline import check_run_id, run_debate
 from madbench.runner.progress import BatchLine, Progress
 from madbench.runner.provider_batches import CollectorClient, journal_summary, start_collector, stop_collector
 from madbench.runner.ray_address import RayUnavailable
+from madbench.runner.ray_home import local_ray_temp_dir, remove_stale_sessions
 from madbench.runner.run_report import RunReport, Status
 from madbench.runner.sequential import NOT_NEEDED, Monitor, pair_first
 from madbench.runner.staging import (
@@ -73,7 +74,8 @@ from madbench.runner.staging import (
     staging_root,
 )
 from madbench.runner.store import BatchLayout, compact, run_entry, write_parts
-from madbench.runner.wiring import build_gateway
+from madbench.runner.sweep import SweepMonitor
+from madbench.runner.wiring import build_gateway, build_providers
 
 
 class ActorReport(RunReport):
@@ -275,13 +277,15 @@ LOCAL_START_ATTEMPTS = 3
 
 
 def _start_local_ray(ray, num_cpus: int | None, env: dict[str, Any]) -> None:
+    temp = local_ray_temp_dir()
+    remove_stale_sessions(temp)
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         before = _children()
         try:
             # address="local": a Ray of this process's own, even where `ray start` left a cluster running on this
             # machine (Ray would join that one, from /tmp/ray/ray_current_cluster); a cluster is joined by its address.
             ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, runtime_env=env, log_to_driver=False,
-                     configure_logging=False, _system_config=LOCAL_RAY_CONFIG)
+                     configure_logging=False, _system_config=dict(LOCAL_RAY_CONFIG), _temp_dir=str(temp))  # a copy: Ray adds to it
             return
         except Exception as exc:  # Ray raises a bare Exception when its node does not come up in time
             reason = " ".join(str(exc).split())[:300]
@@ -289,7 +293,8 @@ def _start_local_ray(ray, num_cpus: int | None, env: dict[str, Any]) -> None:
             # A node that failed half-way is not Ray's to shut down: its GCS server or raylet would outlive us.
             _stop_children_since(before)
             if attempt == LOCAL_START_ATTEMPTS:
-                raise RayUnavailable(f"a local Ray did not start ({attempt} tries): {reason}") from exc
+                raise RayUnavailable(f"a local Ray did not start ({attempt} tries): {reason}; its logs: "
+                                     f"{temp}/session_latest/logs") from exc
             print(f"madbench: warning: a local Ray did not start ({reason[:80]}...); trying again ({attempt + 1} of "
                   f"{LOCAL_START_ATTEMPTS})", file=sys.stderr, flush=True)
 
@@ -361,7 +366,7 @@ class RunWork(Work[RunSpec]):
 
     def __init__(self, pool: ActorPool, layout: BatchLayout, manifest_runs: dict[str, ManifestRun], stats: dict[str, Any],
                  retry_failed: bool, spec_json: dict[str, Any], collector=None,
-                 every_status: list[Callable[[], Any]] | None = None, monitor: Monitor | None = None,
+                 every_status: list[Callable[[], Any]] | None = None, monitor: Monitor | SweepMonitor | None = None,
                  provenance: Provenance | None = None):
         self.pool, self.layout, self.manifest_runs, self.stats = pool, layout, manifest_runs, stats
         self.monitor = monitor  # a sequential batch's looks (runner/sequential.py)
@@ -430,6 +435,9 @@ class RunWork(Work[RunSpec]):
     def waits(self, r: RunSpec) -> bool:
         return self.monitor is not None and self.monitor.waits(r)
 
+    def needed(self, r: RunSpec) -> bool:
+        return not isinstance(self.monitor, SweepMonitor) or self.monitor.needed(r)
+
     def failure(self, r: RunSpec, exc: Exception) -> ActorReport:
         cause = getattr(exc, "cause", None)
         if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
@@ -468,7 +476,7 @@ def cluster_shape(ray) -> dict[str, Any]:
             "gpus": resources.get("GPU", 0)}
 
 
-def settled_state(state: str, manifest_runs: dict[str, ManifestRun], monitor: Monitor | None = None) -> str:
+def settled_state(state: str, manifest_runs: dict[str, ManifestRun], monitor: Monitor | SweepMonitor | None = None) -> str:
     """``state``, unless it says ``finished`` while runs are pending: then it says how many, so that `madbench
     status` never calls a batch finished with runs left to do. A sequential batch's runs its decision made
     unnecessary are ``not_needed`` first (``Monitor.finish``), not pending."""
@@ -545,19 +553,22 @@ def _refuse_paths_in_job(job_dir: Path | None, root: Path, cache_dir: str) -> No
 
 
 def _todo(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, manifest_runs: dict[str, ManifestRun],
-          retry_failed: bool, continue_past: bool, quiet: bool) -> tuple[list[RunSpec], int, Monitor | None]:
+          retry_failed: bool, continue_past: bool, quiet: bool) -> tuple[list[RunSpec], int, Monitor | SweepMonitor | None]:
     """(the runs to dispatch, the runs committed before, a sequential batch's monitor or None). The monitor is fed
     the committed runs (and so takes the looks an interrupted invocation had the pairs for), and the runs go in
     pair-first order, or none when a decision stands."""
     todo = [r for r in runs if manifest_runs[r.run_id].status in (("pending", "failed") if retry_failed else ("pending",))]
     skipped = len(runs) - len(todo)
-    if spec.sequential is None:
+    if spec.sequential is None and spec.sweep is None:
         return todo, skipped, None
-    monitor = Monitor(spec, runs, layout, manifest_runs, continue_past, quiet)
+    monitor: Monitor | SweepMonitor = (Monitor if spec.sequential is not None else SweepMonitor)(
+        spec, runs, layout, manifest_runs, continue_past, quiet)
     for r in runs:
         if manifest_runs[r.run_id].status == "ok":
             monitor.seen(r)
     monitor.update()
+    if isinstance(monitor, SweepMonitor):
+        todo = [r for r in todo if monitor.needed(r)]
     return ([] if monitor.enough() else pair_first(todo, monitor.order)), skipped, monitor
 
 
@@ -586,12 +597,24 @@ def _collector_ready(ray, ready, quiet: bool) -> None:
              "its completion window (24 h at most, usually minutes), and progress moves as batches end", quiet)
 
 
+def start_models(runs: list[RunSpec], address: str | None = None) -> None:
+    """Start what answers the runs' models on this machine (``Provider.start``: the embedded model's file and server,
+    each saying so), here, before the runs: the runner actors then find it running. Not for a cluster (``address`` or
+    $RAY_ADDRESS), whose nodes each start their own."""
+    if address or os.environ.get("RAY_ADDRESS"):
+        return
+    providers = build_providers()
+    specs = {s.model_dump_json(): s for r in {r.config.name: r for r in runs}.values() for s in r.config.models.named_specs()}
+    for spec in specs.values():
+        provider = providers.for_model(spec.model)
+        provider.start(provider.prepare(spec))
+
+
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
               address: str | None = None, retry_failed: bool = False, quiet: bool = False, continue_past: bool = False,
               provenance: Provenance | None = None, spent_before: float | None = None) -> BatchOutcome:
-    """Run the batch's pending runs, holding the results directory's lock (runner/lock.py) throughout: a second
-    driver on the same directory fails at once, naming this one. ``continue_past``: a sequential batch goes on past
-    its decision (runner/sequential.py). ``spent_before``: earlier invocations' spend (None: budget.json's now)."""
+    """Run the batch's pending runs holding its results directory's lock (runner/lock.py: a second driver fails at once);
+    ``continue_past``: a sequential batch goes past its decision; ``spent_before``: earlier spend (None: budget.json's)."""
     job_dir = job_working_dir()
     _refuse_paths_in_job(job_dir, layout.root, cache_dir)
     cluster_cache = wants_cluster_cache(address)
@@ -615,6 +638,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         if todo and record.reached:  # stopped at this cap before: nothing more is spent until it is raised
             todo, state = [], BUDGET_STOP
         if todo:
+            start_models(todo, address)
             ray = _started(lambda: init_ray(address), _ray_start_text(address), quiet)
             if provenance is not None:
                 provenance = provenance.model_copy(update={"cluster": cluster_shape(ray)})

@@ -6,6 +6,7 @@ scenarios against the pack, and every problem the preflight finds (one InputErro
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -44,6 +45,7 @@ from madbench.runner.provider_batches import batch_problems
 from madbench.runner.ray_address import check_address, split_address
 from madbench.runner.sequential import check_sequential
 from madbench.runner.store import BatchLayout
+from madbench.runner.sweep import check_sweep
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,8 @@ def load(o: RunOptions) -> Launch:
         split_address(o.address or os.environ["RAY_ADDRESS"], "--address" if o.address else "RAY_ADDRESS")
     # a batch built in Python reads its relative paths from its stated folder, a file's from the file's
     spec, base = (o.spec, Path(o.base_dir)) if o.spec is not None and o.base_dir else load_batch(o.batch)
-    if o.continue_past and spec.sequential is None:
-        raise InputError("--continue", f"{o.batch} has no `sequential:` block, so there is no decision to go past",
+    if o.continue_past and spec.sequential is None and spec.sweep is None:
+        raise InputError("--continue", f"{o.batch} has no `sequential:` block (nor `sweep:`), so there is no decision to go past",
                          "leave --continue out")
     spec, name = with_routing(spec, o)
     if o.provider_batch and spec.provider_batches is None:
@@ -91,6 +93,7 @@ def load(o: RunOptions) -> Launch:
     check_size(spec, o.batch, o.max_runs, len(scenarios))
     check_sequential(spec, len(scenarios), o.batch)
     configs = resolve_configs(spec, base, o.batch)
+    check_sweep(spec, [c.name for c in configs], len(scenarios), o.batch)
     runs = expand(spec, scenarios, configs, o.batch, o.max_runs)
     cache_dir = resolve_cache_dir(o.cache_dir, _rel(base, spec.cache_dir) if spec.cache_dir else None)
     # results_dir is the user's path (from the working directory); the batch's own is relative to its file
@@ -150,6 +153,9 @@ def load_checked(o: RunOptions, dry_run: bool = False) -> Launch:
     # at once); failed ones may be retried, so they are checked with the pending ones.
     layout = BatchLayout(b.root)
     todo = [r for r in b.runs if (stored := layout.stored_result(r.run_id)) is None or stored.status != "ok"]
+    if o.progress and todo:  # a backtest window and a baseline per scenario: a minute or more for a large batch
+        print(f"madbench: checking the batch before anything runs ({len({r.scenario.id for r in todo})} scenarios "
+              f"backtestable, {len({r.config.name for r in todo})} configs' prompts rendered) ...", file=sys.stderr, flush=True)
     # Through the Ray client the cache is on the head (check_client_cache): not this machine's to check.
     problems = preflight(todo, b.pack, o.batch, None if ray_client(o.address) else Path(b.cache_dir), b.root,
                          b.spec.max_cost_usd)

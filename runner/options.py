@@ -37,7 +37,7 @@ class RunOptions(BaseModel):
     settings: list[str] = []
     #: Parent of the batch's results directory (default: the batch's results_dir).
     results_dir: str | None = None
-    #: The LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm).
+    #: The LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else $MADBENCH_HOME/llm).
     cache_dir: str | None = None
     #: A scenario YAML file read instead of the batch's scenarios (its `ids` still select).
     scenarios: str | None = None

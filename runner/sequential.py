@@ -87,11 +87,7 @@ class SequentialSpec(BaseModel):
     @field_validator("metric")
     @classmethod
     def _metric(cls, v: str) -> str:
-        numeric = [f.name for f in SPECS["runs"].schema if pa.types.is_floating(f.type) or pa.types.is_integer(f.type)]
-        if v not in numeric:
-            close = ", ".join(difflib.get_close_matches(v, numeric, n=3)) or "sharpe, total_return_pct"
-            raise ValueError(f"{v!r} is no numeric column of runs.parquet (e.g. {close})")
-        return v
+        return numeric_metric(v)
 
     @field_validator("effect")
     @classmethod
@@ -100,6 +96,15 @@ class SequentialSpec(BaseModel):
             raise ValueError(f"effect {v}: give the standardised effect d_z to plan for, non-zero and at most 5 in size "
                              "(e.g. 0.39, the paper's A7)")
         return v
+
+
+def numeric_metric(v: str) -> str:
+    """``v``, a numeric column of runs.parquet (a design's metric); a ValueError naming close ones otherwise."""
+    numeric = [f.name for f in SPECS["runs"].schema if pa.types.is_floating(f.type) or pa.types.is_integer(f.type)]
+    if v not in numeric:
+        close = ", ".join(difflib.get_close_matches(v, numeric, n=3)) or "sharpe, total_return_pct"
+        raise ValueError(f"{v!r} is no numeric column of runs.parquet (e.g. {close})")
+    return v
 
 
 def check_sequential(spec, n_scenarios: int, where: str) -> None:

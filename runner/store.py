@@ -229,9 +229,10 @@ def hedge_columns(attempts: list[dict[str, Any]]) -> dict[str, Any]:
     (an attempt marked ``hedge``), whether the copy's answer won (the answering attempt, the last, is the copy's), and
     what the closed (``outraced``) request is counted at."""
     hedged = any(a.get("hedge") for a in attempts)
-    outraced = [a.get("cost_usd") for a in attempts if a["kind"] == "outraced"]
+    outraced: list[float | None] = [a.get("cost_usd") for a in attempts if a["kind"] == "outraced"]
+    known = [c for c in outraced if c is not None]
     return {"hedged": hedged, "hedge_won": bool(attempts[-1].get("hedge")) if hedged else None,
-            "outraced_cost_usd": None if not outraced or None in outraced else float(sum(outraced))}
+            "outraced_cost_usd": float(sum(known)) if outraced and len(known) == len(outraced) else None}
 
 
 #: The phase of the leakage probe's rows in calls.parquet.

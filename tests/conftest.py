@@ -81,8 +81,10 @@ def ray_local():
     import ray
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     from madbench.runner.execute import LOCAL_RAY_CONFIG, WORKER_NICENESS
+    from madbench.runner.ray_home import local_ray_temp_dir
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                 _temp_dir=str(local_ray_temp_dir()),
                  _system_config=LOCAL_RAY_CONFIG,  # no idle workers prestarted: the tests' work runs on actors
                  runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).resolve().parents[1]),
                                               WORKER_NICENESS: "0"}})  # as madbench's own Ray gives its actors
@@ -91,9 +93,12 @@ def ray_local():
 
 
 def errors_only(stderr: str) -> str:
-    """``stderr`` without madbench's warning lines: `madbench run` from a checkout with uncommitted changes warns
-    about it on every run, beside the one line an error gets."""
-    return "".join(line for line in stderr.splitlines(keepends=True) if not line.startswith("madbench: warning:"))
+    """``stderr`` without madbench's warning and progress lines: `madbench run` from a checkout with uncommitted changes
+    warns about it on every run, and says what a long phase is doing ("madbench: checking the batch ... ..."), beside
+    the one line an error gets."""
+    return "".join(line for line in stderr.splitlines(keepends=True)
+                   if not line.startswith("madbench: warning:") and not (line.startswith("madbench: ")
+                                                                        and line.rstrip().endswith(" ...")))
 
 
 def readme_example() -> str:
@@ -181,6 +186,9 @@ def pytest_configure(config):
     # (inherited by the subprocesses and Ray workers the tests start).
     config._madbench_models = tempfile.mkdtemp(prefix="madbench-test-models-")
     os.environ["MADBENCH_MODEL_DIR"] = config._madbench_models
+    # Everything else madbench keeps outside the working directory (a local Ray's sessions among it) goes to a home of
+    # the session's own, short enough for Ray's socket paths.
+    os.environ["MADBENCH_HOME"] = tempfile.mkdtemp(prefix="mbh-")
     sys.addaudithook(_watch_madbench_cache)
     _ray_messages_outside_captures()
     if not _is_xdist_worker(config):

@@ -124,8 +124,8 @@ def test_the_checkout_on_pythonpath_uninstalled_walks_each_module_once(tmp_path)
 def test_an_editable_install_walks_each_module_once(tmp_path):
     src = copy_checkout(tmp_path / "src")
     python = environment(tmp_path / "venv")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", "-e", str(src)],
-                   check=True, timeout=600, capture_output=True)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-cache-dir", "-q",
+                    "-e", str(src)], check=True, timeout=600, capture_output=True)
     got = walk(python, tmp_path)
     assert got["finders"] == ["__editable___madbench_0_1_0_finder"]  # setuptools' finder, mapping runner/ and the rest
     assert Path(got["runner"]) == src / "runner" / "api.py"

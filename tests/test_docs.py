@@ -59,7 +59,9 @@ def test_every_markdown_page_is_in_the_nav_and_every_nav_entry_exists():
                 yield from entries(value) if isinstance(value, list) else [value]
 
     generated = {*reference_hook().GENERATED, "changelog.md"}
-    in_nav = set(entries(config["nav"]))
+    listed = list(entries(config["nav"]))
+    assert len(listed) == len(set(listed)), "a page is in the nav twice"
+    in_nav = set(listed)
     on_disk = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
     assert in_nav - generated == on_disk
     assert generated <= in_nav
@@ -148,6 +150,15 @@ def test_the_readmes_python_example_is_ten_lines_and_is_the_one_the_suite_runs()
     example = readme_example()
     assert len(example.splitlines()) <= 10
     assert 'madbench.run("configs/batches/rules-35.yaml"' in example and "res.report()" in example
+
+
+@requires_shared
+@pytest.mark.slow
+def test_the_readmes_python_example_runs_as_written_offline_in_a_scratch_folder(readme_rules35):
+    here, namespace = readme_rules35  # conftest ran the block verbatim, from a scratch folder holding configs/
+    run = namespace["run"]
+    assert (run.ok, run.failed, run.pending) == (105, 0, 0)
+    assert (here / "results" / "rules-35" / "report.html").is_file()  # its last line wrote the report
 
 
 def test_every_relative_link_in_the_readme_and_changelog_points_at_a_file():

@@ -1,5 +1,5 @@
-"""The type checker over the whole package, as configured in pyproject.toml (strict on madbench.data and
-madbench.gateway, the default elsewhere).
+"""The type checker over the whole package, as configured in pyproject.toml (strict on madbench.data,
+madbench.gateway and madbench.results, check_untyped_defs elsewhere, no module exempted).
 
 mypy cannot follow setuptools' package-dir (``runner/`` is ``madbench.runner``), so the check lays the package out
 as a wheel installs it, as links into this checkout, and names each error by its file in the checkout. The test

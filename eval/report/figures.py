@@ -296,3 +296,24 @@ def sequential_path(path: dict[str, np.ndarray], title: str, n_max: int) -> go.F
     fig.update_xaxes(title="complete pairs (scenarios)", range=[0, n_max + 1])
     fig.update_yaxes(title="paired t")
     return _layout(fig, title)
+
+
+def sweep_paths(frame: pd.DataFrame, title: str, n_max: int) -> go.Figure:
+    """A sweep's arms: each arm's paired t at every look it was sampled (``sweep_record.path_frame``; positive is
+    better), against the efficacy bound and the non-binding futility bound on the t scale; an arm's last marker is
+    its decision."""
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    bounds = frame.drop_duplicates("look").sort_values("look")
+    fig.add_trace(go.Scatter(x=bounds["n"], y=bounds["efficacy"], mode="lines+markers", name="efficacy bound",
+                             line=dict(color="#dc3912")))
+    if np.isfinite(bounds["futility"]).any():
+        fig.add_trace(go.Scatter(x=bounds["n"], y=bounds["futility"], mode="lines+markers",
+                                 name="futility bound (non-binding)", line=dict(color="#ff9900", dash="dash")))
+    for arm, g in frame.groupby("arm", sort=False):
+        fig.add_trace(go.Scatter(x=g["n"], y=np.clip(g["t"], -50, 50), mode="lines+markers", name=str(arm),
+                                 text=g["decision"], hovertemplate="%{x} scenarios: t = %{y:.2f} (%{text})"))
+    fig.add_hline(y=0, line_color="#888", line_dash="dash")
+    fig.update_xaxes(title="complete scenarios", range=[0, n_max + 1])
+    fig.update_yaxes(title="paired t (arm − control, oriented: up is better)")
+    return _layout(fig, title)

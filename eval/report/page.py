@@ -15,17 +15,21 @@ from madbench.eval.report import figures
 from madbench.eval.report.collect import load_report_data
 from madbench.eval.report.glossary import CAVEATS, DYNAMICS
 from madbench.eval.report.leakage import leakage_parts
+from madbench.eval.stats import sections
 from madbench.eval.stats.analysis import analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe, ok_runs
-from madbench.eval.stats.sections import SECTIONS, html_table
+from madbench.eval.stats.sections import html_table
 from madbench.eval.stats.sequential_record import batch_summary, path_frame, read_record
+from madbench.eval.stats.sweep_record import path_frame as sweep_path_frame
+from madbench.eval.stats.sweep_record import read_record as read_sweep_record
+from madbench.eval.stats.sweep_record import summary as sweep_summary
 
 HERE = Path(__file__).parent
 FIGURE_METRICS = ["sharpe", "total_return_pct", "excess_return_pct"]
 BASELINES = ["equal", "spy"]
 #: The statistics sections (``eval/stats/sections.py``) report.html.j2 places itself; any other shows after the quality
 #: section.
-PLACED = {"comparison", "paired", "paper_table", "beats", "correlations", "ols", "dynamics", "sequential"}
+PLACED = {"comparison", "paired", "paper_table", "beats", "correlations", "ols", "dynamics", "sequential", "sweep"}
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE), autoescape=True, undefined=jinja2.StrictUndefined)
 
 
@@ -69,6 +73,16 @@ def _sequential(root: str | Path, runs: pd.DataFrame) -> dict:
     return {"sequential_lines": batch_summary(record, runs)["lines"], "sequential_fig": _fig_html(fig)}
 
 
+def _sweep(root: str | Path, runs: pd.DataFrame) -> dict:
+    """A sweep's decisions per arm and the figure of every arm's path against the boundaries."""
+    record = read_sweep_record(root)
+    if record is None:
+        return {"sweep_lines": [], "sweep_fig": ""}
+    fig = figures.sweep_paths(sweep_path_frame(record), f"every arm − {record.control}: paired t on {record.metric} "
+                              "at each look, against the boundaries", len(record.order))
+    return {"sweep_lines": sweep_summary(record, runs)["lines"], "sweep_fig": _fig_html(fig)}
+
+
 def _leakage(root: str | Path, runs: pd.DataFrame, configs: list[str], correction: str) -> dict:
     """A batch's recorded leakage audit beside its named − blind difference, all scenarios and per post_cutoff."""
     record, parts = leakage_parts(root, runs, configs, correction, batch_pairs(root))
@@ -99,7 +113,7 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
     if len(failed):
         notes.append(f"{len(failed)} failed run(s) are excluded from every statistic; see the explorer and the status column.")
     cost = figures.cost_summary(runs, data.calls)
-    stats = {section.key: section.html(analysis) for section in SECTIONS}
+    stats = {section.key: section.html(analysis) for section in sections.SECTIONS}
     metrics = [m for m in FIGURE_METRICS if m in ok.columns]
     paper_table = analysis.paper_table
     assert paper_table is not None  # analyse() builds it with the main table
@@ -122,6 +136,7 @@ def build_report(root: str | Path, out: str | Path | None = None, compare: list[
         "explorer_js": (HERE / "explorer.js").read_text(), "explorer_note": f"{len(data.digests)} runs with traces",
     }
     context |= _sequential(root, runs)
+    context |= _sweep(root, runs)
     context |= _leakage(root, runs, configs, correction)
     html = _ENV.get_template("report.html.j2").render(**context)
     target = Path(out) if out else Path(root) / "report.html"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pandas as pd
 from madbench.data.atomic import atomic_write
 from madbench.data.errors import InputError
 from madbench.debate.run_metrics import metric_columns, named_metric_columns
+from madbench.eval.stats import sections
 from madbench.eval.stats.analysis_data import AnalysisData
 from madbench.eval.stats.beats import PAPER_SHARE, beats_baseline
 from madbench.eval.stats.correlate import agent_rho_correlations, delta_correlations, quality_correlations
@@ -25,7 +27,6 @@ from madbench.eval.stats.paired import (
 )
 from madbench.eval.stats.planning import plan_pairs
 from madbench.eval.stats.regress import RankDeficient, build_formula, ols
-from madbench.eval.stats.sections import SECTIONS
 from madbench.eval.stats.tables import comparison_table
 from madbench.eval.stats.units import QUARTER, SCENARIO, replicated, scenario_means
 
@@ -35,26 +36,26 @@ PERFORMANCE = ["sharpe", "total_return_pct"]
 
 
 class Analysis(AnalysisData):
-    """An analysis, rendered section by section (``sections.SECTIONS``)."""
+    """An analysis, rendered section by section (``sections.SECTIONS``, read at each call)."""
 
     def markdown(self, paper_table: bool = False) -> str:
         """What `madbench stats` prints; ``paper_table``: with the paper's table reproduction."""
-        return "\n".join(line for section in SECTIONS for line in section.markdown(self, paper_table))
+        return "\n".join(line for section in sections.SECTIONS for line in section.markdown(self, paper_table))
 
     def record(self) -> dict[str, Any]:
         """Everything `madbench stats --json` prints (NaN as null through ``frame.json_safe``)."""
-        return {k: v for section in SECTIONS for k, v in section.record(self).items()}
+        return {k: v for section in sections.SECTIONS for k, v in section.record(self).items()}
 
     def write_csvs(self, out: str | Path) -> list[Path]:
         """Each table as ``<out>/<table>.csv`` (the folder made if missing); the paths written."""
         out = Path(out)
         written = []
-        for section in SECTIONS:
+        for section in sections.SECTIONS:
             for name, frame in section.tables(self).items():
                 if frame is None:
                     (out / f"{name}.csv").unlink(missing_ok=True)
                 else:
-                    written.append(atomic_write(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
+                    written.append(atomic_write(out / f"{name}.csv", functools.partial(frame.to_csv, index=False)))
         return written
 
 

@@ -45,6 +45,8 @@ class AnalysisData:
 
     #: A sequential batch's decision and its inference adjusted for the looks (``sequential_record.summary``).
     sequential: dict[str, Any] | None = None
+    #: A sweep's decisions per arm, adjusted for the arms and the looks (``sweep_record.summary``).
+    sweep: dict[str, Any] | None = None
 
     #: Tests in the family ``p_adj`` is adjusted over, when larger than this analysis's own (``adjust_across``).
     family_size: int | None = None

@@ -96,6 +96,22 @@ class Sequential(Section):
         return {"sequential": a.sequential} if a.sequential is not None else {}
 
 
+class Sweep(Section):
+    """A sweep's decisions per arm, adjusted for the arms and the looks (the report draws it with its figure)."""
+    key = "sweep"
+
+    def markdown(self, a: AnalysisData, paper_table: bool = False) -> list[str]:
+        if a.sweep is None:
+            return []
+        return ["## Sweep: every arm against the control, adjusted for the arms and the looks", "",
+                *[f"- {line}" for line in a.sweep["lines"]], "",
+                "The tables below are naive for the sweep: one test per pair, as if no other arm and no look had been "
+                "taken.", ""]
+
+    def record(self, a: AnalysisData) -> dict[str, Any]:
+        return {"sweep": a.sweep} if a.sweep is not None else {}
+
+
 class Comparison(Section):
     """The comparison table (configs its columns) and the per-config summaries behind it."""
     key = "comparison"
@@ -286,5 +302,5 @@ class PaperTable(Section):
 
 
 #: Every section, in the order `stats` prints them, writes their tables and records their fields.
-SECTIONS: tuple[Section, ...] = (Batches(), Sequential(), Comparison(), Replicates(), Paired(), Beats(), Dynamics(),
+SECTIONS: tuple[Section, ...] = (Batches(), Sequential(), Sweep(), Comparison(), Replicates(), Paired(), Beats(), Dynamics(),
                                  Correlations(), Ols(), Power(), PaperTable())

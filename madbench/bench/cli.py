@@ -25,9 +25,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "cluster-cache": ("madbench.bench.cluster_cache", "cache hits served through a local multi-node cluster's cache actor"),
     "scale": ("madbench.bench.scale", "what a batch costs madbench as it grows, on a local multi-node cluster; extrapolated to 100,000 runs"),
     "sequential": ("madbench.bench.sequential_designs", "type I error, power and scenarios used of group-sequential designs"),
+    "sweep": ("madbench.bench.sweep_designs", "family-wise error, power, best-arm selection and runs used of multi-arm sweeps"),
     "ends": ("madbench.bench.ends", "an all-invalid batch ends (and does not hang) under CPU load"),
     "kills": ("madbench.bench.kills", "the budget ledger holds across SIGKILLs of the driver"),
-    "hedging": ("madbench.bench.hedging", "the paper's A7 against a slow simulated provider, with and without hedged requests"),
+    "hedging": ("madbench.bench.tail_latency", "the paper's A7 against a slow simulated provider, with and without hedged requests"),
 }
 
 

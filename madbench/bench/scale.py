@@ -39,10 +39,10 @@ from madbench.debate.trace import read_trace
 from madbench.results import TABLES, BatchDirs, ManifestRun, ResultsDir, run_files, write_manifest
 from madbench.results.rowlog import Entry, RowLog
 from madbench.runner.api import open_results
+from madbench.runner.api_records import BatchOutcome
 from madbench.runner.batch import MAX_RUNS, MAX_RUNS_CEILING, BatchSpec, expand, resolve_configs, resolve_scenarios
 from madbench.runner.cli.common import number
 from madbench.runner.execute import init_ray, run_batch
-from madbench.runner.outcome import BatchOutcome
 from madbench.runner.store import BatchLayout, compact
 
 SCENARIOS = PROJECT_ROOT / "configs" / "scenarios" / "market-35.yaml"

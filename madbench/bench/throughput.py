@@ -34,10 +34,10 @@ from madbench.data.paths import PROJECT_ROOT
 from madbench.data.scenario import load_scenarios
 from madbench.gateway.models import ModelSpec, RateLimits
 from madbench.results import ResultsDir
+from madbench.runner.api_records import BatchOutcome
 from madbench.runner.batch import BatchSpec, expand, resolve_configs, resolve_scenarios
 from madbench.runner.cli.common import number
 from madbench.runner.execute import init_ray, run_batch
-from madbench.runner.outcome import BatchOutcome
 from madbench.runner.store import BatchLayout
 from madbench.sim.provider import SimConfig, SimProvider
 

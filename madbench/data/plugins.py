@@ -55,7 +55,12 @@ def import_object(target: str, where: str, field: str, search: Path | None = Non
         looked = f" or in {search}" if search is not None else ""
         raise InputError(where, f"{field}: no module {module_name!r} on the Python path{looked}",
                          f"put {module_name.replace('.', '/')}.py beside this file, or install the package that has it")
-    module = importlib.import_module(module_name)  # an error inside the user's module keeps its traceback
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:  # the named module itself (a missing import inside it keeps its traceback)
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise
+        raise InputError(where, f"{field}: no module {exc.name!r} (of {module_name})", "fix the import path") from None
     root = _module_root(module_name, getattr(module, "__file__", None)) if user_code else None
     if root is not None and root not in _ROOTS:
         _ROOTS.append(root)

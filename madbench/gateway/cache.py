@@ -46,13 +46,13 @@ import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW
 
 from madbench.data.errors import InputError
+from madbench.data.home import LLM_CACHE, home_path
 
 from .request import canonical_json, sha256_json
 from .single_flight import Flight, SingleFlight
 
 log = logging.getLogger("madbench.cache")
 
-DEFAULT_CACHE_DIR = Path("~/.cache/madbench/llm")
 
 
 class CorruptEntry(Exception):
@@ -91,11 +91,11 @@ class SafeDisk(diskcache.Disk):  # type: ignore[misc]  # diskcache ships no type
 
 
 def resolve_cache_dir(cli: str | Path | None = None, config: str | Path | None = None) -> Path:
-    """--cache-dir, else $MADBENCH_CACHE_DIR, else the batch config, else ~/.cache/madbench/llm."""
+    """--cache-dir, else $MADBENCH_CACHE_DIR, else the batch config, else $MADBENCH_HOME/llm (~/.cache/madbench/llm)."""
     for candidate in (cli, os.environ.get("MADBENCH_CACHE_DIR") or None, config):
         if candidate:
             return Path(candidate).expanduser()
-    return DEFAULT_CACHE_DIR.expanduser()
+    return home_path(LLM_CACHE)
 
 
 def answer_sha256(content: str) -> str:
@@ -249,6 +249,7 @@ class ResponseCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._store = diskcache.Cache(str(self.directory / "responses"), disk=SafeDisk, timeout=60)
         self._stats = diskcache.Cache(str(self.directory / "stats"), disk=SafeDisk, timeout=60)
+        SingleFlight(self.directory / "inflight").sweep()  # the lock files of holders killed mid-call
 
     def close(self) -> None:
         self._store.close()

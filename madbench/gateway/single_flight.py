@@ -12,7 +12,10 @@ Two levels, both keyed by the request's cache key:
 * in one process (a runner actor's event loop): an ``asyncio.Lock`` per key;
 * across processes sharing the cache directory (other actors, other drivers; other nodes where the cache
   is on shared storage that honours ``flock``): an exclusive ``flock`` on one of ``SHARDS`` lock files
-  under ``<cache>/inflight/``. The OS drops a dead holder's lock, so a killed process never blocks a key.
+  under ``<cache>/inflight/``. The OS drops a dead holder's lock, so a killed process never blocks a key. A holder
+  removes its lock file as it lets go (still holding it), and a caller that got the lock of a file no longer at
+  its path takes the one there now: so lock files exist only while held, and ``sweep`` removes those a killed holder
+  left behind.
   Keys share shard files, so two different requests may occasionally wait on each other; with 4,096 shards
   and a few dozen calls in flight that is rare and costs one call's latency, never a wrong answer.
 """
@@ -40,7 +43,7 @@ class Flight(Protocol):
         entered while this caller waits for another holder (only then)."""
         ...
 
-#: Lock files under ``<cache>/inflight/`` (created on first use, never deleted: deleting a flocked file races).
+#: Lock files under ``<cache>/inflight/`` (each created by a holder and removed by it as it lets go).
 SHARDS = 4096
 #: How often a waiter in another process looks again (it waits for a whole provider call, so 50 ms is cheap).
 POLL_S = 0.05
@@ -73,6 +76,7 @@ class SingleFlight:
                     yield
                 finally:
                     if fd is not None:
+                        _remove_held(fd, self.shard_path(key))
                         os.close(fd)  # closing drops the flock
             finally:
                 lock.release()
@@ -88,18 +92,39 @@ class SingleFlight:
 
     async def _flock(self, key: str, waiting: Waiting) -> int:
         assert self.directory is not None  # hold() takes a flock only with a directory
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.shard_path(key), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            if _try_flock(fd):
+        path = self.shard_path(key)
+        while True:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                if not _try_flock(fd):
+                    async with waiting():
+                        while not _try_flock(fd):
+                            await asyncio.sleep(POLL_S)
+            except BaseException:
+                os.close(fd)
+                raise
+            if _linked(fd, path):
                 return fd
-            async with waiting():
-                while not _try_flock(fd):
-                    await asyncio.sleep(POLL_S)
-            return fd
-        except BaseException:
-            os.close(fd)
-            raise
+            os.close(fd)  # its holder removed this file as it let go: lock the one at the path now
+
+    def sweep(self) -> int:
+        """Remove the lock files nobody holds (left by a holder that was killed); the number removed."""
+        if self.directory is None or not self.directory.is_dir():
+            return 0
+        removed = 0
+        for path in self.directory.glob("*.lock"):
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                continue  # its holder removed it meanwhile
+            try:
+                if _try_flock(fd) and _linked(fd, path):
+                    _remove_held(fd, path)
+                    removed += 1
+            finally:
+                os.close(fd)
+        return removed
 
 
 def _try_flock(fd: int) -> bool:
@@ -108,3 +133,17 @@ def _try_flock(fd: int) -> bool:
     except BlockingIOError:
         return False
     return True
+
+
+def _linked(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is still the file at ``path`` (not removed, not replaced)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _remove_held(fd: int, path: Path) -> None:
+    """Remove the lock file ``fd`` (held by this caller) from ``path``, unless another file has taken its place."""
+    if _linked(fd, path):
+        path.unlink()

@@ -41,6 +41,8 @@ BUDGET_SETTLED = "budget-settled.jsonl"
 LEAKAGE_AUDIT = "leakage_audit"
 #: A sequential batch's looks and its decision (eval/stats/sequential_record.py).
 SEQUENTIAL = "sequential.json"
+#: A sweep's looks and each arm's decision (eval/stats/sweep_record.py).
+SWEEP = "sweep.json"
 LOCK = ".lock"
 
 
@@ -91,6 +93,10 @@ class BatchDirs:
     @property
     def sequential(self) -> Path:
         return self.root / SEQUENTIAL
+
+    @property
+    def sweep(self) -> Path:
+        return self.root / SWEEP
 
     @property
     def traces(self) -> Path:

@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INPUT
     except RayUnavailable as exc:
         print(f"madbench: error: {exc} (fix: run the same command again once the machine is less busy; nothing ran, "
-              f"and committed runs are kept; `ray status` and /tmp/ray/session_latest/logs say more)", file=sys.stderr)
+              f"and committed runs are kept; `ray status` and the logs named above say more)", file=sys.stderr)
         return EXIT_NO_RAY
     except OSError as exc:
         if exc.errno == errno.EROFS:  # an output path on a read-only mount: the input's problem, as a closed folder is

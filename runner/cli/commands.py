@@ -32,6 +32,8 @@ GROUPS: tuple[Group, ...] = (
     }),
     Group("madbench.runner.cli.run", {
         "run": "run a batch of scenario x config x replicate debates on Ray (resumable)",
+    }),
+    Group("madbench.runner.cli.status", {
         "status": "progress and outcome of a batch (running or finished)",
     }),
     Group("madbench.runner.cli.data", {
@@ -77,7 +79,7 @@ GROUPS: tuple[Group, ...] = (
         "sim": "a simulated OpenAI-compatible provider (rate limits, latency) for trying setups offline",
     }),
     Group("madbench.bench.cli", {
-        "bench": "benchmarks, one subcommand each: the stages, the runner under load and at scale, its guarantees, costs, sequential designs",
+        "bench": "benchmarks, one subcommand each: the stages, the runner under load and at scale, its guarantees, costs, sequential and sweep designs",
     }),
 )
 

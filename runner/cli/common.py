@@ -21,7 +21,7 @@ from madbench.runner.deployment import Resolved, one_model
 
 #: The project checkout (configs/ lives here).
 ROOT = PROJECT_ROOT
-CACHE_DIR_HELP = "LLM response cache (else $MADBENCH_CACHE_DIR, else ~/.cache/madbench/llm)"
+CACHE_DIR_HELP = "LLM response cache (else $MADBENCH_CACHE_DIR, else $MADBENCH_HOME/llm: ~/.cache/madbench/llm)"
 
 
 def add_pack_args(p: argparse.ArgumentParser) -> None:
@@ -140,9 +140,9 @@ SET_EXAMPLE = "e.g. --set agents.limits.rpm=200 --set strong.api_base=http://loc
 
 #: Each shorthand flag of ``--set`` (``runner.deployment.SHORTHANDS``): its parser and help, ``{what}`` the model(s)
 #: it deploys.
-SHORTHAND_FLAGS: dict[str, tuple[Callable[[str], Any] | None, str]] = {
-    "--api-base": (None, "OpenAI-compatible endpoint for {what}, e.g. http://127.0.0.1:8000/v1 (--set TIER.api_base=URL)"),
-    "--api-key-env": (None, "environment variable holding {what}'s key (default: the provider's usual one; "
+SHORTHAND_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "--api-base": (str, "OpenAI-compatible endpoint for {what}, e.g. http://127.0.0.1:8000/v1 (--set TIER.api_base=URL)"),
+    "--api-key-env": (str, "environment variable holding {what}'s key (default: the provider's usual one; "
                             "--set TIER.api_key_env=NAME)"),
     "--rpm": (number(gt=0), "requests per minute limit of {what} (one limiter per provider, model and api_base; "
                             "--set TIER.limits.rpm=N)"),

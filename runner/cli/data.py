@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from madbench.data.blind import blind_memo, pack_companies
 from madbench.data.errors import InputError
+from madbench.data.home import RAW, home_path
 from madbench.data.market.calendar import quarter_range
 from madbench.data.market.check import check_pack, format_report
 from madbench.data.market.fetch import fetch_pack
@@ -39,8 +39,7 @@ def register(sub) -> None:
     p.add_argument("--start", required=True, help="first date, YYYY-MM-DD")
     p.add_argument("--end", required=True, help="last date, YYYY-MM-DD")
     p.add_argument("--out", required=True, help="new pack directory")
-    p.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/madbench/raw"),
-                   help="raw download cache (default ~/.cache/madbench/raw)")
+    p.add_argument("--cache-dir", help="raw download cache (default $MADBENCH_HOME/raw: ~/.cache/madbench/raw)")
     p.set_defaults(func=cmd_data_fetch)
 
     sc = command_parser(sub, "scenarios")
@@ -77,7 +76,8 @@ def cmd_data_check(args) -> int:
 
 def cmd_data_fetch(args) -> int:
     check_out(args.out, "--out")
-    out = fetch_pack(csv_list(args.tickers) or [], args.start, args.end, args.out, args.cache_dir)
+    out = fetch_pack(csv_list(args.tickers) or [], args.start, args.end, args.out,
+                     args.cache_dir or home_path(RAW))
     print(f"wrote pack {out}")
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 
 from madbench.data.atomic import atomic_write, frame_writer
 from madbench.data.errors import InputError
@@ -17,6 +18,7 @@ from madbench.data.scenario import find_scenario, load_scenarios
 from madbench.eval.stats.frame import json_safe
 from madbench.eval.stats.identification import identify_summary
 from madbench.gateway import ModelSpec, ResponseCache, resolve_cache_dir
+from madbench.results.layout import LEAKAGE_AUDIT
 from madbench.runner.batch import load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import (
@@ -67,8 +69,9 @@ def register(sub) -> None:
                                                                 "prompt: only for `madbench sim serve`, never a real provider")
     p.add_argument("--timeout", type=number(gt=0, le=3600), default=120.0, help="seconds per attempt (default 120)")
     add_blind_options(p, "of the memos audited")
-    p.add_argument("--out", default="results/leakage-audit", help="folder for residue.parquet, identify.parquet and "
-                                                                  "identify_summary.parquet (default results/leakage-audit)")
+    p.add_argument("--out", help="folder for residue.parquet, identify.parquet and identify_summary.parquet (default "
+                                 "results/leakage_audit/<what is audited>: the batch or scenario file's name, then any "
+                                 "--blind-* option given and the --model, e.g. results/leakage_audit/leakage+openai-gpt-5-mini)")
     p.add_argument("--json", action="store_true", help="print the tables as JSON records")
     p.add_argument("--cache-dir", help=CACHE_DIR_HELP)
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
@@ -129,8 +132,20 @@ def probe_problems_at(spec: ModelSpec) -> list[str]:
             for p in build_providers().for_model(spec.model).preflight(spec, t, None)]
 
 
+def default_out(args) -> str:
+    """The audit's folder when --out is not given: one per thing audited (a batch or scenario file, the blind options
+    given, the model), so that two different audits never write over each other; named as a batch's own audit is
+    (``<results>/leakage_audit/``)."""
+    parts = [Path(args.batch or args.scenarios).stem, *(f"{flag.removeprefix('--')}-{getattr(args, flag[2:].replace('-', '_'))}"
+                                                         for flag in given_blind_options(args))]
+    if args.model:
+        parts.append(args.model)
+    name = "+".join(parts)
+    return str(Path("results") / LEAKAGE_AUDIT / "".join(c if c.isalnum() or c in "_.+=-" else "-" for c in name))
+
+
 def cmd_leakage_audit(args) -> int:
-    out = check_out(args.out, "--out")
+    out = check_out(args.out if args.out is not None else default_out(args), "--out")
     probed = probe_spec(args)
     spec = probed[0] if probed else None
     if args.batch:

@@ -74,7 +74,7 @@ def register(sub) -> None:
     p.add_argument("--sample-index", type=number(int, ge=0), default=0, help="replicate number (distinct cached samples)")
     p.add_argument("--timeout", type=number(gt=0, le=3600), default=120.0, help="seconds per attempt (default 120)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
-    p.add_argument("--cache-dir", help="cache directory (else $MADBENCH_CACHE_DIR, else ~/.cache/madbench/llm)")
+    p.add_argument("--cache-dir", help="cache directory (else $MADBENCH_CACHE_DIR, else $MADBENCH_HOME/llm: ~/.cache/madbench/llm)")
     p.add_argument("--json", action="store_true", help="print the response and its metadata as one JSON object")
     p.set_defaults(func=cmd_llm_ask)
 
@@ -93,7 +93,7 @@ def register(sub) -> None:
     p.add_argument("results_dirs", nargs="+", metavar="RESULTS_DIR",
                    help="a batch's results directory, or the --out directory of `madbench debate`")
     p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's cache_dir from its "
-                                       "manifest, else ~/.cache/madbench/llm)")
+                                       "manifest, else $MADBENCH_HOME/llm)")
     p.add_argument("--drop", action="store_true", help="delete the mismatched and corrupt entries, so those calls are asked again")
     p.add_argument("--json", action="store_true", help="print a machine-readable summary as one JSON object")
     p.set_defaults(func=cmd_cache_verify)

@@ -1,4 +1,4 @@
-"""`madbench run` (a batch on Ray, resumable) and `madbench status`."""
+"""`madbench run`: a batch on Ray, resumable (or its estimate, --dry-run)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 from madbench.results import read_manifest
-from madbench.runner.api import BatchEstimate, BatchRun, estimate_with, open_results, run_with
+from madbench.runner.api import BatchEstimate, BatchRun, estimate_with, run_with
 from madbench.runner.batch import MAX_RUNS, MAX_RUNS_CEILING
-from madbench.runner.batch_view import FailureGroup, attempt_counts
+from madbench.runner.batch_status import attempt_counts, failure_summary
 from madbench.runner.budget import spend_text
 from madbench.runner.cli.commands import command_parser
 from madbench.runner.cli.common import add_pack_args, add_routing_args, number
 from madbench.runner.estimate import format_table
 from madbench.runner.options import RunOptions
+from madbench.runner.sweep import plan_lines
 
 
 def register(sub) -> None:
@@ -23,7 +24,7 @@ def register(sub) -> None:
     p.add_argument("batch", help="batch YAML, e.g. configs/batches/rules-35.yaml")
     p.add_argument("--address", help="join a Ray cluster (else $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--results", "--results-dir", dest="results_dir", help="parent of the batch's results directory (default: the batch's results_dir)")
-    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm; "
+    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else $MADBENCH_HOME/llm; "
                                        "through the Ray client, required: the head's cache directory)")
     p.add_argument("--scenarios", metavar="FILE", help="read the scenarios from FILE instead of the batch's scenarios "
                    "(its `ids`, if any, still select), e.g. a path on the head in a Ray job")
@@ -48,20 +49,6 @@ def register(sub) -> None:
                    f"larger expansion is refused before anything is built; at most {MAX_RUNS_CEILING:,})")
     add_pack_args(p)
     p.set_defaults(func=cmd_run)
-
-    p = command_parser(sub, "status")
-    p.add_argument("results_dir", help="a batch results directory, e.g. results/rules-35")
-    p.add_argument("--json", action="store_true", help="print the counts as one JSON object")
-    p.set_defaults(func=cmd_status)
-
-
-def failure_summary(groups: list[FailureGroup]) -> list[str]:
-    """Failed runs grouped by reason, most frequent first, as printed."""
-    out = []
-    for g in groups:
-        out.append(f"  {len(g.run_ids)} run(s), e.g. {g.run_ids[0]}:")
-        out += [f"    {line}" for line in g.reason.splitlines()]
-    return out
 
 
 def budget_lines(b: dict, batch: str, unpriced: int = 0) -> tuple[str | None, str | None]:
@@ -113,6 +100,8 @@ def print_run(r: BatchRun) -> int:
               f"resubmitted from an expired or failed batch), journaled in {pb.journal}")
     if r.sequential is not None:
         print("sequential: " + "\n  ".join(r.sequential.lines))
+    if r.sweep is not None:
+        print("\n  ".join(r.sweep["lines"]))
     spent, reached = budget_lines(r.spend.model_dump(), r.batch_file, r.spend.unpriced_calls)
     if spent:
         print(spent)
@@ -120,9 +109,24 @@ def print_run(r: BatchRun) -> int:
         print(reached, file=sys.stderr)
     if r.failed:
         print(f"{r.failed} run(s) failed:", file=sys.stderr)
-        print("\n".join(failure_summary(r.failures)), file=sys.stderr)
-        print(f"retry them with:\n  {r.retry_command}", file=sys.stderr)
+        retryable = [g for g in r.failures if not g.repeats_on_retry]
+        if retryable:
+            print("\n".join(failure_summary(retryable)), file=sys.stderr)
+            print(f"retry them with:\n  {r.retry_command}", file=sys.stderr)
+        repeating = [g for g in r.failures if g.repeats_on_retry]
+        if repeating:
+            print("\n".join(failure_summary(repeating)), file=sys.stderr)
+            print(repeat_advice(sum(len(g.run_ids) for g in repeating), r.batch_file), file=sys.stderr)
     return r.exit_status
+
+
+def repeat_advice(runs: int, batch_file: str) -> str:
+    """What to say of runs that failed on answers the response cache holds: a retry would replay them."""
+    return (f"{'these' if runs > 1 else 'this'} {runs} run(s) failed on the model's answers, which the response cache "
+            "now holds (no call failed): retrying asks the same requests and gets the same answers, so --retry-failed "
+            f"would fail {'them' if runs > 1 else 'it'} again. For fresh answers run another sample (raise `replicates` "
+            f"in {batch_file}: a new replicate asks anew) or use another --cache-dir; or keep the failure as the "
+            "model's result")
 
 
 def print_estimate(e: BatchEstimate, as_json: bool) -> int:
@@ -141,6 +145,8 @@ def print_estimate(e: BatchEstimate, as_json: bool) -> int:
     print(json.dumps(d, indent=1) if as_json else format_table(d))
     if e.estimate.sequential is not None and not as_json:
         print("\n".join(sequential_lines(e.estimate.sequential.model_dump())))
+    if e.estimate.sweep is not None and not as_json:
+        print("\n".join(plan_lines(e.estimate.sweep)))
     if e.estimate.budget_note:
         print(e.estimate.budget_note, file=sys.stderr)
     return 0
@@ -161,26 +167,3 @@ def sequential_lines(s: dict) -> list[str]:
                    f"about {r['expected_wall_s'] / 60:.1f} min; rejects towards the effect {r['reject']:.1%}")
     out += [f"  note: {n}" for n in s["notes"]]
     return out
-
-
-def cmd_status(args) -> int:
-    s = open_results(args.results_dir).status()
-    if args.json:
-        print(json.dumps(s.model_dump(exclude={"failures"}), indent=1))
-        return 0
-    updated = "" if s.state.startswith("stopped (driver gone") else f" (updated {s.updated})"
-    print(f"batch {s.batch}: {s.state}{updated}; {s.ok + s.failed + s.pending + s.not_needed} runs: "
-          f"{s.ok} ok, {s.failed} failed, {s.pending} pending ({len(s.in_flight)} in flight)"
-          f"{f', {s.not_needed} not_needed' if s.not_needed else ''}; "
-          f"{s.committed} results committed")
-    for cfg, c in s.by_config.items():
-        print(f"  {cfg:<30} ok {c.ok:>4}  failed {c.failed:>4}  pending {c.pending:>4}"
-              + (f"  not_needed {c.not_needed:>4}" if c.not_needed else ""))
-    for line in s.looks:
-        print(f"  {line}")
-    for r in s.in_flight:
-        print(f"  in flight {r.run_id} ({r.config} on {r.scenario_id}, since {r.since}): {r.step}")
-    if s.failed:
-        print(f"  {s.failed} failed:")
-        print("\n".join("  " + line for line in failure_summary(s.failures)))
-    return 0

@@ -35,7 +35,7 @@ def register(sub) -> None:
     add_model_deployment(p, "the scorer", ("--api-base", "--api-key-env", "--rpm", "--tpm", "--max-concurrency"))
     p.add_argument("--send-context", action="store_true",
                    help="send each CRIT task beside the prompt: only for madbench's simulated provider (`madbench sim serve`)")
-    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else ~/.cache/madbench/llm)")
+    p.add_argument("--cache-dir", help="LLM response cache (else $MADBENCH_CACHE_DIR, else the batch's, else $MADBENCH_HOME/llm: ~/.cache/madbench/llm)")
     p.add_argument("--address", help="join a Ray cluster (else $RAY_ADDRESS, else a local Ray)")
     p.add_argument("--workers", type=number(int, ge=1, le=MAX_WORKERS), default=2, help="runner actors (default 2)")
     p.add_argument("--max-in-flight", type=number(int, ge=1, le=MAX_IN_FLIGHT), default=8, help="runs being graded at once (default 8)")

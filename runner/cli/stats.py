@@ -20,6 +20,8 @@ from madbench.eval.stats.power import power_table
 from madbench.eval.stats.sequential_record import batch_summary, read_record
 from madbench.eval.stats.split import split_by
 from madbench.eval.stats.study import Batch, Study, analyse_study, combine, label_analysis
+from madbench.eval.stats.sweep_record import read_record as read_sweep_record
+from madbench.eval.stats.sweep_record import summary as sweep_summary
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.batch_view import check_committed
 from madbench.runner.cli.commands import command_parser
@@ -132,6 +134,9 @@ def cmd_stats(args) -> int:
     record = read_record(args.results_dir) if args.results_dir else None
     if record is not None:  # a sequential batch: the looks' adjusted inference leads, the tables are naive
         analysis.sequential = batch_summary(record, runs)
+    swept = read_sweep_record(args.results_dir) if args.results_dir else None
+    if swept is not None:  # a sweep: each arm's adjusted inference leads, the tables below are naive
+        analysis.sweep = sweep_summary(swept, runs)
     pairs = matched_pairs(runs, declared)  # equal compute per scenario, when an arm was matched
     matched = compute_match(runs, pairs, ResultsDir(args.results_dir).calls if pairs else None)
     return _print(args, analysis, matched, Path(args.out) if args.out else default_out)

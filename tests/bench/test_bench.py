@@ -1,10 +1,14 @@
 """The throughput and cached-replay benchmarks run end to end (tiny sizes: the figures live in the README)."""
 
+import argparse
+import ast
+import inspect
 import json
 import re
 
 import pytest
 
+from madbench.bench.cli import BENCHMARKS, benchmark
 from madbench.bench.cost import batch_price_source
 from madbench.bench.throughput import sustained_rpm
 from madbench.data.errors import InputError
@@ -28,6 +32,19 @@ def test_sustained_rate_is_the_median_full_window():
     assert sustained_rpm(steady) == pytest.approx(600, rel=0.01)
     assert sustained_rpm(steady + [150 + i for i in range(20)]) == pytest.approx(600, rel=0.01)  # a slow tail
     assert sustained_rpm([0.0, 1.0]) != sustained_rpm([0.0, 1.0])  # NaN: no full window to measure
+
+
+@pytest.mark.parametrize("name", list(BENCHMARKS))
+def test_every_option_a_benchmark_reads_is_one_it_declares(name):
+    # A benchmark's main reads its options off the parsed namespace: one it does not declare is an AttributeError
+    # only after the command is run (bench hedging read --pack and --evidence it never added).
+    module = benchmark(name)
+    parser = argparse.ArgumentParser()
+    module.add_arguments(parser)
+    declared = {a.dest for a in parser._actions}
+    main = next(n for n in ast.walk(ast.parse(inspect.getsource(module))) if isinstance(n, ast.FunctionDef) and n.name == "main")
+    read = {n.attr for n in ast.walk(main) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "args"}
+    assert read <= declared, sorted(read - declared)
 
 
 def test_a_hosted_model_listed_at_no_price_is_refused_before_the_benchmark_runs():

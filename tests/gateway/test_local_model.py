@@ -2,6 +2,7 @@
 
 import asyncio
 import importlib.util
+import os
 
 import pytest
 from pydantic import BaseModel, Field
@@ -11,6 +12,7 @@ from madbench.debate.schemas import Holding
 from madbench.debate.validation import TurnRules, check_allocation, parse_json
 from madbench.gateway import Gateway, LLMRequest, Message, ResponseCache
 from madbench.gateway.local_model import LocalServer
+from tests.conftest import requires_shared
 
 pytestmark = [
     pytest.mark.slow,
@@ -96,3 +98,22 @@ def test_a_crashed_child_server_is_not_taken_for_alive():
     while _alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(proc.pid)  # an unreaped zombie child counts as dead (a signal-0 probe would say alive)
+
+
+@requires_shared
+def test_a_driver_starts_the_embedded_model_before_its_runs_and_says_so(tmp_path, capsys):
+    # `madbench run` starts the server in its own process (Provider.start), where its lines are seen, not in an actor.
+    from madbench.runner.execute import start_models
+    from madbench.runner.launch import load
+    from madbench.runner.options import RunOptions
+
+    runs = load(RunOptions(batch="configs/batches/quickstart.yaml")).runs
+    start_models(runs)
+    err = capsys.readouterr().err
+    assert "starting the local model server for local/gemma3-270m" in err and "local model server ready at" in err
+    server = LocalServer("gemma3-270m")
+    state = server.read_state()
+    assert state is not None and state.owner_pid == os.getpid() and server._healthy(state)
+    start_models(runs)  # found running: not started again
+    assert "starting" not in capsys.readouterr().err and server.read_state() == state
+    assert server.stop()

@@ -3,6 +3,7 @@ that share a cache directory. Counted at a real HTTP server (the simulated provi
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +95,30 @@ def test_a_guard_that_trips_stops_the_call_before_anything_is_paid(tmp_path):
         except DriverGone:
             pass
         assert sim.stats.requests == 1 and gw.totals.failed == 0  # a stop is not a failed call
+
+
+def test_lock_files_exist_only_while_held_and_a_killed_holders_is_swept_when_the_cache_opens(tmp_path):
+    flight = SingleFlight(tmp_path / "inflight")
+
+    async def hold_twice():
+        async with flight.hold("a"):
+            assert flight.shard_path("a").is_file()
+        async with flight.hold("a"):  # the file removed by the first holder is made again
+            assert flight.shard_path("a").is_file()
+    asyncio.run(hold_twice())
+    assert not list((tmp_path / "inflight").glob("*.lock"))
+    # A holder killed mid-call leaves its file (the OS drops its lock); a live holder's file stays.
+    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)")
+    killed, live = (subprocess.Popen([sys.executable, "-c", code, str(flight.shard_path(k))], stdout=subprocess.PIPE,
+                                     text=True) for k in ("killed", "live"))
+    try:
+        assert killed.stdout.readline() == "held\n" and live.stdout.readline() == "held\n"
+        killed.send_signal(signal.SIGKILL)
+        killed.wait()
+        ResponseCache(tmp_path).close()
+        assert sorted((tmp_path / "inflight").glob("*.lock")) == [flight.shard_path("live")]
+    finally:
+        live.kill()
+        live.wait()
+    assert flight.sweep() == 1 and not list((tmp_path / "inflight").glob("*.lock"))

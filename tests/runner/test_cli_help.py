@@ -89,7 +89,7 @@ def test_the_top_level_help_is_the_same_without_importing_any_group():
 def test_the_command_word_picks_its_group():
     assert command_word(["--version"]) is None and command_word([]) is None
     assert command_word(["--help", "status", "x"]) == "status"
-    assert group_of("status").module == "madbench.runner.cli.run" and group_of("trace").module == "madbench.runner.cli.debate"
+    assert group_of("status").module == "madbench.runner.cli.status" and group_of("trace").module == "madbench.runner.cli.debate"
     assert group_of("nope") is None and group_of(None) is None
 
 

@@ -1,5 +1,6 @@
 """examples/custom-protocol, copied to a folder outside the checkout, runs there through the CLI as its README says: a
-protocol, rule-based answers and a run metric of its own, estimated, run on a real local Ray, and reported."""
+protocol, rule-based answers and a run metric of its own, estimated, run on a real local Ray, and reported (stats and
+the report)."""
 
 from __future__ import annotations
 
@@ -54,3 +55,6 @@ def test_the_custom_protocol_example_runs_outside_the_checkout(tmp_path):
     report = madbench(["stats", str(results), "--metric", "winner_vote_share,concentration"], here).stdout
     table = report.split("## Comparison")[1].split("##")[0]
     assert "| winner_vote_share |" in table and "| concentration |" in table
+    # the report takes the run metrics among its defaults, by name
+    madbench(["report", str(results), "--out", str(tmp_path / "report.html")], here)
+    assert "winner_vote_share" in (tmp_path / "report.html").read_text()

@@ -2,6 +2,8 @@
 
 import gzip
 import json
+import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -10,6 +12,7 @@ import yaml
 
 from madbench.debate.events import Divergence, MemoShown
 from madbench.debate.trace import TraceWriter
+from madbench.runner import demo
 from madbench.runner.cli import main
 from tests.conftest import requires_shared
 
@@ -21,20 +24,36 @@ SCENARIOS = {"scenarios": [
 
 @requires_shared
 @pytest.mark.slow
-def test_demo_resumes_the_rules_35_batch_and_writes_a_summary(finished_rules35, tmp_path, capsys):
-    # The batch itself was run once for the session (the README's example, through the same API the demo calls);
-    # the demo finds it finished, runs nothing, and summarises and reports it.
+def test_demo_resumes_rules_35_runs_quickstart_on_the_simulated_provider_and_exits_0(finished_rules35, tmp_path, capsys,
+                                                                                     monkeypatch):
+    # The rules-35 batch itself was run once for the session (the README's example, through the same API the demo
+    # calls); the demo finds it finished, runs nothing, runs the quickstart batch over HTTP on a simulated provider it
+    # starts itself, and summarises and reports both. Without the `local` extra it says what the embedded model costs.
+    monkeypatch.setattr(demo, "local_extra_installed", lambda: False)
     committed = {p.name: p.stat().st_mtime_ns for p in (finished_rules35 / "runs").glob("*.json")}
-    assert main(["demo", "--no-local", "--out", str(tmp_path), "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert main(["demo", "--out", str(tmp_path), "--cache-dir", str(tmp_path / "cache")]) == 0
     assert {p.name: p.stat().st_mtime_ns for p in (finished_rules35 / "runs").glob("*.json")} == committed
     runs = pd.read_parquet(tmp_path / "rules-35" / "runs.parquet")
     assert len(runs) == 105 and runs.run_id.is_unique and (runs.status == "ok").all()
     assert set(runs.config) == {"single-causal", "mean3-causal", "causal-debate-3"}
+    sim_runs = pd.read_parquet(tmp_path / "quickstart@sim" / "runs.parquet")
+    assert len(sim_runs) == 2 and (sim_runs.status == "ok").all()
+    calls = pd.read_parquet(tmp_path / "quickstart@sim" / "calls.parquet")
+    assert set(calls.model_used) == {"openai/madbench-sim"} and not calls.cached.any()
+    assert (calls.completion_tokens > 0).all()  # answered over HTTP, not by the rules provider in-process
     summary = (tmp_path / "summary.md").read_text()
     assert "| rules-35 | causal-debate-3 | 35 |" in summary and "| baseline | equal | 35 |" in summary
-    assert "beats 1/N" in capsys.readouterr().out
+    assert "| quickstart@sim | demo-local | 2 |" in summary and "107 of 107 runs ok" in summary
+    out = capsys.readouterr().out
+    assert "beats 1/N" in out and "the `local` extra is not installed" in out and "242 MB" in out
+    served = re.search(r"stopped after (\d+) requests", out)
+    assert served and int(served.group(1)) == len(calls)
     html = (tmp_path / "rules-35" / "report.html").read_text()
     assert "madbench report: rules-35" in html and "A: single-causal" in html
+    assert (tmp_path / "quickstart@sim" / "report.html").is_file()
+    # The local Ray this process started keeps its session under $MADBENCH_HOME (the session's own), not /tmp/ray.
+    sessions = (Path(os.environ["MADBENCH_HOME"]) / "ray").glob("session_*")
+    assert any(p.name.endswith(f"_{os.getpid()}") for p in sessions)
 
 
 def test_debate_cli_prints_allocation_and_trace_show_renders(make_pack, tmp_path, capsys):

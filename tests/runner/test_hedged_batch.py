@@ -8,11 +8,14 @@ import json
 import pandas as pd
 import pytest
 
-from madbench.bench.hedging import critical_paths
+from madbench.bench.tail_latency import critical_paths
 from madbench.results.table_schemas import CALLS, to_table
+from madbench.runner.batch import load_batch, resolve_configs, with_settings
 from madbench.runner.cli import main
+from madbench.runner.launch import parse_settings
 from madbench.runner.store import hedge_columns
 from tests.conftest import requires_shared
+from tests.runner.test_routing_profiles import CONFIGS, expanded, write_batch
 
 
 def _attempt(kind: str, cost: float | None = 0.01, hedge: bool | None = None) -> dict:
@@ -38,6 +41,20 @@ def test_the_hedge_columns_are_declared_in_calls_parquet():
     assert table.column("hedge_won").to_pylist() == [False] and table.column("outraced_cost_usd").to_pylist() == [0.5]
 
 
+def test_hedging_settings_reach_the_models_and_leave_run_ids_alone(tmp_path):
+    configs = [CONFIGS / "paper-debate3-causal.yaml"]
+    plain = [r.run_id for r in expanded(write_batch(tmp_path, configs))]
+    hedged = write_batch(tmp_path, configs, hedging={"quantile": 0.75, "max_share": 0.1},
+                         routing={"tiers": {"strong": {"hedge": True}}})
+    assert [r.run_id for r in expanded(hedged)] == plain
+    spec, base = load_batch(hedged)
+    assert (spec.hedging.quantile, spec.hedging.max_share, spec.hedging.enabled) == (0.75, 0.1, True)
+    spec = with_settings(spec, parse_settings(["agents.hedge=false"]), "--set")
+    [cfg] = resolve_configs(spec, base, str(hedged))
+    assert cfg.models.resolve("judge", "crit").hedge is True  # strong
+    assert cfg.models.resolve("macro", "propose").hedge is False  # agents
+
+
 def test_a_runs_critical_path_sums_the_slowest_call_of_each_step():
     calls = pd.DataFrame({"run_id": ["a", "a", "a", "b", "a"], "phase": ["propose", "propose", "judge", "propose", "x"],
                           "round": [0, 0, 1, 0, 0], "label": ["p", "p", "j", "p", "x"],
@@ -50,9 +67,8 @@ def test_a_runs_critical_path_sums_the_slowest_call_of_each_step():
 def test_a_hedged_a7_batch_counts_every_hedge_and_ends_as_the_unhedged_one(tmp_path, capsys):
     # 4 runs of the paper's a7 against the simulator with a long latency tail (σ 1), hedging past the median after 3
     # answers, up to half the requests: hedges are sure to be sent, won and lost.
-    assert main(["bench", "hedging", "--hedge-runs", "4", "--hedge-latency-median", "0.4", "--hedge-latency-sigma", "1",
-                 "--hedge-quantile", "0.5", "--hedge-max-share", "0.5", "--hedge-min-samples", "3",
-                 "--hedge-min-delay", "0.3", "--hedge-keep", str(tmp_path)]) == 0
+    assert main(["bench", "hedging", "--runs", "4", "--latency-median", "0.4", "--latency-sigma", "1", "--quantile", "0.5",
+                 "--max-share", "0.5", "--min-samples", "3", "--min-delay", "0.3", "--keep", str(tmp_path)]) == 0
     out = json.loads(capsys.readouterr().out)
     off, on = out["off"], out["on"]
     assert off["ok_runs"] == on["ok_runs"] == 4 and off["hedged_calls"] == 0 and off["closed_by_client"] == 0

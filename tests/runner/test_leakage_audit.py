@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -175,3 +176,25 @@ def test_the_audit_prints_each_memos_macro_k_anonymity(make_pack, tmp_path, caps
         assert residue["macro_k"].to_dict() == {q: expected[q] for q in QUARTERS[:3]}
         assert f"how many show the same blind macro block; 1 dates the quarter): min {residue['macro_k'].min()}" in printed
     assert (pd.read_parquet(tmp_path / "exact" / "residue.parquet")["macro_k"] == 1).all()
+
+
+def test_two_different_audits_without_out_write_to_two_folders_named_after_what_they_audit(make_pack, tmp_path, capsys,
+                                                                                           monkeypatch):
+    from madbench.results.layout import LEAKAGE_AUDIT
+
+    pack_dir = make_pack(tickers=tuple(TICKERS))
+    path = tmp_path / "paper-35.yaml"
+    path.write_text(yaml.safe_dump({"scenarios": [
+        {"id": f"s{i}", "invest_quarter": q, "tickers": TICKERS[:3]} for i, q in enumerate(QUARTERS[:2])]}))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    folders = []
+    for extra in ([], ["--blind-macro", "exact"]):
+        assert main(["leakage", "audit", "--scenarios", str(path), "--pack", str(pack_dir), *extra]) == 0
+        printed = capsys.readouterr().out
+        folders.append(printed.split("tables: ")[1].split()[0].removesuffix(",").rsplit("/", 1)[0])
+    root = Path("results") / LEAKAGE_AUDIT  # the folder a batch's own audit is named after, too
+    assert folders == [str(root / "paper-35"), str(root / "paper-35+blind-macro-exact")]
+    macro_k = [pd.read_parquet(work / f / "residue.parquet")["macro_k"].tolist() for f in folders]
+    assert macro_k[1] == [1, 1] and macro_k[0] != macro_k[1]  # each folder kept its own audit

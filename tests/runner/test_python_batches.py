@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 import madbench
+from madbench.runner.api_records import ConfigEstimate, EstimateFigures, ModelLine, RunCounts, TableRows
 from madbench.runner.estimate.assumptions import Rates
-from madbench.runner.outcome import ConfigEstimate, EstimateFigures, ModelLine, RunCounts, TableRows
 from tests.runner.test_batch import ROOT, TICKERS
 
 CONFIGS = [str(ROOT / "configs/debate/single-causal.yaml"), str(ROOT / "configs/debate/causal-debate-3.yaml")]

@@ -180,7 +180,7 @@ def test_batch_tables_agree_run_by_run(make_pack, tmp_path, ray_local):
         layout = BatchLayout(tmp_path / "results" / "acc")
         stats = run_batch(spec, runs, layout, str(pack_dir), [], str(tmp_path / "cache"), quiet=True)
     manifest = json.loads((layout.root / "manifest.json").read_text())["runs"]
-    assert stats["status"] == {"ok": 7, "failed": 1, "pending": 0, "not_needed": 0}, [(m["config"], m["attempts"], m.get("error")) for m in manifest]
+    assert stats.status.model_dump() == {"ok": 7, "failed": 1, "pending": 0, "not_needed": 0}, [(m["config"], m["attempts"], m.get("error")) for m in manifest]
     table = pd.read_parquet(layout.root / "runs.parquet").set_index("run_id")
     calls = pd.read_parquet(layout.root / "calls.parquet")
     assert len(table) == 8 and int(table["calls"].sum()) == len(calls)

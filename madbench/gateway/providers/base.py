@@ -63,6 +63,11 @@ class Provider(Protocol):
         seconds of imports sends its request late, bunched with later ones, and a provider that counts arrivals
         over a sliding minute answers the bunch with 429s a minute later."""
 
+    def start(self, spec: ModelSpec) -> None:
+        """Start what answers ``spec`` on this machine, saying what it does (the embedded model: its file assembled
+        once, its server started); nothing for a provider reached over the network or answered in-process. A driver
+        calls it before its runs, so that minutes of set-up are said where the user looks, not inside a Ray actor."""
+
     def preflight(self, spec: ModelSpec, temperature: float | None, max_tokens: int | None) -> list[str]:
         """What would make every call to ``spec`` fail, found without a call: a missing key, a parameter the model
         refuses. One line per problem; empty when none."""

@@ -180,6 +180,9 @@ class BatchingProvider:
     def preflight(self, spec: ModelSpec, temperature: float | None, max_tokens: int | None) -> list[str]:
         return self.inner.preflight(spec, temperature, max_tokens)  # the driver checks batch support (batch_problems)
 
+    def start(self, spec: ModelSpec) -> None:
+        self.inner.start(spec)
+
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return self.inner.endpoint_identity(spec)  # the same cache keys as synchronous calls: the same answers
 

@@ -424,6 +424,9 @@ class LiteLLMProvider:
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return spec.api_base
 
+    def start(self, spec: ModelSpec) -> None:
+        pass  # a hosted API, or a server someone else runs at api_base
+
     def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, cached_tokens: int | None = None,
              cache_write_tokens: int | None = None, batch: bool = False) -> float | None:
         """From litellm's offline cost map (``token_cost``), with the prompt-cache split priced at its own rates;

@@ -58,6 +58,13 @@ class LocalModelProvider:
     def preflight(self, spec: ModelSpec, temperature: float | None, max_tokens: int | None) -> list[str]:
         return []  # no key, and every parameter is accepted
 
+    def start(self, spec: ModelSpec) -> None:
+        """The shared server of this machine (started now, or found running): the runner actors find it by its state
+        file. With an api_base the server is someone else's."""
+        if spec.api_base is None:
+            name = spec.model.split("/", 1)[1]
+            self._servers[name] = LocalServer(name).ensure()
+
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return spec.api_base or f"local://{Path(ensure_model_file(spec.model.split('/', 1)[1])).name}"
 

@@ -47,6 +47,9 @@ class RulesProvider:
     def endpoint_identity(self, spec: ModelSpec) -> str | None:
         return None
 
+    def start(self, spec: ModelSpec) -> None:
+        pass  # answered in-process
+
     def cost(self, model: str, prompt_tokens: int | None, completion_tokens: int | None, cached_tokens: int | None = None,
              cache_write_tokens: int | None = None, batch: bool = False) -> float:
         return 0.0

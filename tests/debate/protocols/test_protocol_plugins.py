@@ -114,6 +114,7 @@ def _config(tmp_path: Path, **over) -> Path:
 @pytest.mark.parametrize("over,message", [
     ({"protocol": "parliament"}, "protocol: unknown protocol 'parliament' (fix: use one of: paper"),
     ({"protocol": "nowhere_at_all:Jury"}, "protocol: no module 'nowhere_at_all' on the Python path or in"),
+    ({"protocol": "madbench.no_such_module:Jury"}, "protocol: no module 'madbench.no_such_module'"),
     ({"protocol": "jury:Juror"}, "protocol: module jury ("),
     ({"protocol": "jury:"}, "protocol: 'jury:' is not an import path"),
     ({"protocol": "jury:JuryOptions"}, "protocol: 'jury:JuryOptions' is <class 'jury.JuryOptions'>, not a Protocol"),

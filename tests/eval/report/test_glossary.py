@@ -26,6 +26,7 @@ def test_the_caveats_name_news_dating_macro_vintages_and_survivorship():
 def test_the_template_renders_the_glossary_and_the_caveats():
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE), autoescape=True)
     html = env.get_template("report.html.j2").render(dynamics_glossary=DYNAMICS, caveats=CAVEATS, configs=[], notes=[],
-                                                      paired_figs=[], distribution_figs=[], dynamics_figs=[], flip_figs=[])
+                                                      paired_figs=[], distribution_figs=[], dynamics_figs=[], flip_figs=[],
+                                                      stats={}, stats_more=[])
     assert 'id="caveats"' in html and html.count("<li>") >= len(CAVEATS)
     assert "oracle_gap_excess_pct" in html and "G − N_k" in html

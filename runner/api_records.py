@@ -57,9 +57,9 @@ class ProviderBatchUse(Record):
     answered: int
     resubmitted: int
     errored: int
-    #: Journal entries by state, and the prices each provider/model's batches were accounted at.
+    #: Journal entries by state, and which prices each provider/model's batches were accounted at.
     states: dict[str, int]
-    pricing: dict[str, Any]
+    pricing: dict[str, str]
     #: The collector's queue when it stopped.
     queued: int
     in_batch: int
@@ -137,6 +137,18 @@ class ModelLine(Record):
     cost_usd: Number | None
 
 
+class ObservedCalls(Record):
+    """A pilot's calls of one model and kind: their count and mean tokens and latency, and the factors
+    (observed ÷ estimated) the calibration applies, None where the estimator predicts no such call."""
+    model: str
+    kind: str
+    calls: int
+    prompt_tokens_mean: float
+    completion_tokens_mean: float
+    latency_s_mean: float
+    factors: dict[str, float] | None
+
+
 class CalibrationSource(Record):
     """Where a calibrated estimate's rates came from: the pilot batch, its runs, each rate's source, the latency
     spread and the observed means per model and kind."""
@@ -144,7 +156,7 @@ class CalibrationSource(Record):
     runs: int
     rate_sources: dict[str, str]
     latency_cv: float
-    observed: list[dict[str, Any]]
+    observed: list[ObservedCalls]
 
 
 class SequentialOutlook(Record):
@@ -172,5 +184,5 @@ class SequentialPlan(Record):
     h1: SequentialOutlook
 
 
-__all__ = ["BatchOutcome", "CalibrationSource", "ConfigEstimate", "EstimateFigures", "ModelLine", "Number",
+__all__ = ["BatchOutcome", "CalibrationSource", "ConfigEstimate", "EstimateFigures", "ModelLine", "Number", "ObservedCalls",
            "ProviderBatchUse", "Rates", "RunCounts", "SequentialOutlook", "SequentialPlan", "Spend", "TableRows"]

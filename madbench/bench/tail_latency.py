@@ -30,7 +30,7 @@ from madbench.gateway.models import ModelSpec, RateLimits
 from madbench.results import ResultsDir
 from madbench.runner.batch import expand, load_batch, resolve_configs, resolve_scenarios
 from madbench.runner.budget import read_budget
-from madbench.runner.cli.common import number
+from madbench.runner.cli.common import add_pack_args, check_out, number
 from madbench.runner.execute import run_batch
 from madbench.runner.replay import replay
 from madbench.runner.store import BatchLayout
@@ -42,36 +42,43 @@ PRICED_MODEL = "openai/gpt-4o-mini"
 MODES = {"off": False, "on": True}
 
 
+EXAMPLE = "madbench bench hedging --hedge both --in-flight 70"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hedge", choices=["off", "on", "both"], default="both",
-                        help="`hedging`: run the batch without hedged requests, with them, or both (default)")
-    parser.add_argument("--hedge-runs", type=number(int, ge=1, le=70), default=70,
-                        help="`hedging`: runs of the a7 batch (a7 and a7-control alternately; default all 70)")
-    parser.add_argument("--hedge-rpm", type=number(gt=0), default=500,
-                        help="`hedging`: requests/min the simulated provider allows (default 500)")
-    parser.add_argument("--hedge-latency-median", type=number(ge=0, le=3600), default=8.0,
-                        help="`hedging`: median latency in s, lognormal (default 8)")
-    parser.add_argument("--hedge-latency-sigma", type=number(ge=0, le=10), default=0.5,
-                        help="`hedging`: sigma of the lognormal latency (default 0.5)")
-    parser.add_argument("--hedge-in-flight", type=number(int, ge=1, le=10_000),
-                        help="`hedging`: runs in flight (default: the batch file's max_in_flight, 32)")
-    parser.add_argument("--hedge-quantile", type=number(gt=0, lt=1), default=HedgeSettings().quantile,
-                        help="`hedging`: the latency quantile past which a request is hedged (default 0.9)")
-    parser.add_argument("--hedge-max-share", type=number(ge=0, le=1), default=HedgeSettings().max_share,
-                        help="`hedging`: extra requests at most, as a share of requests (default 0.05)")
-    parser.add_argument("--hedge-min-samples", type=number(int, ge=1, le=100_000), default=HedgeSettings().min_samples,
-                        help="`hedging`: answers of the model seen before hedging starts (default 20)")
-    parser.add_argument("--hedge-min-delay", type=number(ge=0, le=3600), default=HedgeSettings().min_delay_s,
-                        help="`hedging`: never hedge before this many seconds at the provider (default 1)")
-    parser.add_argument("--hedge-keep", metavar="DIR", help="`hedging`: keep each mode's results and cache under DIR")
+                        help="run the batch without hedged requests, with them, or both (default)")
+    parser.add_argument("--runs", type=number(int, ge=1, le=70), default=70,
+                        help="runs of the a7 batch (a7 and a7-control of each scenario in turn; default all 70)")
+    parser.add_argument("--rpm", type=number(gt=0), default=500,
+                        help="requests/min the simulated provider allows, and the gateway's limit (default 500)")
+    parser.add_argument("--latency-median", type=number(ge=0, le=3600), default=8.0,
+                        help="median latency in s, lognormal (default 8)")
+    parser.add_argument("--latency-sigma", type=number(ge=0, le=10), default=0.5,
+                        help="sigma of the lognormal latency (default 0.5)")
+    parser.add_argument("--in-flight", type=number(int, ge=1, le=10_000),
+                        help="runs in flight (default: the batch file's max_in_flight, 32)")
+    defaults = HedgeSettings()
+    parser.add_argument("--quantile", type=number(gt=0, lt=1), default=defaults.quantile,
+                        help=f"the latency quantile past which a request is hedged (default {defaults.quantile:g})")
+    parser.add_argument("--max-share", type=number(ge=0, le=1), default=defaults.max_share,
+                        help=f"extra requests at most, as a share of requests (default {defaults.max_share:g})")
+    parser.add_argument("--min-samples", type=number(int, ge=1, le=100_000), default=defaults.min_samples,
+                        help=f"answers of the model seen before hedging starts (default {defaults.min_samples})")
+    parser.add_argument("--min-delay", type=number(ge=0, le=3600), default=defaults.min_delay_s,
+                        help=f"never hedge before this many seconds at the provider (default {defaults.min_delay_s:g})")
+    parser.add_argument("--keep", metavar="DIR", help="keep each mode's results, cache and replay under DIR")
+    add_pack_args(parser)
 
 
 def main(args: argparse.Namespace) -> int:
-    settings = HedgeSettings(quantile=args.hedge_quantile, max_share=args.hedge_max_share,
-                             min_samples=args.hedge_min_samples, min_delay_s=args.hedge_min_delay)
+    if args.keep is not None:
+        check_out(args.keep, "--keep")
+    settings = HedgeSettings(quantile=args.quantile, max_share=args.max_share, min_samples=args.min_samples,
+                             min_delay_s=args.min_delay)
     modes = list(MODES) if args.hedge == "both" else [args.hedge]
-    out = bench_hedging(modes, args.hedge_runs, args.hedge_rpm, args.hedge_latency_median, args.hedge_latency_sigma,
-                        args.hedge_in_flight, settings, args.pack, args.evidence, args.hedge_keep)
+    out = bench_hedging(modes, args.runs, args.rpm, args.latency_median, args.latency_sigma, args.in_flight, settings,
+                        args.pack, args.evidence, args.keep)
     print(json.dumps(out, indent=1))
     return 0
 
@@ -137,7 +144,7 @@ def _one(mode: str, folder: Path, runs: int, rpm: float, median_s: float, sigma:
     return {"runs": table[["run_id", "status", "weights"]], "summary": {
         "load_1_5_15_before": [round(x, 2) for x in load_before],
         "load_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
-        "runs": len(table), "ok_runs": int((table["status"] == "ok").sum()), "state": stats["state"],
+        "runs": len(table), "ok_runs": int((table["status"] == "ok").sum()), "state": stats.state,
         "wall_s": round(wall, 1), "from_first_request_s": round(e2e_after_start, 1),
         "critical_path_median_s": round(float(paths.median()), 1), "critical_path_max_s": round(float(paths.max()), 1),
         "wall_over_median_path": round(wall / float(paths.median()), 2),

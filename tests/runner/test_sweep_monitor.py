@@ -1,0 +1,113 @@
+"""The sweep monitor without Ray: runs committed as one-row Parquet parts, looks taken on complete scenarios, arms
+dropped and their runs never wanted again, the record's guard against a sweep changed after looking, and --continue."""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from madbench.data.errors import InputError
+from madbench.eval.stats.sweep_record import read_record
+from madbench.results import ManifestRun
+from madbench.runner.sweep import SweepMonitor, SweepSpec
+
+SCENARIOS = [f"s{i}" for i in range(12)]
+ARMS = ("good", "flat", "bad")
+
+
+class Layout:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def part(self, table: str, run_id: str) -> Path:
+        return self.root / "parts" / table / f"{run_id}.parquet"
+
+
+def _spec(**sweep):
+    return SimpleNamespace(sweep=SweepSpec(**({"control": "c", "looks": 3, "effect": 0.5} | sweep)))
+
+
+def _runs():
+    return [SimpleNamespace(run_id=f"{s}-{c}", scenario=SimpleNamespace(id=s, invest_quarter=s),
+                            config=SimpleNamespace(name=c), sample_index=0) for s in SCENARIOS for c in ("c", *ARMS)]
+
+
+def _value(config: str, i: int) -> float:
+    # the control's scenario effect cancels in every difference; "good" is far better, "bad" far worse
+    noise = 0.05 * ((i * 7) % 5 - 2)
+    return {"c": 0.0, "good": 2.0 + noise, "flat": noise, "bad": -2.0 + noise}[config] + 0.3 * i
+
+
+def _monitor(tmp_path: Path, spec, upto: int, continue_past: bool = False) -> tuple[SweepMonitor, dict]:
+    """A monitor with the runs of the first ``upto`` scenarios of the schedule committed, where it still wants them."""
+    layout, runs = Layout(tmp_path), _runs()
+    manifest = {r.run_id: ManifestRun(run_id=r.run_id, scenario_id=r.scenario.id, config=r.config.name, replicate=0,
+                                      status="pending") for r in runs}
+    m = SweepMonitor(spec, runs, layout, manifest, continue_past)
+    for r in runs:  # what a resumed driver does (runner/execute.py): the committed runs read, the looks due taken
+        if layout.part("runs", r.run_id).exists():
+            manifest[r.run_id].status = "ok"
+            m.seen(r)
+    m.update()
+    for s in m.order[:upto]:
+        for r in runs:
+            if r.scenario.id == s and m.needed(r) and manifest[r.run_id].status == "pending":
+                path = layout.part("runs", r.run_id)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                pd.DataFrame({"status": ["ok"], "sharpe": [_value(r.config.name, SCENARIOS.index(s))],
+                              "total_return_pct": [0.0]}).to_parquet(path)
+                manifest[r.run_id].status = "ok"
+                m.seen(r)
+                m.settled(r, True)
+    return m, manifest
+
+
+def test_a_look_drops_the_losing_arm_and_its_later_runs_are_not_needed(tmp_path):
+    m, manifest = _monitor(tmp_path, _spec(), 4)
+    record = read_record(tmp_path)
+    assert [x.n for x in record.looks] == [4] and record.looks[0].scenarios == m.order[:4]
+    assert record.results["bad"].decision == "futility" and record.results["good"].decision == "efficacy"
+    assert record.results["good"].adjusted_p <= 0.05 < record.results["bad"].adjusted_p
+    low, high = record.results["good"].ci_low, record.results["good"].ci_high
+    assert low < record.results["good"].diff < high and low > 0
+    assert "flat" not in record.results and m.sampled() == ["flat"]
+    later = [r for r in _runs() if r.scenario.id == m.order[9]]  # looks at 4, 8 and 12 scenarios
+    assert [m.needed(r) for r in later] == [True, False, True, False]  # the control and the arm still racing
+    assert m.waits(later[0])  # past the next look: held until it is taken
+
+
+def test_the_sweep_ends_when_every_arm_is_decided_and_the_rest_are_not_needed(tmp_path):
+    m, manifest = _monitor(tmp_path, _spec(), 12)
+    record = read_record(tmp_path)
+    assert record.decided and m.enough() and set(record.results) == set(ARMS)
+    idle = m.finish()
+    record = read_record(tmp_path)
+    assert idle and all(manifest[r].status == "not_needed" for r in idle)
+    assert sum(len(v) for v in record.not_needed.values()) == len(idle)
+    assert set(record.not_needed) <= {"c", *ARMS} and "good" in record.not_needed and "bad" in record.not_needed
+    assert not any(m.needed(r) for r in _runs())  # a rerun starts none of them
+
+    again, _ = _monitor(tmp_path, _spec(), 0)  # resumed: the decisions stand
+    assert again.enough() and again.record.results == record.results
+    cont, _ = _monitor(tmp_path, _spec(), 0, continue_past=True)  # --continue: every run wanted again, recorded
+    assert all(cont.needed(r) for r in _runs()) and len(read_record(tmp_path).continued) == 1
+
+
+def test_a_sweep_changed_after_a_look_is_refused(tmp_path):
+    _monitor(tmp_path, _spec(), 4)
+    for change in ({"metric": "total_return_pct"}, {"rule": "bonferroni"}, {"seed": 3}):
+        with pytest.raises(InputError) as err:
+            _monitor(tmp_path, _spec(**change), 0)
+        assert "sweep.json" in str(err.value) and "another sweep" in str(err.value)
+
+
+def test_a_sweep_interrupted_between_looks_resumes_to_the_same_decisions(tmp_path):
+    straight, _ = _monitor(tmp_path / "straight", _spec(), 12)
+    _monitor(tmp_path / "resumed", _spec(), 6)  # the driver dies with look 2's scenarios half in
+    resumed, _ = _monitor(tmp_path / "resumed", _spec(), 12)
+    a, b = read_record(tmp_path / "straight"), read_record(tmp_path / "resumed")
+    assert [x.scenarios for x in a.looks] == [x.scenarios for x in b.looks]
+    assert {k: (v.decision, v.look, v.adjusted_p) for k, v in a.results.items()} == {
+        k: (v.decision, v.look, v.adjusted_p) for k, v in b.results.items()}
+    assert sorted(straight.finish()) == sorted(resumed.finish())
