@@ -47,8 +47,8 @@ from madbench.eval.stats.sequential_record import (
     write_record,
 )
 from madbench.results import BatchDirs, ManifestRun
-from madbench.results.rowlog import LogTail
-from madbench.results.table_schemas import SPECS, read_table
+from madbench.results.table_schemas import SPECS
+from madbench.runner.run_rows import CommittedRows
 
 if TYPE_CHECKING:
     from madbench.runner.store import BatchLayout
@@ -204,8 +204,7 @@ class Monitor:
         self.pair_runs = [r for rs in self.members.values() for r in rs]
         self.rank = {s: i for i, s in enumerate(order)}
         self.rows: dict[str, dict] = {}
-        self._logged = LogTail(BatchDirs(layout.root))
-        self._found = self._table_rows()  # pair run id → (status, metric) as the tables or the row logs hold it
+        self._rows = CommittedRows(layout.root, [r.run_id for r in self.pair_runs], ["status", self.seq.metric])
         self.failed = {r.scenario.id for r in self.pair_runs if manifest_runs[r.run_id].status == "failed"}
         self.horizon: int | None = None
         self._set_horizon()
@@ -266,21 +265,9 @@ class Monitor:
             if not math.isfinite(self.rows[run.run_id][self.seq.metric]):
                 self.failed.add(run.scenario.id)
 
-    def _table_rows(self) -> dict[str, dict[str, Any]]:
-        """The pair runs' status and metric in the compacted runs.parquet (the runs of earlier invocations)."""
-        path = BatchDirs(self.layout.root).table("runs")
-        if not path.exists():
-            return {}
-        ids = {r.run_id for r in self.pair_runs}
-        table = read_table(path, "runs").select(["run_id", "status", self.seq.metric]).to_pylist()
-        return {row["run_id"]: row for row in table if row["run_id"] in ids}
-
     def _row(self, run_id: str) -> dict[str, Any] | None:
-        """The run's status and metric from its logged rows (read as the logs grow), else the tables; None: none yet."""
-        for e in self._logged.new():
-            if e.tables["runs"] and any(r.run_id == e.run_id for r in self.members.get(e.tables["runs"][0]["scenario_id"], [])):
-                self._found[e.run_id] = e.tables["runs"][0]
-        return self._found.get(run_id)
+        """The run's status and metric from its logged rows or the tables; None: none yet."""
+        return self._rows.get(run_id)
 
     def complete(self) -> list[str]:
         """Scenarios whose every pair run is in with a finite metric, in schedule order."""
