@@ -286,14 +286,14 @@ def synthetic_open(source: Path, n: int, where: Path) -> dict:
     log.close()
     write_manifest(where, {"name": "synthetic"}, manifest_runs, "finished")
     build_s = time.perf_counter() - t0
-    t = time.perf_counter()
+    start = time.perf_counter()
     compact(dirs)
-    compaction_s = time.perf_counter() - t
-    t = time.perf_counter()
+    compaction_s = time.perf_counter() - start
+    start = time.perf_counter()
     rows = len(open_results(where).runs)
     return {"runs": n, "build_s": round(build_s, 1), "compaction_s": round(compaction_s, 2),
-            "open_results_runs_s": round(time.perf_counter() - t, 2), "rows": rows,
-            "tables_bytes_per_run": round(sum(dirs.table(t).stat().st_size for t in TABLES) / n),
+            "open_results_runs_s": round(time.perf_counter() - start, 2), "rows": rows,
+            "tables_bytes_per_run": round(sum(dirs.table(name).stat().st_size for name in TABLES) / n),
             "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
@@ -383,7 +383,8 @@ def main(args: argparse.Namespace) -> int:
                             args.open_rows if n == max(sizes) else None) for n in sizes]
     out: dict = {"measurements": measured}
     if len(measured) == 2:
-        out["extrapolated"] = extrapolate(*sorted(measured, key=lambda m: m["runs"]))
+        small, large = sorted(measured, key=lambda m: m["runs"])
+        out["extrapolated"] = extrapolate(small, large)
     if args.json:
         print(json.dumps(out))
     else:
