@@ -11,6 +11,11 @@ A trace is never read or written through a symbolic link: one planted under
 repair or appended to by a writer. Opening such a path raises
 ``TraceSymlinkError`` naming it. Known API keys are scrubbed from every line
 before it is written (``madbench.gateway.secrets``).
+
+A committed run's trace is stored compressed (zstd, ``<trace>.zst`` beside its plain path: ``compress_trace``):
+``read_trace`` reads either form at the plain path's name, and a writer that continues a compressed trace (a failed
+run tried again) turns it back into the plain file first. Where both exist (a crash between the two steps), the
+plain one is the trace.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
+from madbench.data.atomic import atomic_write_bytes
 from madbench.data.errors import InputError
 from madbench.debate.events import AnyEvent, Event, parse_event
 from madbench.gateway.secrets import redact_known
@@ -57,6 +65,71 @@ def _open(path: Path, flags: int) -> int:
         raise
 
 
+#: A compressed trace's name: the plain trace's with this suffix; zstd at this level (a rule-based run's trace of
+#: 118 KB is 14 KB, in 2 ms).
+COMPRESSED_SUFFIX, ZSTD_LEVEL = ".zst", 9
+
+
+def compressed_path(path: str | Path) -> Path:
+    path = Path(path)
+    return path.with_name(path.name + COMPRESSED_SUFFIX)
+
+
+def stored_trace(path: str | Path) -> Path | None:
+    """Where the trace whose plain path is ``path`` is stored: the plain file, else its compressed form, else None.
+    A symbolic link at either is returned (and refused when read)."""
+    for p in (Path(path), compressed_path(path)):
+        if p.exists() or p.is_symlink():
+            return p
+    return None
+
+
+def _read_stored(path: Path) -> bytes:
+    """The bytes of the trace at plain path ``path`` in whichever form it is stored (b"" for none)."""
+    found = stored_trace(path)
+    if found is None:
+        return b""
+    if found.is_symlink():
+        raise TraceSymlinkError(found)
+    with os.fdopen(_open(found, os.O_RDONLY), "rb") as fh:
+        data = fh.read()
+    if found == path:
+        return data
+    try:
+        return pa.CompressedInputStream(pa.BufferReader(data), "zstd").read()
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(found, f"not a whole zstd-compressed trace ({str(exc).splitlines()[0][:120]})",
+                         "restore it from a copy of the results (a committed run's trace was whole when compressed)") from None
+
+
+def trace_bytes(path: str | Path) -> bytes | None:
+    """The trace at plain path ``path`` as its plain lines, whichever form it is stored in; None when there is none."""
+    return None if stored_trace(path) is None else _read_stored(Path(path))
+
+
+def compress_trace(path: str | Path) -> Path:
+    """Store the plain trace at ``path`` compressed (written whole, then the plain file removed); the compressed path."""
+    path = Path(path)
+    target = compressed_path(path)
+    if not path.exists() and not path.is_symlink():
+        return target  # compressed already
+    with os.fdopen(_open(path, os.O_RDONLY), "rb") as fh:
+        data = fh.read()
+    atomic_write_bytes(target, pa.Codec("zstd", ZSTD_LEVEL).compress(data, asbytes=True))
+    path.unlink()
+    return target
+
+
+def decompress_trace(path: str | Path) -> None:
+    """Turn the compressed trace of plain path ``path`` back into the plain file, to append to (nothing when the plain
+    file is there or no trace is)."""
+    path = Path(path)
+    if path.exists() or path.is_symlink() or stored_trace(path) is None:
+        return
+    atomic_write_bytes(path, _read_stored(path))
+    compressed_path(path).unlink()
+
+
 def _line(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default) + "\n").encode()
 
@@ -84,10 +157,9 @@ def read_trace(path: str | Path, repair: bool = False) -> TraceReadout:
     path = Path(path)
     if path.is_symlink():
         raise TraceSymlinkError(path)
-    data = b""
-    if path.exists():
-        with os.fdopen(_open(path, os.O_RDONLY), "rb") as fh:
-            data = fh.read()
+    if repair:
+        decompress_trace(path)  # a repair cuts the plain file
+    data = _read_stored(path)
     events: list[dict[str, Any]] = []
     problems, offset, prev = [], 0, GENESIS
     for raw in data.splitlines(keepends=True):
@@ -121,6 +193,7 @@ class TraceWriter:
         a torn tail is cut off on resume and its calls are served again from the response cache)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        decompress_trace(self.path)  # a committed trace continued (a failed run tried again) is appended to plain
         existing = read_trace(self.path)
         if existing.problems:
             raise RuntimeError(f"trace needs repair before appending: {existing.problems[0]}")

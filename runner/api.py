@@ -69,6 +69,8 @@ class BatchRun(BaseModel):
     submitted: int
     retries: int
     wall_s: float
+    #: Of ``wall_s``, the final compaction's: the row logs folded into the tables (runner/store.py).
+    compaction_s: float = 0.0
     #: finished, interrupted, stopped: budget reached, ...
     state: str
     ok: int
@@ -229,6 +231,7 @@ def run_with(o: RunOptions) -> BatchRun:
     pb = outcome.provider_batches
     return BatchRun(batch=b.spec.name, batch_file=o.batch, results_dir=b.root, runs=outcome.runs,
                     skipped=outcome.skipped, submitted=submitted, retries=retries, wall_s=outcome.wall_s,
+                    compaction_s=outcome.compaction_s,
                     state=outcome.state, **outcome.status.model_dump(), tables=outcome.tables,
                     sequential=sequential_summary(b.root), sweep=sweep_summary(b.root),
                     failures=failure_groups(manifest_runs, root=b.root),

@@ -78,6 +78,8 @@ class BatchOutcome(Record):
     skipped: int
     submitted: int
     wall_s: float
+    #: Of ``wall_s``, the final compaction's: the row logs folded into the tables (runner/store.py).
+    compaction_s: float = 0.0
     #: Committed runs whose table rows were rebuilt from their traces.
     parts_rebuilt: int
     budget: Spend

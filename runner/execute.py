@@ -39,8 +39,9 @@ from madbench.gateway.errors import BudgetExhausted
 from madbench.gateway.hedging import HedgeSettings
 from madbench.gateway.providers.batching import current_party
 from madbench.gateway.secrets import redact, remember
-from madbench.results import TABLES, ManifestRun, read_manifest, write_manifest
+from madbench.results import ManifestRun, read_manifest, read_table, write_manifest
 from madbench.results.provenance import Provenance
+from madbench.results.records import ManifestJournal
 from madbench.runner.api_records import BatchOutcome
 from madbench.runner.batch import BatchSpec, RunSpec
 from madbench.runner.budget import (
@@ -72,7 +73,7 @@ from madbench.runner.staging import (
     sees_results,
     staging_root,
 )
-from madbench.runner.store import BatchLayout, compact, write_parts
+from madbench.runner.store import BatchLayout, compact, run_entry, write_parts
 from madbench.runner.sweep import SweepMonitor
 from madbench.runner.wiring import build_gateway, build_providers
 
@@ -82,7 +83,7 @@ class ActorReport(RunReport):
     staged run's files, which the driver commits (runner/staging.py)."""
 
     staged: bool | None = None
-    artifacts: dict[str, bytes] | None = None
+    artifacts: dict[str, Any] | None = None
 
 
 class RunnerActor:
@@ -105,6 +106,7 @@ class RunnerActor:
                                 f"its driver lives, not a {type(budget).__name__}")
             self.guard = OwnerGuard(budget.handle)
             self.layout = BatchLayout(staging_root(root))
+            self.layout.compress_traces = False  # the driver compresses what it commits
         else:
             # Stop calling and committing once the driver is gone (kill -9): see runner.lock.WriterGuard.
             self.guard = WriterGuard(root, holder)
@@ -173,10 +175,12 @@ class RunnerActor:
             self.running.discard(run_id)
             self.gateway.activity.pop(run_id, None)
         self.guard()
-        write_parts(self.layout, self.batch, result, config, scenario, self.node_id)
+        entry = run_entry(self.batch, result, config, scenario, self.node_id, self.layout.history(result.run_id))
+        if not self.staged:
+            self.layout.rows.append(entry)
         return ActorReport(run_id=result.run_id, status=Status(result.status), error=result.error, totals=result.totals,
                            node_id=self.node_id, wall_s=time.perf_counter() - t0, staged=self.staged,
-                           artifacts=collect(self.layout, result.run_id) if self.staged else None)
+                           artifacts=collect(self.layout, result.run_id, entry) if self.staged else None)
 
 
 #: Names of variables (comma-separated) whose values this driver hands to every Ray worker in the job's runtime env:
@@ -349,9 +353,13 @@ def _join_cluster(ray, address: str, env: dict[str, Any]) -> None:
             time.sleep(5.0 * attempt)
 
 
+#: The manifest's journal is folded into a snapshot once it is larger than the last snapshot and than this.
+SNAPSHOT_MIN_BYTES = 1_000_000
+
+
 class RunWork(Work[RunSpec]):
     """`madbench run`'s unit: a run of the batch, sent to a ``RunnerActor``; its report committed (when staged) and
-    recorded in the manifest, which is rewritten every few seconds."""
+    recorded in the manifest's journal every few seconds (madbench.results.records.ManifestJournal)."""
 
     kept = "committed runs are kept"
     watched = True
@@ -370,11 +378,15 @@ class RunWork(Work[RunSpec]):
         self.staged: dict[int, bool] = {}  # actor index → whether it stages its runs (unknown until it answers)
         self.committed: Counter = Counter()  # run id → ok results settled: every run is committed exactly once
         stats.setdefault("committed_twice", [])
+        self.journal = ManifestJournal(layout.root)
+        self.changed: set[str] = set()  # runs whose manifest entry changed since the last tick
+        self.snapshot_bytes = layout.manifest.stat().st_size if layout.manifest.exists() else 0
 
     def key(self, r: RunSpec) -> str:
         return r.run_id
 
     def submit(self, handle, r: RunSpec, k: int, attempt: int):
+        self.changed.add(r.run_id)
         m = self.manifest_runs[r.run_id]
         m.attempts = attempt
         m.in_flight_since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -387,6 +399,7 @@ class RunWork(Work[RunSpec]):
                                  self.retry_failed or attempt > 1, r.run_id, trace)
 
     def returned(self, r: RunSpec) -> None:
+        self.changed.add(r.run_id)
         if self.collector is not None:
             self.collector.finished.remote(r.run_id)
         self.manifest_runs[r.run_id].in_flight_since = None
@@ -395,6 +408,7 @@ class RunWork(Work[RunSpec]):
         self.staged.pop(k, None)
 
     def withdrawn(self, r: RunSpec, attempts: int) -> None:
+        self.changed.add(r.run_id)
         self.manifest_runs[r.run_id].attempts = attempts
 
     def settle(self, r: RunSpec, report: ActorReport, k: int, handle) -> ActorReport:
@@ -404,6 +418,7 @@ class RunWork(Work[RunSpec]):
             commit(self.layout, r.run_id, report.artifacts)
         if report.status is Status.BUDGET_REACHED:
             return report
+        self.changed.add(r.run_id)
         m = self.manifest_runs[r.run_id]
         m.status, m.error, m.node_id = report.status.value, report.error, report.node_id
         if report.status is Status.OK:
@@ -436,8 +451,15 @@ class RunWork(Work[RunSpec]):
         return handle.beats.remote()
 
     def tick(self) -> None:
-        """Rewrite the manifest, so that `madbench status` sees the runs in flight."""
-        write_manifest(self.layout.root, self.spec_json, list(self.manifest_runs.values()), "running", self.provenance)
+        """Journal the manifest's changed runs, so that `madbench status` sees the runs in flight; a snapshot of every
+        run once the journal outgrows the last one (so reading it never costs more than twice a snapshot)."""
+        if self.journal.bytes > max(self.snapshot_bytes, SNAPSHOT_MIN_BYTES):
+            path = write_manifest(self.layout.root, self.spec_json, list(self.manifest_runs.values()), "running",
+                                  self.provenance)
+            self.snapshot_bytes, self.journal = path.stat().st_size, ManifestJournal(self.layout.root)
+        elif self.changed:
+            self.journal.append([self.manifest_runs[i] for i in sorted(self.changed)], "running")
+        self.changed.clear()
         for hook in self.every_status:
             hook()
 
@@ -474,24 +496,44 @@ def _manifest_entries(runs: list[RunSpec]) -> dict[str, ManifestRun]:
 def _recover_committed(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, manifest_runs: dict[str, ManifestRun]) -> int:
     """Mark committed runs with their stored status and error, and the node the manifest recorded (a later invocation
     must not forget where a run ran: its table rows say it, and replay checks them against this); rebuild the table
-    rows of any committed run that lacks them. Attempts count this invocation's, so a committed run has none."""
+    rows of any committed run that lacks them. Attempts count this invocation's, so a committed run has none. Run after
+    a compaction: runs.parquet then holds the rows of every committed run that has them, with the status and error of
+    its commit point, which is read only for a run without rows."""
     previous = {m.run_id: m for m in read_manifest(layout.root).runs} if layout.manifest.exists() else {}
+    committed = {p.stem for p in layout.result_files()}
+    rows = _committed_rows(layout)
     rebuilt = 0
     for r in runs:
+        if r.run_id not in committed:
+            continue
+        m = manifest_runs[r.run_id]
+        if r.run_id in previous:
+            m.node_id = previous[r.run_id].node_id
+        if r.run_id in rows and rows[r.run_id][0] == "ok":
+            m.status, m.error = rows[r.run_id]
+            continue
+        # A failed run's commit point is read: a retry may have committed it again, its rows not yet logged.
         stored = layout.stored_result(r.run_id)
         if stored is None:
             continue
-        m = manifest_runs[r.run_id]
         m.status, m.error = stored.status, stored.error
-        if r.run_id in previous:
-            m.node_id = previous[r.run_id].node_id
-        if not all(layout.part(t, r.run_id).exists() for t in TABLES):
-            # Committed, but a crash or a full disk struck before its table rows were written: rebuild them
-            # from the trace, so that no committed run is missing from the tables.
-            write_parts(layout, spec.name, stored, r.config.model_dump(mode="json"), r.scenario.model_dump(mode="json"),
-                        m.node_id or "")
-            rebuilt += 1
+        if rows.get(r.run_id) == (stored.status, stored.error):
+            continue
+        # Committed, but a crash or a full disk struck before its table rows were written: rebuild them from the
+        # trace, so that no committed run is missing from the tables.
+        write_parts(layout, spec.name, stored, r.config.model_dump(mode="json"), r.scenario.model_dump(mode="json"),
+                    m.node_id or "")
+        rebuilt += 1
     return rebuilt
+
+
+def _committed_rows(layout: BatchLayout) -> dict[str, tuple[str, str | None]]:
+    """Run id → (status, error) of every run in the compacted runs.parquet."""
+    path = layout.table("runs")
+    if not path.exists():
+        return {}
+    table = read_table(path, "runs").select(["run_id", "status", "error"]).to_pydict()
+    return {r: (s, e) for r, s, e in zip(table["run_id"], table["status"], table["error"], strict=True)}
 
 
 #: cluster.yaml's results and cache directories on the head, outside the synced checkout (~/madbench): what an error
@@ -578,6 +620,7 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
     cluster_cache = wants_cluster_cache(address)
     with ResultsLock(layout.root, "madbench run") as lock:
         manifest_runs = _manifest_entries(runs)
+        compact(layout)  # the rows an interrupted invocation logged: what tells a committed run's rows are there
         rebuilt = _recover_committed(spec, runs, layout, manifest_runs)
         todo, skipped, monitor = _todo(spec, runs, layout, manifest_runs, retry_failed, continue_past, quiet)
         # The cache this batch really used, resolved: re-scoring and the estimate find it from the manifest.
@@ -630,6 +673,13 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
         else:
             state = settled_state(state, manifest_runs, monitor)
             write_manifest(layout.root, spec_json, list(manifest_runs.values()), state, provenance)
-        stats |= {"state": state, "tables": compact(layout), "wall_s": time.perf_counter() - t0}
-        stats["status"] = {s: sum(1 for m in manifest_runs.values() if m.status == s) for s in ("ok", "failed", "pending", NOT_NEEDED)}
-        return BatchOutcome.model_validate(stats)
+        return BatchOutcome.model_validate(stats | _compacted(layout, state, t0, manifest_runs))
+
+
+def _compacted(layout: BatchLayout, state: str, t0: float, manifest_runs: dict[str, ManifestRun]) -> dict[str, Any]:
+    """The invocation's last stats: the tables compacted (and how long that took), its wall time, the runs' statuses."""
+    t = time.perf_counter()
+    tables = compact(layout)
+    return {"state": state, "tables": tables, "compaction_s": time.perf_counter() - t, "wall_s": time.perf_counter() - t0,
+            "status": {s: sum(1 for m in manifest_runs.values() if m.status == s)
+                       for s in ("ok", "failed", "pending", NOT_NEEDED)}}

@@ -48,6 +48,7 @@ from madbench.eval.stats.sequential_record import (
 )
 from madbench.results import BatchDirs, ManifestRun
 from madbench.results.table_schemas import SPECS
+from madbench.runner.run_rows import CommittedRows
 
 if TYPE_CHECKING:
     from madbench.runner.store import BatchLayout
@@ -203,6 +204,7 @@ class Monitor:
         self.pair_runs = [r for rs in self.members.values() for r in rs]
         self.rank = {s: i for i, s in enumerate(order)}
         self.rows: dict[str, dict] = {}
+        self._rows = CommittedRows(layout.root, [r.run_id for r in self.pair_runs], ["status", self.seq.metric])
         self.failed = {r.scenario.id for r in self.pair_runs if manifest_runs[r.run_id].status == "failed"}
         self.horizon: int | None = None
         self._set_horizon()
@@ -254,15 +256,18 @@ class Monitor:
         """A committed run of the batch (this invocation's or an earlier one's)."""
         if run.config.name not in (self.control, self.treatment) or run.run_id in self.rows:
             return
-        part = self.layout.part("runs", run.run_id)
-        if not part.exists():
+        row = self._row(run.run_id)
+        if row is None:
             return
-        row = pd.read_parquet(part, columns=["status", self.seq.metric]).iloc[0]
         if row["status"] == "ok":
             self.rows[run.run_id] = {"config": run.config.name, "scenario_id": run.scenario.id,
-                                     "replicate": run.sample_index, self.seq.metric: float(row[self.seq.metric])}
+                                     "replicate": run.sample_index, self.seq.metric: _finite_or_nan(row[self.seq.metric])}
             if not math.isfinite(self.rows[run.run_id][self.seq.metric]):
                 self.failed.add(run.scenario.id)
+
+    def _row(self, run_id: str) -> dict[str, Any] | None:
+        """The run's status and metric from its logged rows or the tables; None: none yet."""
+        return self._rows.get(run_id)
 
     def complete(self) -> list[str]:
         """Scenarios whose every pair run is in with a finite metric, in schedule order."""
@@ -328,3 +333,8 @@ class Monitor:
         self.record.not_needed = idle
         write_record(self.layout.root, self.record)
         return idle
+
+
+def _finite_or_nan(value: Any) -> float:
+    """A run's metric as the looks take it: null (no backtest) as NaN, which no look counts."""
+    return math.nan if value is None else float(value)

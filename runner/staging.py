@@ -27,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from madbench.data.atomic import atomic_write_bytes
+from madbench.debate.trace import compress_trace, compressed_path, stored_trace, trace_bytes
 from madbench.gateway.errors import DriverGone
-from madbench.results import TABLES, RunResult
+from madbench.results import RunResult
+from madbench.results.rowlog import Entry
 from madbench.runner.lock import WriterGuard
 from madbench.runner.store import BatchLayout
 
@@ -98,41 +100,47 @@ def prepare(staged: BatchLayout, run_id: str, head_trace: bytes | None) -> None:
         else:
             path.unlink()
     staged.result_path(run_id).unlink(missing_ok=True)
-    for table in TABLES:
-        staged.part(table, run_id).unlink(missing_ok=True)
 
 
-def collect(staged: BatchLayout, run_id: str) -> dict[str, Any]:
-    """After a run: its trace, result and parts as bytes (removed from this node: the driver now holds them)."""
-    paths = {"trace": staged.trace_path(run_id), "result": staged.result_path(run_id),
-             **{f"part:{t}": staged.part(t, run_id) for t in TABLES}}
-    out = {name: p.read_bytes() for name, p in paths.items()}
+def collect(staged: BatchLayout, run_id: str, entry: Entry) -> dict[str, Any]:
+    """After a run: its trace and result as bytes (removed from this node: the driver now holds them), and its table
+    rows (``entry``), which the driver logs."""
+    paths = {"trace": staged.trace_path(run_id), "result": staged.result_path(run_id)}
+    out: dict[str, Any] = {name: p.read_bytes() for name, p in paths.items()}
     for p in paths.values():
         p.unlink()
-    return out
+    return out | {"rows": entry}
 
 
 def commit(layout: BatchLayout, run_id: str, artifacts: dict[str, Any]) -> None:
     """On the driver: write a staged run's files into the results directory: the trace, the result (the commit
-    point), then its table parts. The trace must extend the one already there: traces are append-only."""
+    point), then its table rows into the driver's row log. The trace must extend the one already there: traces are
+    append-only."""
     trace = artifacts["trace"]
     path = layout.trace_path(run_id)
-    if path.exists() and not trace.startswith(before := path.read_bytes()):
+    before = trace_bytes(path)
+    if before is not None and not trace.startswith(before):
         raise RuntimeError(f"{path}: the trace run {run_id} brought back does not extend the {len(before)} bytes "
                            "already there; refusing to replace them (was the results directory written meanwhile?)")
     result = RunResult.model_validate_json(artifacts["result"])
     if result.run_id != run_id:
         raise RuntimeError(f"run {run_id} brought back the result of run {result.run_id}")
     atomic_write_bytes(path, trace)
+    compressed_path(path).unlink(missing_ok=True)  # the plain trace just written extends it
     atomic_write_bytes(layout.result_path(run_id), artifacts["result"])
-    for table in TABLES:
-        atomic_write_bytes(layout.part(table, run_id), artifacts[f"part:{table}"])
+    compress_trace(path)
+    entry = artifacts["rows"]
+    if entry.run_id != run_id:
+        raise RuntimeError(f"run {run_id} brought back the table rows of run {entry.run_id}")
+    layout.rows.append(entry)
 
 
 def head_trace(layout: BatchLayout, run_id: str) -> bytes | None:
     """The results directory's trace of ``run_id`` (None when there is none), to send with a run to a staged actor."""
-    path = layout.trace_path(run_id)
-    return path.read_bytes() if path.exists() else None
+    found = stored_trace(layout.trace_path(run_id))
+    if found is None or found.is_symlink():
+        return None  # a link is refused by the run that would read it, with the run's own error, not here
+    return trace_bytes(layout.trace_path(run_id))
 
 
 def job_working_dir() -> Path | None:

@@ -8,8 +8,9 @@ calls included (``paid_cost``). After a budget stop or a kill and a resume they 
 the answers the last one was served from the cache. The batch's whole spend, paid calls of runs not yet committed
 included, is budget.json's ``spent_usd`` (runner/budget.py).
 
-Parts are keyed by run id and written atomically, so a resumed batch can
-never hold a row twice; the top-level tables are rebuilt from the parts.
+Each writer appends a committed run's rows to its own row log (``madbench.results.rowlog``), keyed by run id and
+ranked by the attempts its trace held, so a resumed batch can never hold a run's rows twice; compaction folds the
+logs into the top-level tables.
 
 calls.parquet also holds a row for each paid call the ledger counts that no trace records (``ledger_rows``): a call a
 kill left in flight (``orphaned``), and the leakage probe's calls. Its ``cost_usd`` then sums to budget.json's spend
@@ -22,15 +23,22 @@ next compaction (the next `madbench run` of the batch).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
-from madbench.debate.events import AnyEvent, Crit, Divergence, LLMCall, LLMFailure, last_attempt, unblinded
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from madbench.debate.events import AnyEvent, Crit, Divergence, LLMCall, LLMFailure, RunStart, last_attempt, unblinded
 from madbench.debate.grading import PILLARS
+from madbench.debate.trace import compress_trace, stored_trace
 from madbench.eval.dynamics import ROUND_COLUMNS, position, round_dynamics, run_dynamics
 from madbench.gateway.accounting import NOT_RETRIES
-from madbench.results import TABLES, BatchDirs, RunResult, read_history, read_result, read_table, write_rows
+from madbench.results import TABLES, BatchDirs, RunResult, read_history, read_result, read_table
+from madbench.results.rowlog import Entry, RowLog, base_table, is_ledger, latest, legacy_parts, logs, merge, read_log
 from madbench.results.table_schemas import BASELINE_METRICS, BASELINES, CALLS, METRICS, concat, to_table, write_table
 from madbench.runner.budget import PROBE_CALLS, UntracedCall, read_budget, read_settlements
 from madbench.runner.cutoffs import run_post_cutoff
@@ -43,10 +51,24 @@ class BatchLayout(RunLayout, BatchDirs):
     def __init__(self, root: str | Path):
         super().__init__(root)
         self._histories: dict[str, list[AnyEvent]] = {}
+        self._rows: RowLog | None = None
+
+    @property
+    def rows(self) -> RowLog:
+        """This process's row log in the batch (created at its first line)."""
+        if self._rows is None:
+            self._rows = RowLog(self)
+        return self._rows
+
+    #: Whether a committed run's trace is stored compressed (``compress_trace``): not on a node that stages its runs,
+    #: whose traces go to the driver as they are (it compresses them as it commits them: runner/staging.py).
+    compress_traces = True
 
     def commit(self, result: RunResult, history: list[AnyEvent]) -> None:
         super().commit(result, history)
         self._histories[result.run_id] = history
+        if self.compress_traces:
+            compress_trace(self.trace_path(result.run_id))
 
     def history(self, run_id: str) -> list[AnyEvent]:
         """The run's whole trace: the one its commit read (handed over once), else read now."""
@@ -255,7 +277,7 @@ def ledger_calls(layout: BatchDirs) -> list[dict]:
     traced: dict[tuple[str, str], dict[str, Any]] = {}
     counted: dict[tuple[str, str], float] = {}
     for run_id in sorted({u.run_id for u in untraced.values() if u.orphaned and u.run_id and u.key}):
-        if not (layout.result_path(run_id).is_file() and layout.trace_path(run_id).is_file()):
+        if not (layout.result_path(run_id).is_file() and stored_trace(layout.trace_path(run_id)) is not None):
             continue  # not committed: no row of the run counts any of its calls
         history = read_history(layout.trace_path(run_id))
         calls = [e for e in history if isinstance(e, LLMCall)]
@@ -276,24 +298,53 @@ def part_rows(batch: str, result: RunResult, config: dict, scenario: dict, node_
             "rounds": round_rows(result, events), "calls": call_rows(result, events, node_id)}
 
 
+def attempts_of(history: list[AnyEvent]) -> int:
+    """How many attempts a run's whole trace holds (its ``run_start`` events): a row log's rank of the run's rows."""
+    return sum(1 for e in history if isinstance(e, RunStart))
+
+
+def run_entry(batch: str, result: RunResult, config: dict, scenario: dict, node_id: str,
+              history: list[AnyEvent]) -> Entry:
+    """The run's rows of every table, as its line of a row log holds them."""
+    return Entry(result.run_id, attempts_of(history), part_rows(batch, result, config, scenario, node_id, history))
+
+
 def write_parts(layout: BatchLayout, batch: str, result: RunResult, config: dict, scenario: dict, node_id: str) -> None:
-    """The run's rows of each table, from the trace its commit read, each part written in its declared schema."""
-    tables = part_rows(batch, result, config, scenario, node_id, layout.history(result.run_id))
-    for name, rows in tables.items():
-        write_rows(layout.part(name, result.run_id), rows, name)
+    """The run's rows of each table, from the trace its commit read, appended to this writer's row log."""
+    layout.rows.append(run_entry(batch, result, config, scenario, node_id, layout.history(result.run_id)))
 
 
 def compact(layout: BatchDirs) -> dict[str, int]:
-    """Rebuild runs/rounds/calls.parquet from the per-run parts, and calls.parquet's rows of the ledger's untraced
-    calls (``ledger_calls``)."""
+    """Fold the row logs into runs/rounds/calls.parquet (``madbench.results.rowlog``), with calls.parquet's rows of the
+    ledger's untraced calls (``ledger_calls``) recomputed, then remove the logs folded in (and an older directory's
+    per-run parts). Incremental: each table is read once, its runs' rows replaced by their logged ones; with no log to
+    fold and the ledger's rows unchanged, nothing is written."""
+    folded = logs(layout)
+    entries = latest(e for p in folded for e in read_log(p)[0])
+    legacy = {name: legacy_parts(layout, name) for name in TABLES}
+    ledger = to_table(ledger_calls(layout), "calls", layout.table("calls"))
+    committed = pa.array(sorted(p.stem for p in layout.result_files()), pa.large_string())
+    if not entries and not any(legacy.values()) and all(layout.table(n).exists() for n in TABLES):
+        calls = read_table(layout.table("calls"), "calls")
+        held = pq.read_table(layout.table("runs"), columns=["run_id"]).column("run_id")
+        if (concat([calls.filter(is_ledger(calls))], "calls").equals(concat([ledger], "calls"))
+                and pc.all(pc.is_in(held, committed)).as_py() is not False):
+            return {name: pq.read_metadata(layout.table(name)).num_rows for name in TABLES}
     counts = {}
     for name in TABLES:
-        tables = [read_table(p, name) for p in sorted(layout.parts(name).glob("*.parquet"))]
+        table = merge(base_table(layout, name), entries, name, layout.parts_dir)
+        # Rows only of runs a commit point vouches for: a run whose result was deleted (to run it again) has none.
+        table = table.filter(pc.is_in(table.column("run_id"), committed))
         if name == "calls":
-            tables.append(to_table(ledger_calls(layout), name, layout.table(name)))
-        table = concat(tables, name)
+            table = concat([table, ledger], name)
         write_table(layout.table(name), table)
         counts[name] = table.num_rows
+    # Only now that every table holds their rows: a crash before this leaves logs whose rows merge again the same.
+    for path in folded + [p for parts in legacy.values() for p in parts]:
+        path.unlink(missing_ok=True)
+    for name in TABLES:
+        with contextlib.suppress(FileNotFoundError, OSError):
+            layout.parts(name).rmdir()  # an older directory's folder of parts, now empty
     return counts
 
 

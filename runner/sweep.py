@@ -40,6 +40,7 @@ from madbench.eval.stats.sweep_record import (
 )
 from madbench.eval.stats.sweep_simulation import Rules, simulate
 from madbench.results import BatchDirs, ManifestRun
+from madbench.runner.run_rows import CommittedRows
 from madbench.runner.sequential import MAX_LOOKS, NOT_NEEDED, _now, numeric_metric, quarters_of, schedule_order
 
 if TYPE_CHECKING:
@@ -181,6 +182,7 @@ class SweepMonitor:
     def __init__(self, spec, runs: list[RunSpec], layout: BatchLayout, manifest_runs: dict[str, ManifestRun],
                  continue_past: bool = False, quiet: bool = True):
         self.layout, self.manifest_runs, self.quiet = layout, manifest_runs, quiet
+        self._committed: CommittedRows | None = None  # the runs' rows as they commit (runner/run_rows.py)
         self.sw = spec.sweep
         self.control = self.sw.control
         self.arms = arms_of(spec, [r.config.name for r in runs])
@@ -270,13 +272,16 @@ class SweepMonitor:
         """A committed run of the batch (this invocation's or an earlier one's): its metric read."""
         if run.run_id in self.rows:
             return
-        part = self.layout.part("runs", run.run_id)
-        if not part.exists():
+        if self._committed is None:  # the runs it looks at, once it knows them
+            self._committed = CommittedRows(self.layout.root, self.manifest_runs, ["status", self.sw.metric])
+        row = self._committed.get(run.run_id)
+        if row is None:
             return
-        row = pd.read_parquet(part, columns=["status", self.sw.metric]).iloc[0]
         if row["status"] == "ok":
+            value = row[self.sw.metric]
             self.rows[run.run_id] = {"config": run.config.name, "scenario_id": run.scenario.id,
-                                     "replicate": run.sample_index, self.sw.metric: float(row[self.sw.metric])}
+                                     "replicate": run.sample_index,
+                                     self.sw.metric: math.nan if value is None else float(value)}
 
     def complete(self) -> list[str]:
         """Scenarios on which the control and every sampled arm are in with a finite metric, in schedule order."""

@@ -23,7 +23,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "cache": ("madbench.bench.cached_replay", "replay a finished batch from the response cache into a new results directory"),
     "cost": ("madbench.bench.cost", "cost per run of the paper's A7 treatment, prompt cache and provider batch mode"),
     "cluster-cache": ("madbench.bench.cluster_cache", "cache hits served through a local multi-node cluster's cache actor"),
-    "scale": ("madbench.bench.scale", "a batch at scale on a local multi-node cluster, a node lost and one joined"),
+    "scale": ("madbench.bench.scale", "what a batch costs madbench as it grows, on a local multi-node cluster; extrapolated to 100,000 runs"),
     "sequential": ("madbench.bench.sequential_designs", "type I error, power and scenarios used of group-sequential designs"),
     "sweep": ("madbench.bench.sweep_designs", "family-wise error, power, best-arm selection and runs used of multi-arm sweeps"),
     "ends": ("madbench.bench.ends", "an all-invalid batch ends (and does not hang) under CPU load"),

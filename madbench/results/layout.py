@@ -2,11 +2,13 @@
 
 A batch (``madbench run``):
 
-    <root>/manifest.json                 the spec, versions, format version and every run with its status
-    <root>/traces/<run>.jsonl            append-only trace of each run
+    <root>/manifest.json                 the spec, versions, format version and every run with its status (a snapshot)
+    <root>/manifest-journal.jsonl        the runs changed since that snapshot, appended while a driver runs
+    <root>/traces/<run>.jsonl            append-only trace of each run in flight; once committed, <run>.jsonl.zst
     <root>/runs/<run>.json               a run's result: written last, atomically (the commit point)
-    <root>/parts/{runs,rounds,calls}/<run>.parquet
-    <root>/{runs,rounds,calls}.parquet   concatenated parts (rebuilt, never appended to)
+    <root>/parts/rows-<writer>.jsonl     each writer's log of its committed runs' table rows (``rowlog``), until compacted
+    <root>/{runs,rounds,calls}.parquet   the tables: the logs merged in at each compaction
+    <root>/parts/{runs,rounds,calls}/<run>.parquet   results format 4 and older: a Parquet part per run and table
     <root>/scores/<label>/<run>.parquet  re-scoring, one part per run; failures under <label>/failed/<run>.json
     <root>/budget.json, <root>/.lock     the batch's spend; the lock its one writer holds
     <root>/budget-settled.jsonl          what each paid call billed, appended by the actor that made it (read after a crash)
@@ -29,6 +31,8 @@ SCORER = "scorer.json"
 AGREEMENT = "agreement.parquet"
 AUDIT_AGREEMENT = "audit_agreement.parquet"
 MANIFEST = "manifest.json"
+#: The manifest's changes since its last snapshot, appended by the driver (``records.ManifestJournal``).
+MANIFEST_JOURNAL = "manifest-journal.jsonl"
 BUDGET = "budget.json"
 #: One line per settled paid call, appended by the runner actor that made it: what a call in flight at a crash
 #: was billed, for the next invocation (runner/budget.py).
@@ -113,10 +117,17 @@ class BatchDirs:
         """Every committed result's file."""
         return sorted(self.commits.glob("*.json"))
 
+    @property
+    def parts_dir(self) -> Path:
+        """``parts/``: the writers' row logs (``madbench.results.rowlog``)."""
+        return self.root / "parts"
+
     def parts(self, table: str) -> Path:
+        """Results format 4 and older: the folder of ``table``'s per-run parts."""
         return self.root / "parts" / table
 
     def part(self, table: str, run_id: str) -> Path:
+        """Results format 4 and older: a run's part of ``table``."""
         return inside(self.parts(table), run_id, self.root, "run id", ".parquet")
 
     def table(self, name: str) -> Path:
@@ -161,7 +172,9 @@ def run_files(root: str | Path) -> list[tuple[Path, Path]]:
     ``<run>/trace.jsonl`` of single debates below it."""
     root = Path(root)
     batch = BatchDirs(root)
-    found = [(t, batch.result_path(t.stem)) for t in sorted(batch.traces.glob("*.jsonl"))]
+    ids = sorted({t.name.removesuffix(".zst").removesuffix(".jsonl") for t in batch.traces.glob("*.jsonl*")
+                  if t.name.endswith((".jsonl", ".jsonl.zst"))})
+    found = [(batch.trace_path(run_id), batch.result_path(run_id)) for run_id in ids]
     return found + [(t, t.parent / DebateDirs.RESULT) for t in sorted(root.rglob(DebateDirs.TRACE))]
 
 

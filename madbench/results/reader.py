@@ -10,9 +10,11 @@ import pyarrow as pa
 
 from madbench.data.errors import InputError
 from madbench.debate.events import AnyEvent
+from madbench.debate.trace import stored_trace
 from madbench.results.checks import check_results_dir, check_unlinked_files
 from madbench.results.layout import TABLES, BatchDirs, ScoreDirs
 from madbench.results.records import Manifest, RunResult, read_manifest, read_result
+from madbench.results.rowlog import snapshot
 from madbench.results.table_schemas import SPECS, concat, read_table
 from madbench.results.traces import read_history
 
@@ -44,12 +46,12 @@ class ResultsDir:
     def table(self, name: str) -> pd.DataFrame:
         """``runs``, ``rounds`` or ``calls``: the compacted table; an InputError when the batch has not written it.
         Of an ``unfinished`` batch, the parts of its committed runs: the snapshot as it stands, the same runs for
-        every reader, whether the invocation has compacted its tables yet or not."""
+        every reader, whether the invocation has compacted its tables yet or not: the row logs and the table merged
+        (``rowlog.snapshot``), never a file per run."""
         if name not in TABLES:
             raise ValueError(f"no table {name!r} in a results directory (one of {', '.join(TABLES)})")
         if self.unfinished:
-            parts = [self.dirs.part(name, run_id) for run_id in self.committed_ids()]
-            return concat([read_table(p, name) for p in parts if p.exists()], name).to_pandas()
+            return snapshot(self.dirs, name, set(self.committed_ids())).to_pandas()
         path = self.dirs.table(name)
         if not path.exists():
             raise InputError(path, "not found", "run the batch first (`madbench run BATCH.yaml`): it writes the tables")
@@ -93,7 +95,7 @@ class ResultsDir:
     def trace(self, run_id: str) -> list[AnyEvent] | None:
         """The run's whole trace (every attempt), typed; None when it has none."""
         path = self.dirs.trace_path(run_id)
-        return read_history(path) if path.exists() else None
+        return read_history(path) if stored_trace(path) is not None else None
 
 
 def read_scores(scores_dir: str | Path, label: str | None = None) -> pd.DataFrame:

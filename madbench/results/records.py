@@ -7,6 +7,7 @@ Every reader of a result or a manifest (run, status, report, stats, rescore) goe
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError, format_validation_error
 from madbench.results.checks import read_unlinked
-from madbench.results.layout import MANIFEST
+from madbench.results.layout import MANIFEST, MANIFEST_JOURNAL
 from madbench.results.provenance import Provenance, package_versions
 from madbench.results.version import FORMAT_VERSION, check_version
 
@@ -112,9 +113,63 @@ def versions() -> dict[str, str]:
 
 def write_manifest(root: str | Path, spec: dict[str, Any], runs: list[ManifestRun], state: str,
                    provenance: Provenance | None = None) -> Path:
+    """The whole manifest, a snapshot: it supersedes the journal of changes since the last (removed after it)."""
     body = Manifest(format_version=FORMAT_VERSION, spec=spec, versions=versions(), state=state,
-                    updated=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), runs=runs, provenance=provenance)
-    return atomic_write_text(Path(root) / MANIFEST, body.model_dump_json(indent=1))
+                    updated=_now(), runs=runs, provenance=provenance)
+    path = atomic_write_text(Path(root) / MANIFEST, body.model_dump_json(indent=1))
+    # A crash before this leaves a journal whose changes, applied again in order, end where the snapshot is.
+    (Path(root) / MANIFEST_JOURNAL).unlink(missing_ok=True)
+    return path
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class ManifestJournal:
+    """The manifest's changes between two snapshots, appended: each line the runs that changed since the line before
+    (whole, as ``ManifestRun``), with the time and the batch's state. A driver appends the runs it touched every few
+    seconds rather than rewriting every run; ``read_manifest`` applies the lines over the snapshot, in order."""
+
+    def __init__(self, root: str | Path):
+        self.path = Path(root) / MANIFEST_JOURNAL
+        self.bytes = self.path.stat().st_size if self.path.exists() else 0
+
+    def append(self, runs: list[ManifestRun], state: str) -> None:
+        line = json.dumps({"updated": _now(), "state": state, "runs": [r.model_dump(mode="json") for r in runs]},
+                          separators=(",", ":")).encode() + b"\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                     0o666)
+        try:
+            if os.write(fd, line) != len(line):
+                raise OSError(f"{self.path}: a line of the manifest's journal was written short")
+        finally:
+            os.close(fd)  # not synced: the journal says what `madbench status` shows; commit points say what ran
+        self.bytes += len(line)
+
+
+def apply_journal(manifest: Manifest, root: Path) -> Manifest:
+    """``manifest`` with the lines of its journal applied in order (a last line a crash tore is not one)."""
+    path = root / MANIFEST_JOURNAL
+    if not path.exists():
+        return manifest
+    data = read_unlinked(path, "the manifest's journal")
+    data = data[:data.rfind(b"\n") + 1]
+    if not data:
+        return manifest
+    runs = {r.run_id: r for r in manifest.runs}
+    state, updated = manifest.state, manifest.updated
+    for n, raw in enumerate(data.splitlines(), 1):
+        try:
+            line = json.loads(raw)
+            for r in line["runs"]:
+                runs[r["run_id"]] = ManifestRun.model_validate(r)
+            state, updated = str(line["state"]), str(line["updated"])
+        except (ValueError, KeyError, TypeError, ValidationError) as exc:
+            raise InputError(path, f"line {n} is not a change of the manifest ({type(exc).__name__})",
+                             "delete it (the manifest is then as last snapshotted; the commit points say which runs "
+                             "ran) and run the batch's `madbench run` command again") from None
+    return manifest.model_copy(update={"runs": list(runs.values()), "state": state, "updated": updated})
 
 
 def write_debate_manifest(path: str | Path, body: DebateManifest) -> Path:
@@ -139,6 +194,7 @@ def read_manifest(root: str | Path) -> Manifest:
         raise InputError(path, f"not valid JSON (line {exc.lineno}: {exc.msg})", fix) from None
     check_version(raw.get("format_version") if isinstance(raw, dict) else None, path, "the manifest")
     try:
-        return Manifest.model_validate(raw)
+        manifest = Manifest.model_validate(raw)
     except ValidationError as exc:
         raise InputError(path, f"not a valid manifest ({format_validation_error(exc)[:300]})", fix) from None
+    return apply_journal(manifest, Path(root))

@@ -7,7 +7,7 @@ from typing import Any
 
 from madbench.data.errors import InputError
 from madbench.debate.events import AnyEvent
-from madbench.debate.trace import read_trace
+from madbench.debate.trace import read_trace, stored_trace
 from madbench.results.version import check_version
 
 
@@ -31,7 +31,7 @@ def read_committed_history(path: str | Path) -> list[AnyEvent]:
     the events before the damage would rebuild, compare or export a shortened run as if it were the run."""
     path = Path(path)
     fix = "restore the trace from a copy of the results (a committed run's trace was whole when it committed)"
-    if not path.is_file():
+    if stored_trace(path) is None:
         raise InputError(path, "the trace of a committed run is missing", fix)
     readout = read_trace(path)
     if readout.problems:

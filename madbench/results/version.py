@@ -21,6 +21,12 @@ Versions:
    spend. Version-3 calls tables read both as null and hold no such rows; manifests and traces are unchanged.
 5. hedged requests (calls: ``hedged``, ``hedge_won``, ``outraced_cost_usd``; a trace's attempts may be of kind
    ``outraced`` and carry ``hedge``). Version-4 calls tables read the three as null; traces are read as they are.
+6. table rows kept in each writer's row log (``parts/rows-<writer>.jsonl``, ``madbench.results.rowlog``) until a
+   compaction folds them into the tables, not a Parquet part per run and table (``parts/<table>/<run>.parquet``);
+   the tables' columns are unchanged. A committed run's trace is stored zstd-compressed (``traces/<run>.jsonl.zst``);
+   the manifest is a snapshot and a journal of the runs changed since (``manifest-journal.jsonl``). A version-5 or
+   older directory's parts are read as the rows of its runs, and its first compaction folds them into the tables and
+   removes them; its plain traces are read as they are.
 """
 
 from __future__ import annotations
@@ -29,9 +35,9 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 #: The versions this code reads: each is the current one or is taught here (see the version list above).
-READABLE = (1, 2, 3, 4, 5)
+READABLE = (1, 2, 3, 4, 5, 6)
 
 
 def check_version(version: object, where: str | Path, what: str) -> None:

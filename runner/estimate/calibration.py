@@ -14,7 +14,7 @@ from madbench.data.scenario import Scenario
 from madbench.debate.config import DebateConfig
 from madbench.debate.interventions import configured, max_retries
 from madbench.debate.protocols import protocol_of
-from madbench.debate.trace import read_trace
+from madbench.debate.trace import read_trace, stored_trace
 from madbench.gateway.phases import PHASES
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.estimate.assumptions import EXPECTED_RATES, LATENCY_CV, Calibration, Factors, Rates
@@ -111,7 +111,7 @@ def read_pilot(results_dir: str | Path) -> tuple[list[dict[str, Any]], list[tupl
     runs, contexts = [], []
     for row in ok.itertuples():
         path = layout.trace_path(row.run_id)
-        events = read_trace(path).events if path.exists() else []
+        events = read_trace(path).events if stored_trace(path) is not None else []
         start = next((e for e in events if e["event"] == "run_start"), None)
         memo_ev = next((e for e in events if e["event"] == "memo"), None)
         if start is None or memo_ev is None or not memo_ev.get("text"):

@@ -70,15 +70,14 @@ def test_resuming_a_batch_with_a_planted_trace_link_fails_that_run_loudly(make_p
                         configs=[str(ROOT / "configs/debate/single-causal.yaml")], replicates=1, retries=0)
     assert main(["run", str(batch), "--quiet"]) == 0
     root = tmp_path / "results" / "t"
-    (trace,) = (root / "traces").glob("*.jsonl")
-    run_id = trace.stem
+    (stored,) = (root / "traces").glob("*.jsonl.zst")  # a committed run's trace, compressed
+    run_id = stored.name.removesuffix(".jsonl.zst")
+    trace = root / "traces" / f"{run_id}.jsonl"
     outside = tmp_path / "outside.txt"
     outside.write_bytes(OUTSIDE)
     # The run is lost (no result), and its trace replaced by a link to a file outside the results directory.
     (root / "runs" / f"{run_id}.json").unlink()
-    for part in (root / "parts").rglob(f"{run_id}.parquet"):
-        part.unlink()
-    trace.unlink()
+    stored.unlink()
     trace.symlink_to(outside)
     assert main(["run", str(batch), "--quiet"]) != 0
     assert outside.read_bytes() == OUTSIDE and trace.is_symlink()

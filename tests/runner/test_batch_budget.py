@@ -36,7 +36,8 @@ from madbench.gateway.accounting import UNBOUNDED_COMPLETION_TOKENS, max_tokens
 from madbench.gateway.errors import CallCancelled, NoAnswer, TransientError
 from madbench.gateway.limiter import LimiterPool
 from madbench.gateway.providers.litellm_provider import token_cost
-from madbench.results import ManifestRun, write_manifest
+from madbench.results import ManifestRun, run_files, write_manifest
+from madbench.results.rowlog import read_log
 from madbench.runner.budget import (
     BUDGET_FILE,
     BudgetRecord,
@@ -151,7 +152,7 @@ def _batch(tmp_path: Path, pack: Path, api_base: str, cap: float, model: str = P
 def paid_in_traces(root: Path) -> float:
     """What every trace of the batch says was paid: answers not served from the cache, and failed calls' attempts."""
     total = 0.0
-    for trace in (root / "traces").glob("*.jsonl"):
+    for trace, _ in run_files(root):
         for e in read_trace(trace).typed():
             if isinstance(e, LLMCall) and not e.cached:
                 total += e.cost_usd or 0.0
@@ -304,7 +305,8 @@ def test_a_resumed_run_records_what_its_earlier_attempts_paid(make_pack, tmp_pat
     paid = first.totals["cost_usd"]
     assert paid > 0 and again.totals["cost_usd"] == 0 and again.totals["cached"] == again.totals["calls"]
     write_parts(layout, "b", again, config.model_dump(mode="json"), scenario.model_dump(mode="json"), "node")
-    (row,) = pd.read_parquet(layout.part("runs", again.run_id)).to_dict("records")
+    (logged,) = read_log(layout.rows.path)[0]
+    (row,) = logged.tables["runs"]
     assert row["cost_usd"] == 0 and row["cost_paid_usd"] == pytest.approx(paid, rel=1e-9)
     assert paid_cost(read_trace(layout.trace_path(again.run_id)).typed()) == pytest.approx(paid_in_traces(layout.root))
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from madbench.debate.trace import decompress_trace, read_trace
 from madbench.runner.cli import main
 from madbench.sim.provider import SimConfig, SimProvider
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
@@ -65,6 +66,7 @@ def test_truncated_cache_entry_and_torn_trace_tail_are_repaired_and_the_run_resu
         reference = weights_by_run(root)
         victim = sorted(reference)[0]
         trace = root / "traces" / f"{victim}.jsonl"
+        decompress_trace(trace)  # committed, so compressed: the crash is staged on the plain file of a run in flight
         events = [json.loads(line) for line in trace.read_text().splitlines()]
         key = next(e["key"] for e in events if e["event"] == "llm_call")
         # A crash before the commit point: the result file is gone and the trace's last line is damaged.
@@ -83,7 +85,7 @@ def test_truncated_cache_entry_and_torn_trace_tail_are_repaired_and_the_run_resu
         assert rc == 0, err[-2000:]
         assert sim.stats.requests - before == 1  # only the corrupted entry is recomputed; the rest replays from cache
     assert weights_by_run(root) == reference  # same allocations, no duplicate rows
-    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    events = read_trace(trace).events  # committed again: compressed
     starts = [e for e in events if e["event"] == "run_start"]
     assert len(starts) == 2 and starts[1]["repaired"]  # the torn tail was reported, then cut off
     attempts = [a for e in events[events.index(starts[1]):] if e["event"] == "llm_call" and e["key"] == key for a in e["attempts"]]

@@ -21,6 +21,8 @@ import pytest
 import yaml
 
 from madbench.bench.local_cluster import LocalCluster, can_hide
+from madbench.debate.trace import trace_bytes
+from madbench.results import run_files
 from madbench.runner.staging import staging_root
 from tests.fault_server import Faults, FaultServer
 from tests.runner.test_batch import ROOT, TICKERS
@@ -106,8 +108,8 @@ def test_a_job_commits_on_the_head_and_the_worker_is_served_what_the_head_paid_f
 
     assert KEY not in logs + submit.stdout + submit.stderr + client.stdout + client.stderr
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert any(p.suffix == ".jsonl" for p in files) and any("responses" in p.parts for p in files)
-    for p in files:
-        assert KEY.encode() not in p.read_bytes(), p
-    traces = b"".join(p.read_bytes() for p in (root / "traces").glob("*.jsonl"))
+    assert any(p.name.endswith(".jsonl.zst") for p in files) and any("responses" in p.parts for p in files)
+    for p in files:  # a compressed trace read as its lines
+        assert KEY.encode() not in (trace_bytes(p.with_suffix("")) if p.suffix == ".zst" else p.read_bytes()), p
+    traces = b"".join(trace_bytes(t) or b"" for t, _ in run_files(root))
     assert b"internal error Bearer ***" in traces  # echoed by the server, scrubbed by value on both nodes

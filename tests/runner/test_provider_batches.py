@@ -21,9 +21,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from madbench.debate.trace import read_trace
 from madbench.eval.report.figures import realised_saving
 from madbench.gateway import LLMRequest, Message, ModelSpec, OutputInvalid, ResponseCache
 from madbench.gateway.providers.batching import BatchAPI, current_party
+from madbench.results import run_files
 from madbench.runner.cli import main
 from madbench.runner.provider_batches import Collector, JournalEntry, journal_summary, read_journal
 from madbench.runner.wiring import build_gateway
@@ -243,7 +245,7 @@ def steps_of(trace: Path) -> list[list[str]]:
     """A run's model calls in steps: the calls of one gathered phase (same phase, round and label) in a row."""
     steps: list[list[str]] = []
     last = None
-    for e in map(json.loads, trace.read_text().splitlines()):
+    for e in read_trace(trace).events:
         if e["event"] == "llm_call":
             here = (e["phase"], e["round"], e["label"])
             if here != last:
@@ -289,7 +291,7 @@ def test_a7_in_provider_batch_mode_is_one_provider_batch_per_phase_and_allocates
     assert (batch.loc[sync.index, "weights"] == sync["weights"]).all()  # the same allocations from the same answers
     in_batch = {key: i for i, keys in enumerate(batches) for key in keys}
     longest = 0
-    for trace in (tmp_path / "results" / "batch" / "traces").glob("*.jsonl"):
+    for trace, _ in run_files(tmp_path / "results" / "batch"):
         steps = steps_of(trace)
         longest = max(longest, len(steps))
         where = [sorted({in_batch[k] for k in step if k in in_batch}) for step in steps]

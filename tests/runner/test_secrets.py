@@ -13,6 +13,8 @@ import pytest
 import yaml
 
 from madbench.data.market.write import write_pack
+from madbench.debate.trace import trace_bytes
+from madbench.results import run_files
 from madbench.sim.provider import SimProvider
 from tests.conftest import synthetic_tables
 from tests.fault_server import Faults, FaultServer
@@ -64,7 +66,7 @@ class LeakyRun:
         return [p for p in self.tmp.rglob("*") if p.is_file() and p.suffix not in (".yaml",)]
 
     def traces(self) -> bytes:
-        return b"".join(p.read_bytes() for p in (self.tmp / "results" / "secrets" / "traces").glob("*.jsonl"))
+        return b"".join(trace_bytes(t) or b"" for t, _ in run_files(self.tmp / "results" / "secrets"))
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +90,10 @@ def test_no_secret_in_any_artifact(leaky_run):
     assert out.returncode == 1, out.stderr[-2000:]  # the leaky provider's runs failed, loudly
     assert SECRET not in out.stdout + out.stderr
     files = leaky_run.files()
-    assert any(p.suffix == ".parquet" for p in files) and any(p.suffix == ".jsonl" for p in files)
+    assert any(p.suffix == ".parquet" for p in files) and any(p.name.endswith(".jsonl.zst") for p in files)
     assert any(p.parent.name == "responses" or "responses" in p.parts for p in files)  # the cache was written
-    for p in files:
-        assert SECRET.encode() not in p.read_bytes(), p
+    for p in files:  # a compressed trace read as its lines
+        assert SECRET.encode() not in (trace_bytes(p.with_suffix("")) if p.suffix == ".zst" else p.read_bytes()), p
     traces = leaky_run.traces()
     assert b"Incorrect API key provided" in traces and b"***" in traces  # the provider echoed it; we scrubbed it
 
@@ -102,7 +104,7 @@ def test_a_key_under_an_unusual_name_is_nowhere_in_results_or_cache(leaky_run):
     files = [p for p in leaky_run.files() if "results" in p.parts or "cache" in p.parts]
     assert any("responses" in p.parts for p in files)  # the cache was written
     needles = forms(BY_VALUE_SECRET)
-    for blob, where in [*((p.read_bytes(), str(p)) for p in files),
+    for blob, where in [*((trace_bytes(p.with_suffix("")) if p.suffix == ".zst" else p.read_bytes(), str(p)) for p in files),
                         (out.stdout.encode(), "stdout"), (out.stderr.encode(), "stderr")]:
         for needle in needles:
             assert needle not in blob, (where, needle)

@@ -1,15 +1,15 @@
-"""The sequential Monitor without Ray: runs committed as one-row Parquet parts, the looks taken from them, and the
+"""The sequential Monitor without Ray: runs committed as lines of a row log, the looks taken from them, and the
 record's guard against a design changed after looking."""
 
 from pathlib import Path
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 
 from madbench.data.errors import InputError
 from madbench.eval.stats.sequential_record import read_record
-from madbench.results import ManifestRun
+from madbench.results import SPECS, BatchDirs, ManifestRun
+from madbench.results.rowlog import Entry, RowLog
 from madbench.runner.sequential import Monitor, SequentialSpec
 
 SCENARIOS = [f"s{i}" for i in range(8)]
@@ -18,9 +18,7 @@ SCENARIOS = [f"s{i}" for i in range(8)]
 class Layout:
     def __init__(self, root: Path):
         self.root = root
-
-    def part(self, table: str, run_id: str) -> Path:
-        return self.root / "parts" / table / f"{run_id}.parquet"
+        self.rows = RowLog(BatchDirs(root))
 
 
 def _spec(**seq):
@@ -35,9 +33,9 @@ def _runs():
 
 
 def _commit(layout: Layout, run, value: float, manifest: dict) -> None:
-    path = layout.part("runs", run.run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"status": ["ok"], "sharpe": [value], "total_return_pct": [value]}).to_parquet(path)
+    row = dict.fromkeys(SPECS["runs"].schema.names) | {"run_id": run.run_id, "scenario_id": run.scenario.id,
+                                                      "status": "ok", "sharpe": value, "total_return_pct": value}
+    layout.rows.append(Entry(run.run_id, 1, {"runs": [row], "rounds": [], "calls": []}))
     manifest[run.run_id].status = "ok"
 
 

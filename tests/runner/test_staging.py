@@ -9,7 +9,9 @@ import yaml
 
 import madbench.data.market.pack as pack_module
 from madbench.data.paths import PROJECT_ROOT
-from madbench.results import TABLES, RunResult
+from madbench.debate.trace import compressed_path, trace_bytes
+from madbench.results import SPECS, TABLES, RunResult
+from madbench.results.rowlog import Entry, logs, read_log
 from madbench.runner.cli import main
 from madbench.runner.execute import HEAD_DIRS, worker_env
 from madbench.runner.staging import collect, commit, portable, prepare
@@ -30,28 +32,33 @@ def staged_run(layout: BatchLayout, run_id: str, trace: bytes) -> None:
     layout.trace_path(run_id).write_bytes(trace)
     layout.result_path(run_id).parent.mkdir(parents=True, exist_ok=True)
     layout.result_path(run_id).write_text(result(run_id).model_dump_json())
-    for t in TABLES:
-        layout.part(t, run_id).parent.mkdir(parents=True, exist_ok=True)
-        layout.part(t, run_id).write_bytes(t.encode())
 
 
-def test_a_staged_run_is_committed_trace_result_parts_and_only_over_a_trace_it_extends(tmp_path):
+def entry(run_id: str) -> Entry:
+    return Entry(run_id, 2, {t: [dict.fromkeys(SPECS[t].schema.names) | {"run_id": run_id}] for t in TABLES})
+
+
+def test_a_staged_run_is_committed_trace_result_rows_and_only_over_a_trace_it_extends(tmp_path):
     node, head = BatchLayout(tmp_path / "node"), BatchLayout(tmp_path / "head")
     head.trace_path("r1").parent.mkdir(parents=True)
     head.trace_path("r1").write_bytes(b"attempt 1\n")
     prepare(node, "r1", b"attempt 1\n")  # the results directory's trace, continued on the node
     assert node.trace_path("r1").read_bytes() == b"attempt 1\n"
     staged_run(node, "r1", b"attempt 1\nattempt 2\n")
-    artifacts = collect(node, "r1")
+    artifacts = collect(node, "r1", entry("r1"))
     assert not any(p.is_file() for p in (tmp_path / "node").rglob("*"))  # nothing left on the node
     commit(head, "r1", artifacts)
-    assert head.trace_path("r1").read_bytes() == b"attempt 1\nattempt 2\n"
+    assert trace_bytes(head.trace_path("r1")) == b"attempt 1\nattempt 2\n"  # stored compressed
+    assert compressed_path(head.trace_path("r1")).is_file() and not head.trace_path("r1").exists()
     assert RunResult.model_validate_json(head.result_path("r1").read_text()) == result("r1")
-    assert [head.part(t, "r1").read_bytes() for t in TABLES] == [t.encode() for t in TABLES]
+    (log,) = logs(head)  # the rows in the driver's row log
+    assert read_log(log)[0] == [entry("r1")]
     with pytest.raises(RuntimeError, match="does not extend"):
         commit(head, "r1", artifacts | {"trace": b"another history\n"})
     with pytest.raises(RuntimeError, match="the result of run r1"):
         commit(head, "r2", artifacts)
+    with pytest.raises(RuntimeError, match="the table rows of run r3"):
+        commit(head, "r1", artifacts | {"rows": entry("r3")})
 
 
 def test_prepare_keeps_a_staged_trace_that_extends_the_heads_and_drops_stale_files(tmp_path):
@@ -59,7 +66,6 @@ def test_prepare_keeps_a_staged_trace_that_extends_the_heads_and_drops_stale_fil
     staged_run(node, "r", b"a\nb\n")
     prepare(node, "r", b"a\n")  # this node began an attempt the head has not seen: resumed from it
     assert node.trace_path("r").read_bytes() == b"a\nb\n" and not node.result_path("r").exists()
-    assert not any(node.part(t, "r").exists() for t in TABLES)
     prepare(node, "r", b"x\n")  # the head's trace moved on elsewhere: start from it
     assert node.trace_path("r").read_bytes() == b"x\n"
     prepare(node, "r", None)

@@ -1,15 +1,15 @@
-"""The sweep monitor without Ray: runs committed as one-row Parquet parts, looks taken on complete scenarios, arms
+"""The sweep monitor without Ray: runs committed as lines of a row log, looks taken on complete scenarios, arms
 dropped and their runs never wanted again, the record's guard against a sweep changed after looking, and --continue."""
 
 from pathlib import Path
 from types import SimpleNamespace
 
-import pandas as pd
 import pytest
 
 from madbench.data.errors import InputError
 from madbench.eval.stats.sweep_record import read_record
-from madbench.results import ManifestRun
+from madbench.results import SPECS, BatchDirs, ManifestRun
+from madbench.results.rowlog import Entry, RowLog, logs, read_log
 from madbench.runner.sweep import SweepMonitor, SweepSpec
 
 SCENARIOS = [f"s{i}" for i in range(12)]
@@ -19,9 +19,9 @@ ARMS = ("good", "flat", "bad")
 class Layout:
     def __init__(self, root: Path):
         self.root = root
-
-    def part(self, table: str, run_id: str) -> Path:
-        return self.root / "parts" / table / f"{run_id}.parquet"
+        self.rows = RowLog(BatchDirs(root))
+        # the runs an earlier monitor on this directory committed: their lines in the row logs
+        self.logged = {e.run_id for p in logs(BatchDirs(root)) for e in read_log(p)[0]}
 
 
 def _spec(**sweep):
@@ -46,17 +46,18 @@ def _monitor(tmp_path: Path, spec, upto: int, continue_past: bool = False) -> tu
                                       status="pending") for r in runs}
     m = SweepMonitor(spec, runs, layout, manifest, continue_past)
     for r in runs:  # what a resumed driver does (runner/execute.py): the committed runs read, the looks due taken
-        if layout.part("runs", r.run_id).exists():
+        if r.run_id in layout.logged:
             manifest[r.run_id].status = "ok"
             m.seen(r)
     m.update()
     for s in m.order[:upto]:
         for r in runs:
             if r.scenario.id == s and m.needed(r) and manifest[r.run_id].status == "pending":
-                path = layout.part("runs", r.run_id)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                pd.DataFrame({"status": ["ok"], "sharpe": [_value(r.config.name, SCENARIOS.index(s))],
-                              "total_return_pct": [0.0]}).to_parquet(path)
+                row = dict.fromkeys(SPECS["runs"].schema.names) | {
+                    "run_id": r.run_id, "status": "ok", "sharpe": _value(r.config.name, SCENARIOS.index(s)),
+                    "total_return_pct": 0.0}
+                layout.rows.append(Entry(r.run_id, 1, {"runs": [row], "rounds": [], "calls": []}))
+                layout.logged.add(r.run_id)
                 manifest[r.run_id].status = "ok"
                 m.seen(r)
                 m.settled(r, True)

@@ -1,0 +1,200 @@
+"""A batch's table rows as its writers append them, and the tables merged from them.
+
+Each writer (a runner actor; the driver, for the runs it commits from another node or rebuilds from their traces)
+appends one line per committed run to a log of its own, ``parts/rows-<writer>.jsonl``: the run's rows of every table
+and the attempts its trace held. A line goes out in one ``write`` and is synced before the writer reports the run,
+so a crash can tear only the last line of a log, which then holds no run (that run, committed without rows, has
+them rebuilt from its trace when the batch resumes). A run's rows are those of its line with the most attempts: a
+failed run retried and committed again replaces its rows.
+
+Compaction (``merge``) folds the logs into the tables, one Parquet file each, and removes the logs it folded: a
+batch's rows cost one file per table and one log per writer, never a file per run. A directory written before this
+format (results format 4 and older) holds a Parquet part per run and table under ``parts/<table>/``; those are the
+base of its first compaction and removed once the tables hold them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from madbench.data.errors import InputError
+from madbench.results.layout import TABLES, BatchDirs
+from madbench.results.table_schemas import SPECS, concat, read_table, to_table
+
+#: A row log's file name: ``rows-<writer>.jsonl`` under ``parts/``.
+LOG_PREFIX, LOG_SUFFIX = "rows-", ".jsonl"
+
+
+@dataclass
+class Entry:
+    """One committed run's rows of every table, as one line of a row log holds them."""
+
+    run_id: str
+    attempts: int
+    tables: dict[str, list[dict[str, Any]]]
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar (a pandas or numpy computation's result) as the Python value JSON writes."""
+    item = getattr(value, "item", None)
+    if callable(item):
+        return item()
+    raise TypeError(f"a table row holds {type(value).__name__} {value!r}, which JSON cannot write")
+
+
+def _sparse(row: dict[str, Any], table: str, where: Path) -> dict[str, Any]:
+    """``row`` as a log line holds it: its declared columns without a value left out (``_dense`` puts them back), so
+    a log costs what the run's values do, not its table's width. A row lacking a declared column is refused here,
+    as ``to_table`` would refuse it."""
+    declared = SPECS[table].schema.names
+    missing = [n for n in declared if n not in row]
+    if missing:
+        raise InputError(where, f"a {table} row lacks the declared column(s) {', '.join(missing)}",
+                         "the code building the row must give every declared column (None where it has no value)")
+    names = set(declared)
+    return {k: v for k, v in row.items() if v is not None or k not in names}
+
+
+def _dense(row: dict[str, Any], table: str) -> dict[str, Any]:
+    """A logged row with every declared column (None where the line left it out)."""
+    return dict.fromkeys(SPECS[table].schema.names) | row
+
+
+def writer_name() -> str:
+    """A name no other writer of any node has: host, process and a random part."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+class RowLog:
+    """This writer's row log in a batch directory, created at its first line."""
+
+    def __init__(self, dirs: BatchDirs, writer: str | None = None):
+        self.path = dirs.parts_dir / f"{LOG_PREFIX}{writer or writer_name()}{LOG_SUFFIX}"
+        self._fd: int | None = None
+
+    def append(self, entry: Entry) -> None:
+        tables = {t: [_sparse(row, t, self.path) for row in rows] for t, rows in entry.tables.items()}
+        line = json.dumps({"run_id": entry.run_id, "attempts": entry.attempts, "tables": tables},
+                          default=_plain, separators=(",", ":")).encode() + b"\n"
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                               | getattr(os, "O_CLOEXEC", 0), 0o666)
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)  # the log's name survives a crash with its first line
+            finally:
+                os.close(dir_fd)
+        written = os.write(self._fd, line)
+        if written != len(line):  # a regular file takes a whole write or raises (ENOSPC): never seen, never ignored
+            raise OSError(f"{self.path}: wrote {written} of {len(line)} bytes of run {entry.run_id}'s rows")
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def logs(dirs: BatchDirs) -> list[Path]:
+    """Every row log of the batch, in name order."""
+    return sorted(dirs.parts_dir.glob(f"{LOG_PREFIX}*{LOG_SUFFIX}")) if dirs.parts_dir.is_dir() else []
+
+
+def read_log(path: Path, start: int = 0) -> tuple[list[Entry], int]:
+    """The whole lines of the log at ``path`` from byte ``start``, and the offset after the last of them. A last line
+    without its newline is a write a crash tore (not read); any other line that is not an entry is damage."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            data = fh.read()
+    except FileNotFoundError:
+        return [], start  # folded into the tables and removed by a compaction meanwhile
+    end = data.rfind(b"\n") + 1
+    entries = []
+    for n, raw in enumerate(data[:end].splitlines(), 1):
+        try:
+            d = json.loads(raw)
+            entries.append(Entry(str(d["run_id"]), int(d["attempts"]),
+                                 {t: [_dense(row, t) for row in d["tables"][t]] for t in TABLES}))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InputError(path, f"line {n} after byte {start} is not a run's rows ({type(exc).__name__}: {exc})",
+                             "delete the log and run the batch's `madbench run` command again: it rebuilds the rows "
+                             "of every committed run from its trace") from None
+    return entries, start + end
+
+
+@dataclass
+class LogTail:
+    """The row logs of a batch read as they grow: each call gives the lines written since the last."""
+
+    dirs: BatchDirs
+    offsets: dict[Path, int] = field(default_factory=dict)
+
+    def new(self) -> list[Entry]:
+        out: list[Entry] = []
+        for path in logs(self.dirs):
+            entries, self.offsets[path] = read_log(path, self.offsets.get(path, 0))
+            out += entries
+        return out
+
+
+def latest(entries: Iterable[Entry]) -> dict[str, Entry]:
+    """Each run's entry with the most attempts (of two with as many, the later: the same trace's rows)."""
+    out: dict[str, Entry] = {}
+    for e in entries:
+        if e.run_id not in out or e.attempts >= out[e.run_id].attempts:
+            out[e.run_id] = e
+    return out
+
+
+def legacy_parts(dirs: BatchDirs, table: str) -> list[Path]:
+    """A results directory of format 4 or older: its per-run Parquet parts of ``table``."""
+    folder = dirs.parts(table)
+    return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+
+
+def base_table(dirs: BatchDirs, table: str) -> pa.Table:
+    """The rows the tables held before the logs: an older directory's per-run parts, else the compacted table."""
+    parts = legacy_parts(dirs, table)
+    if parts:
+        return concat([read_table(p, table) for p in parts], table)
+    path = dirs.table(table)
+    return read_table(path, table) if path.exists() else concat([], table)
+
+
+def is_ledger(table: pa.Table) -> pa.Array:
+    """calls.parquet's rows of the ledger's untraced calls (``call_id`` set), which compaction recomputes."""
+    return pc.is_valid(table.column("call_id")) if "call_id" in table.column_names else pa.array([False] * table.num_rows)
+
+
+def merge(base: pa.Table, entries: dict[str, Entry], table: str, where: str | Path) -> pa.Table:
+    """``base``'s rows of the runs no entry holds, then every entry's rows, in run id order (a run's rows in the
+    order its trace gave them: the order a part per run gave)."""
+    if table == "calls":
+        base = base.filter(pc.invert(is_ledger(base)))
+    if entries:
+        base = base.filter(pc.invert(pc.is_in(base.column("run_id"), pa.array(sorted(entries), pa.large_string()))))
+    rows = [row for e in entries.values() for row in e.tables[table]]
+    merged = concat([base, to_table(rows, table, where)] if rows else [base], table)
+    if not merged.num_rows:
+        return merged
+    return merged.take(pc.array_sort_indices(merged.column("run_id")))  # stable: a run's rows keep their order
+
+
+def snapshot(dirs: BatchDirs, table: str, committed: set[str]) -> pa.Table:
+    """``table`` as its committed runs stand, before compaction: the logs read first (a log a compaction removes
+    meanwhile is in the table read after it), then the tables, filtered to ``committed``; no ledger rows."""
+    entries = latest(e for p in logs(dirs) for e in read_log(p)[0])
+    merged = merge(base_table(dirs, table), entries, table, dirs.parts_dir)
+    return merged.filter(pc.is_in(merged.column("run_id"), pa.array(sorted(committed), pa.large_string())))
