@@ -92,7 +92,7 @@ def test_every_command_and_option_appears_in_the_generated_reference():
 def test_the_reference_shows_each_benchmark_with_its_own_options_only():
     page = reference_hook().page_cli()
     scale = page.split("## madbench bench scale\n", 1)[1].split("\n## ", 1)[0].split("\n### madbench bench ", 1)[0]
-    assert "`--runs RUNS`" in scale and "--experiments" not in scale and "--price-model" not in scale
+    assert "`--runs N [N ...]`" in scale and "--experiments" not in scale and "--price-model" not in scale
 
 
 def test_every_public_name_is_in_the_python_api_reference():
