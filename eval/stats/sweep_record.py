@@ -187,16 +187,23 @@ def summary(record: SweepRecord, runs: pd.DataFrame | None) -> dict[str, Any]:
                      f"arms and looks: p = {_num(r.adjusted_p, 3)}, {conf} simultaneous CI [{_num(r.ci_low)}, "
                      f"{_num(r.ci_high)}] (look {r.ci_look}); naive (this arm alone, this look alone; not valid "
                      f"after looking): p = {_num(r.naive_p, 3)}, CI [{_num(r.naive_ci_low)}, {_num(r.naive_ci_high)}]; "
-                     f"{saved.get(a, 0)} run(s) not needed")
+                     f"{saved.get(a, 0)} run(s) not needed"
+                     f"{'' if cost is None else f' (${saved.get(a, 0) * cost:.2f})'}")
     fixed = (len(record.arms) + 1) * len(record.order)
     money = "unknown (a run's cost is unknown)" if dollars is None else f"${dollars:.2f}"
+    ran_anyway = "; --continue then ran them, so none was saved" if record.continued else ""
     lines.append(f"saved against the fixed grid: {total_saved} of its {fixed} runs per replicate set not needed "
                  f"(control: {saved.get(record.control, 0)}), {money}; {len(record.overrun)} run(s) in flight at a "
-                 "decision finished (overrun)")
+                 f"decision finished (overrun){ran_anyway}")
     est = [x.correlation for x in record.looks if x.correlation is not None]
     if est:
-        lines.append(f"the arms' differences correlate {est[-1]:.2f} at the last look (the {d.rule} boundary assumes "
-                     f"{d.correlation:g}{'; lower makes it anti-conservative: prefer rule bonferroni' if d.rule == 'mams' and est[-1] < d.correlation - 0.15 else ''})")
+        if d.rule == "mams":
+            low = "; lower makes it anti-conservative: prefer rule bonferroni" if est[-1] < d.correlation - 0.15 else ""
+            lines.append(f"the arms' differences correlate {est[-1]:.2f} at the last look (the mams boundary assumes "
+                         f"{d.correlation:g}{low})")
+        else:  # Boole's inequality: the bonferroni bound assumes no correlation
+            lines.append(f"the arms' differences correlate {est[-1]:.2f} at the last look (the {d.rule} boundary "
+                         "holds at any correlation)")
     lines += [f"--continue at {c.at} went past the decisions of look {c.after_look}" for c in record.continued]
     return {"control": record.control, "metric": record.metric, "better": record.better, "rule": d.rule,
             "alpha": d.alpha, "looks_planned": len(d.n), "looks_taken": len(record.looks), "decided": record.decided,

@@ -151,5 +151,16 @@ def main(args: argparse.Namespace) -> int:
         clusters_of(args)  # the maximum is the file's scenarios
     check(args)
     rows = bench_sweep(args)
-    print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
+    print(json.dumps(_no_nan(rows), indent=1, allow_nan=False) if args.json else format_rows(rows))
     return 0
+
+
+def _no_nan(x):
+    """A cell with no better arm has no power: JSON's null, not Python's NaN token, which strict parsers reject."""
+    if isinstance(x, float) and np.isnan(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _no_nan(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_no_nan(v) for v in x]
+    return x

@@ -59,3 +59,11 @@ def test_bench_sweep_prints_every_design_and_cell_as_json(capsys):
 def test_a_selection_margin_drops_only_when_declared():
     assert Rules().margin is None and SweepSpec(control="c").margin_or_none is None
     assert SweepSpec(control="c", select="best", margin=0.3).margin_or_none == 0.3
+
+
+def test_bench_sweep_json_is_strict_json_with_null_for_no_power(capsys):
+    assert main(["bench", "sweep", "--json", "--sweeps", "200", "--arms", "3", "--max-scenarios", "12", "--looks", "2"]) == 0
+    out = capsys.readouterr().out
+    rows = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON token {c}"))
+    null = [r for r in rows if r["cell"] == "global null"]
+    assert null and all(r["power_per_better_arm"] is None for r in null)
