@@ -85,7 +85,7 @@ def analyse(runs: pd.DataFrame, where: str, compare: list[str] | None = None, me
     table = comparison_table(summaries, pairs, configs, metrics, correction, scope)
     analysis = Analysis(configs, metrics, summaries, pairs, table, beats_baseline(ok, configs, share=share),
                         dynamics=dynamics_table(runs, configs), pairs_shown=shown,
-                        paper_table=comparison_table(summaries, pairs, configs, metrics, correction, scope, style="paper"),
+                        paper_table=comparison_table(summaries, pairs, configs, metrics, correction, scope, style="paper_convention"),
                         correction=correction, n_scenarios=int(ok[SCENARIO].nunique()), n_runs=len(ok), replicated=replicated(ok))
     if power:
         analysis.power = plan_pairs(ok, pairs, power)
@@ -138,5 +138,5 @@ def adjust_across(analyses: list[Analysis], correction: str) -> None:
         a.pairs, start = together[start:start + len(a.pairs)], start + len(a.pairs)
         scope = a.table.scope
         a.table = comparison_table(a.summaries, a.pairs, a.configs, a.metrics, correction, scope)
-        a.paper_table = comparison_table(a.summaries, a.pairs, a.configs, a.metrics, correction, scope, style="paper")
+        a.paper_table = comparison_table(a.summaries, a.pairs, a.configs, a.metrics, correction, scope, style="paper_convention")
         a.family_size = sum(1 for p in together if p.p == p.p)

@@ -6,7 +6,7 @@ default the superscript marks the *adjusted* p (``family``: every pair × metric
 unless asked otherwise) of the primary test, quarter-clustered where the runs carry quarters (``paired``):
 p_adj < 0.05 plain, p_adj < 0.01 bold, and the note says how p was computed. The paper's own convention, the raw
 p of the ordinary (unclustered) paired t < 0.15 plain and < 0.01 bold, is kept only for reproducing its tables
-(``style="paper"``), and labelled as such wherever printed.
+(``style="paper_convention"``), and labelled as such wherever printed.
 A comparison not tested (no spread, or equal up to rounding: ``madbench.eval.stats.degenerate``) marks nothing.
 """
 
@@ -22,7 +22,9 @@ from madbench.eval.stats.family import ALPHA, CORRECTIONS, adjust, check_correct
 from madbench.eval.stats.paired import PairedComparison, clustering_line
 
 #: style → (p column marked, plain threshold, bold threshold)
-STYLES = {"adjusted": ("p_adj", ALPHA, 0.01), "paper": ("p_unclustered", 0.15, 0.01)}
+STYLES = {"adjusted": ("p_adj", ALPHA, 0.01), "paper_convention": ("p_unclustered", 0.15, 0.01)}
+#: The styles that reproduce another paper's convention: their note says so, and that it is no significance claim.
+REPRODUCTIONS = {"paper_convention"}
 
 
 @dataclass
@@ -47,7 +49,7 @@ class ComparisonTable:
 
     def note(self) -> str:
         scope = f" ({self.scope})" if self.scope else ""
-        if self.style == "paper":
+        if self.style in REPRODUCTIONS:
             return (f"Paper-table reproduction: superscripts follow the paper's convention, uncorrected and unclustered paired p < 0.15 "
                     f"(bold: p < 0.01){scope}; not a significance claim. Cells: mean (SEM) [n scenarios].")
         family = "no correction" if self.correction == "none" else f"{self.correction}-adjusted over every pair × metric"
