@@ -26,15 +26,18 @@ class FailureGroup(BaseModel):
     """Failed runs that failed for one reason (its first lines: a traceback's tail differs from run to run)."""
     reason: str
     run_ids: list[str]
-    #: Every call of these runs was answered (none failed), so the answers they failed on are in the response cache, and
-    #: `--retry-failed` would ask the same requests, get the same answers and fail them again.
+    #: Every call of these runs was answered (none failed), so their answers are in the response cache, and
+    #: `--retry-failed` would ask the same requests, get the same answers and fail them again (whatever failed: the
+    #: answers, or a check made after them).
     repeats_on_retry: bool = False
 
 
 def repeats_on_retry(layout: BatchLayout, run_id: str) -> bool:
-    """Whether the run failed on answers, not on a failed call: its trace's last attempt answered every call it made
-    and none failed. Those answers are in the response cache (and the trace), so a retry asks the same requests, gets
-    the same answers and fails the same way."""
+    """Whether the run failed after every call was answered, not on a failed call: its trace's last attempt answered
+    every call it made and none failed. Those answers are in the response cache (and the trace), so a retry asks the
+    same requests, gets the same answers and fails the same way. What failed is not known here: the answers as a
+    whole (a protocol's check of them), or something after them (a self_consistency run matched on cost finding a
+    draw's cost unknown, the backtest)."""
     events = read_trace(layout.trace_path(run_id)).events
     starts = [i for i, e in enumerate(events) if e["event"] == "run_start"]
     last = events[starts[-1]:] if starts else []

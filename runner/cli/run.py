@@ -121,12 +121,14 @@ def print_run(r: BatchRun) -> int:
 
 
 def repeat_advice(runs: int, batch_file: str) -> str:
-    """What to say of runs that failed on answers the response cache holds: a retry would replay them."""
-    return (f"{'these' if runs > 1 else 'this'} {runs} run(s) failed on the model's answers, which the response cache "
-            "now holds (no call failed): retrying asks the same requests and gets the same answers, so --retry-failed "
-            f"would fail {'them' if runs > 1 else 'it'} again. For fresh answers run another sample (raise `replicates` "
-            f"in {batch_file}: a new replicate asks anew) or use another --cache-dir; or keep the failure as the "
-            "model's result")
+    """What to say of runs that failed after every call was answered (``batch_status.repeats_on_retry``): the
+    response cache holds those answers, so a retry replays them. Whatever failed (the answers, or a check made on them
+    after they validated), nothing here knows more than that."""
+    return (f"{'these' if runs > 1 else 'this'} {runs} run(s) failed after every call was answered (no call failed): "
+            "a retry asks the same requests, replays the same answers from the response cache and fails the same way, "
+            f"so --retry-failed would fail {'them' if runs > 1 else 'it'} again. For fresh answers run another sample "
+            f"(raise `replicates` in {batch_file}: a new replicate asks anew) or use another --cache-dir; where the "
+            "reason is not in the answers, fix what it names; or keep the failure as the run's result")
 
 
 def print_estimate(e: BatchEstimate, as_json: bool) -> int:

@@ -9,7 +9,15 @@ import yaml
 from madbench.runner.cli import main
 from madbench.sim.provider import SimProvider
 from tests.runner.test_batch import ROOT, TICKERS
-from tests.runner.test_failures_from_cached_answers import ShrinkingProxy
+
+REFUSAL = "I would rather not grade this."
+
+
+def refuse_to_grade_three_tickers(context, content):
+    """The CRIT grader answers the three-ticker scenario's proposal (it cites no DDD evidence) with prose, never the
+    JSON asked for: that run fails at its CRIT call once the validation retries are spent, after its proposal was
+    answered; every other call, and the four-ticker scenario's run, is answered as usual."""
+    return REFUSAL if "argument" in context and "DDD" not in json.dumps(context) else content
 
 
 @pytest.mark.slow
@@ -19,12 +27,11 @@ def test_exports_hold_every_run_that_ended_with_the_failed_one_marked_with_its_r
     scen.write_text(yaml.safe_dump({"scenarios": [
         {"id": "four", "invest_quarter": "2021Q3", "tickers": TICKERS, "constraints": {"max_weight": 0.6}},
         {"id": "three", "invest_quarter": "2021Q3", "tickers": TICKERS[:3], "constraints": {"max_weight": 0.6}}]}))
-    with SimProvider() as sim, ShrinkingProxy(sim.url, lambda body: "DDD" not in json.dumps(body)) as proxy:
+    with SimProvider(answer_filter=refuse_to_grade_three_tickers) as sim:
         batch = tmp_path / "batch.yaml"
         batch.write_text(yaml.safe_dump({
             "name": "t", "scenarios": {"file": str(scen)}, "configs": [str(ROOT / "configs/debate/single-causal.yaml")],
-            "model": {"model": "openai/madbench-sim", "api_base": proxy.url, "send_context": True,
-                      "weight_policy": "normalize"},
+            "model": {"model": "openai/madbench-sim", "api_base": sim.url, "send_context": True},
             "replicates": 1, "pack": str(make_pack(tickers=tuple(TICKERS))), "results_dir": str(tmp_path / "results"),
             "cache_dir": str(tmp_path / "cache"), "retries": 0, "max_in_flight": 2, "workers": 1}))
         assert main(["run", str(batch), "--quiet"]) == 1
@@ -35,11 +42,13 @@ def test_exports_hold_every_run_that_ended_with_the_failed_one_marked_with_its_r
     assert set(samples) == {"four", "three"} and log.results.completed_samples == 1
     assert samples["four"].error is None and samples["four"].scores["sharpe"].value is not None
     failed = samples["three"]
-    assert failed.error is not None and "final allocation: weights sum to" in failed.error.message
-    assert failed.metadata["status"] == "failed" and failed.messages  # the answers it failed on
+    assert failed.error is not None and "macro crit (round 0)" in failed.error.message
+    assert "still invalid after" in failed.error.message
+    assert failed.metadata["status"] == "failed" and failed.messages  # the answered calls before its failure
+    assert [m.metadata["phase"] for m in failed.messages] == ["propose", "propose"]  # the call, then its answer
     assert main(["export", str(root), "--format", "jsonl", "--out", str(tmp_path / "jsonl")]) == 0
     records = {r["row"]["scenario_id"]: r for r in map(json.loads, (tmp_path / "jsonl" / "runs.jsonl").read_text().splitlines())}
     assert set(records) == {"four", "three"}
     assert records["four"]["status"] == "ok" and records["four"]["error"] is None
-    assert records["three"]["status"] == "failed" and "weights sum to" in records["three"]["error"]
+    assert records["three"]["status"] == "failed" and "still invalid after" in records["three"]["error"]
     assert records["three"]["scenario"]["id"] == "three" and records["three"]["config"]["name"] == "single-causal"
