@@ -34,12 +34,13 @@ class FailureGroup(BaseModel):
 def repeats_on_retry(layout: BatchLayout, run_id: str) -> bool:
     """Whether the run failed on answers, not on a failed call: its trace's last attempt answered every call it made
     and none failed. Those answers are in the response cache (and the trace), so a retry asks the same requests, gets
-    the same answers and fails the same way."""
+    the same answers and fails the same way. A run that failed after its backtest (a run metric of the researcher's
+    own code raised) did not fail on its answers: fixed, a retry replays them and succeeds."""
     events = read_trace(layout.trace_path(run_id)).events
     starts = [i for i, e in enumerate(events) if e["event"] == "run_start"]
     last = events[starts[-1]:] if starts else []
     kinds = [e["event"] for e in last]
-    return "llm_call" in kinds and "llm_failure" not in kinds
+    return "llm_call" in kinds and "llm_failure" not in kinds and "backtest" not in kinds
 
 
 def failure_groups(manifest_runs: list[ManifestRun], limit_lines: int = 3, root: Path | None = None) -> list[FailureGroup]:
