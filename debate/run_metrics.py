@@ -88,14 +88,21 @@ def check_metrics(names: Iterable[str], where: str, search: Path | None = None) 
 def metric_extras(names: Iterable[str], run: RunView, where: str) -> dict[str, Value]:
     """Each metric's values for the run's extras: ``metric_<name>`` (or ``metric_<name>_<key>``)."""
     out: dict[str, Value] = {}
+    retry = "then re-run with --retry-failed: the run's answers are cached and a metric does not change its id"
     for name in dict.fromkeys(names):
-        value = load_metric(name, where)(run)
+        try:
+            value = load_metric(name, where)(run)
+        except InputError:
+            raise
+        except Exception as exc:  # the researcher's code: name it, and what to do, in one line
+            raise InputError(where, f"metrics: run metric {name} raised {type(exc).__name__}: {exc}",
+                             f"fix the function, {retry}") from exc
         short = EXTRAS_PREFIX + metric_name(name)
         values = {f"{short}_{k}": v for k, v in value.items()} if isinstance(value, Mapping) else {short: value}
         for key, v in values.items():
             if not (v is None or isinstance(v, (int, float, bool))):
-                raise TypeError(f"run metric {name} returned {v!r} for {key}: a number, a bool or None (or a mapping "
-                                "of them)")
+                raise InputError(where, f"metrics: run metric {name} returned {v!r} for {key}",
+                                 f"return a number, a bool or None (or a mapping of them), {retry}")
         out |= values
     return out
 

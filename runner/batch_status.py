@@ -37,12 +37,13 @@ def repeats_on_retry(layout: BatchLayout, run_id: str) -> bool:
     every call it made and none failed. Those answers are in the response cache (and the trace), so a retry asks the
     same requests, gets the same answers and fails the same way. What failed is not known here: the answers as a
     whole (a protocol's check of them), or something after them (a self_consistency run matched on cost finding a
-    draw's cost unknown, the backtest)."""
+    draw's cost unknown). A run that failed after its backtest (a run metric of the researcher's own code raised) is
+    not one: fixed, a retry replays its answers and succeeds."""
     events = read_trace(layout.trace_path(run_id)).events
     starts = [i for i, e in enumerate(events) if e["event"] == "run_start"]
     last = events[starts[-1]:] if starts else []
     kinds = [e["event"] for e in last]
-    return "llm_call" in kinds and "llm_failure" not in kinds
+    return "llm_call" in kinds and "llm_failure" not in kinds and "backtest" not in kinds
 
 
 def failure_groups(manifest_runs: list[ManifestRun], limit_lines: int = 3, root: Path | None = None) -> list[FailureGroup]:

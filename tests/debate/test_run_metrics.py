@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from madbench.data.errors import InputError
 from madbench.debate.config import DebateConfig
 from madbench.debate.run_metrics import RunView, concentration, metric_columns, metric_extras, named_metric_columns
 
@@ -31,8 +32,18 @@ def test_a_metric_of_several_values_gives_one_extra_each(monkeypatch):
 def test_a_metric_returning_text_is_refused(monkeypatch):
     import madbench.debate.run_metrics as rm
     monkeypatch.setitem(rm.BUILTIN, "wordy", "tests.debate.test_run_metrics:_wordy")
-    with pytest.raises(TypeError, match="run metric wordy returned 'high' for metric_wordy"):
+    with pytest.raises(InputError, match="config t: metrics: run metric wordy returned 'high' for metric_wordy"):
         metric_extras(["wordy"], view({"A": 1.0}), "config t")
+
+
+def test_a_metric_that_raises_is_named_in_one_line_with_the_way_out(monkeypatch):
+    import madbench.debate.run_metrics as rm
+    monkeypatch.setitem(rm.BUILTIN, "boom", "tests.debate.test_run_metrics:_boom")
+    with pytest.raises(InputError) as err:
+        metric_extras(["concentration", "boom"], view({"A": 1.0}), "config t")
+    text = str(err.value)
+    assert text.startswith("config t: metrics: run metric boom raised ZeroDivisionError: division by zero")
+    assert "--retry-failed" in text and "\n" not in text
 
 
 def test_the_statistics_read_a_metric_column_under_its_name():
@@ -49,3 +60,7 @@ def _spread(run: RunView) -> dict[str, float]:
 
 def _wordy(run: RunView) -> str:
     return "high"
+
+
+def _boom(run: RunView) -> float:
+    return 1 / 0
