@@ -188,7 +188,8 @@ class SweepMonitor:
         order = schedule_order(self.quarter_of, self.sw.seed)
         design = design_of(spec, self.quarter_of, len(self.arms))
         fresh = SweepRecord(control=self.control, arms=self.arms, metric=self.sw.metric, better=self.sw.better,
-                            design=SweepDesignRecord.of(design), order=order)
+                            design=SweepDesignRecord.of(design), order=order, select=self.sw.select,
+                            margin=self.sw.margin_or_none, on_efficacy=self.sw.on_efficacy)
         record = read_record(layout.root)
         differs = None if record is None else _differs(record, fresh)
         if record is not None and differs and (record.looks or record.continued):
@@ -394,6 +395,8 @@ def _differs(old: SweepRecord, new: SweepRecord) -> str | None:
     """What of the sweep ``old`` records differs from ``new`` (None: the same one); bounds compared to 1e-9."""
     a, b = old.design, new.design
     fields = [f for f in ("control", "arms", "metric", "better", "order") if getattr(old, f) != getattr(new, f)]
+    if old.select is not None:  # recorded (a record from before the rules were kept is compared without them)
+        fields += [f for f in ("select", "margin", "on_efficacy") if getattr(old, f) != getattr(new, f)]
     fields += [f"design.{f}" for f in ("n", "arms", "alpha", "rule", "spending", "correlation", "effect")
                if getattr(a, f) != getattr(b, f)]
     for f in ("efficacy", "ci", "futility", "df"):

@@ -118,6 +118,11 @@ class SweepRecord(BaseModel):
     #: arm (or the control) → its runs never started because of a decision
     not_needed: dict[str, list[str]] = {}
     continued: list[Continuation] = []
+    #: The rules a look applies besides the bounds (``select``, its ``margin`` where it is ``best``, ``on_efficacy``);
+    #: None in a record written before they were recorded.
+    select: Literal["all", "best"] | None = None
+    margin: float | None = None
+    on_efficacy: Literal["stop", "continue"] | None = None
 
     @property
     def stopped(self) -> bool:
@@ -140,8 +145,9 @@ def read_record(root: str | Path) -> SweepRecord | None:
         return None
     try:
         return SweepRecord.model_validate(json.loads(path.read_text()))
-    except (json.JSONDecodeError, ValidationError) as exc:
-        why = format_validation_error(exc) if isinstance(exc, ValidationError) else f"not JSON ({exc.msg})"
+    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as exc:
+        why = (format_validation_error(exc) if isinstance(exc, ValidationError) else
+               f"not UTF-8 text (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else f"not JSON ({exc.msg})")
         raise InputError(path, f"not a sweep record ({why[:300]})", "restore it from a copy; deleting it makes the "
                          "next run take every look again from the committed runs") from None
 

@@ -59,3 +59,13 @@ def test_bench_sweep_prints_every_design_and_cell_as_json(capsys):
 def test_a_selection_margin_drops_only_when_declared():
     assert Rules().margin is None and SweepSpec(control="c").margin_or_none is None
     assert SweepSpec(control="c", select="best", margin=0.3).margin_or_none == 0.3
+
+
+@pytest.mark.parametrize(("option", "flag"), [
+    (["--looks", "0"], "--looks"), (["--looks", "-1"], "--looks"), (["--looks", "21"], "--looks"),
+    (["--max-scenarios", "1", "--looks", "1"], "--max-scenarios"), (["--max-scenarios", "-5", "--looks", "1"], "--max-scenarios"),
+    (["--effect", "0"], "--effect"), (["--effect", "-0.5"], "--effect"), (["--icc", "-3"], "--icc")])
+def test_bench_sweep_refuses_an_option_out_of_range_before_simulating(capsys, option, flag):
+    assert main(["bench", "sweep", "--sweeps", "100", *option]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0] and "out of range" in err[0]

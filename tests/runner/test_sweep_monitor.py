@@ -102,6 +102,17 @@ def test_a_sweep_changed_after_a_look_is_refused(tmp_path):
         assert "sweep.json" in str(err.value) and "another sweep" in str(err.value)
 
 
+def test_a_sweep_whose_selection_or_efficacy_rule_changed_after_a_look_is_refused(tmp_path):
+    _monitor(tmp_path, _spec(select="best", margin=0.5), 4)
+    for change, field in (({"select": "all"}, "select"), ({"select": "best", "margin": 3.0}, "margin"),
+                          ({"select": "best", "margin": 0.5, "on_efficacy": "continue"}, "on_efficacy")):
+        with pytest.raises(InputError) as err:
+            _monitor(tmp_path, _spec(**change), 0)
+        assert "another sweep" in str(err.value) and field in str(err.value)
+    again, _ = _monitor(tmp_path, _spec(select="best", margin=0.5), 0)  # the same rules: resumed
+    assert again.record.select == "best" and again.record.margin == 0.5 and len(again.record.looks) == 1
+
+
 def test_a_sweep_interrupted_between_looks_resumes_to_the_same_decisions(tmp_path):
     straight, _ = _monitor(tmp_path / "straight", _spec(), 12)
     _monitor(tmp_path / "resumed", _spec(), 6)  # the driver dies with look 2's scenarios half in
