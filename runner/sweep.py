@@ -326,8 +326,9 @@ class SweepMonitor:
         df = stat[sampled[0]][4]
         t = np.array([stat[a][3] for a in sampled])
         with np.errstate(divide="ignore", invalid="ignore"):
-            es = np.array([stat[a][0] / stat[a][1] if stat[a][1] > 0 else math.copysign(math.inf, stat[a][0])
-                           for a in sampled])
+            # no spread: the d_z of t's sign (an arm identical to the control is 0, not an infinite leader)
+            es = np.array([stat[a][0] / stat[a][1] if stat[a][1] > 0 else
+                           0.0 if stat[a][3] == 0 else math.copysign(math.inf, stat[a][0]) for a in sampled])
         is_racing = np.array([a in racing for a in sampled])
         declared = np.array([a in self.record.results and self.record.results[a].decision == "efficacy" for a in sampled])
         codes = decide(d, k, t, df, es, is_racing, sw.margin_or_none, declared)

@@ -122,3 +122,26 @@ def test_a_sweep_interrupted_between_looks_resumes_to_the_same_decisions(tmp_pat
     assert {k: (v.decision, v.look, v.adjusted_p) for k, v in a.results.items()} == {
         k: (v.decision, v.look, v.adjusted_p) for k, v in b.results.items()}
     assert sorted(straight.finish()) == sorted(resumed.finish())
+
+
+def test_an_arm_identical_to_the_control_does_not_lead_the_selection(tmp_path):
+    # "copy" scores exactly as the control (no spread, mean 0): its d_z is 0, not an infinite leader that drops "mid"
+    layout, spec = Layout(tmp_path), _spec(select="best", margin=0.5, futility="none")
+    runs = [SimpleNamespace(run_id=f"{s}-{c}", scenario=SimpleNamespace(id=s, invest_quarter=s),
+                            config=SimpleNamespace(name=c), sample_index=0) for s in SCENARIOS for c in ("c", "mid", "copy")]
+    manifest = {r.run_id: ManifestRun(run_id=r.run_id, scenario_id=r.scenario.id, config=r.config.name, replicate=0,
+                                      status="pending") for r in runs}
+    m = SweepMonitor(spec, runs, layout, manifest)
+    for s in m.order[:4]:
+        i = SCENARIOS.index(s)
+        for r in [r for r in runs if r.scenario.id == s]:
+            value = 0.3 * i + (0.05 + 0.05 * ((i * 7) % 5 - 2) if r.config.name == "mid" else 0.0)
+            path = layout.part("runs", r.run_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pd.DataFrame({"status": ["ok"], "sharpe": [value], "total_return_pct": [0.0]}).to_parquet(path)
+            manifest[r.run_id].status = "ok"
+            m.settled(r, True)
+    look = read_record(tmp_path).looks[0]
+    by_arm = {a.arm: a for a in look.arms}
+    assert by_arm["copy"].effect_size == 0.0 and by_arm["mid"].effect_size > 0.5
+    assert by_arm["mid"].decision == "racing" and by_arm["copy"].decision == "dropped"
