@@ -189,7 +189,8 @@ class SweepMonitor:
         design = design_of(spec, self.quarter_of, len(self.arms))
         fresh = SweepRecord(control=self.control, arms=self.arms, metric=self.sw.metric, better=self.sw.better,
                             design=SweepDesignRecord.of(design), order=order, select=self.sw.select,
-                            margin=self.sw.margin_or_none, on_efficacy=self.sw.on_efficacy)
+                            margin=self.sw.margin_or_none, on_efficacy=self.sw.on_efficacy,
+                            replicates=len({r.sample_index for r in runs}) or None)
         record = read_record(layout.root)
         differs = None if record is None else _differs(record, fresh)
         if record is not None and differs and (record.looks or record.continued):

@@ -123,6 +123,8 @@ class SweepRecord(BaseModel):
     select: Literal["all", "best"] | None = None
     margin: float | None = None
     on_efficacy: Literal["stop", "continue"] | None = None
+    #: Replicates per scenario and config (the fixed grid is arms + 1 × scenarios × these); None in older records.
+    replicates: int | None = None
 
     @property
     def stopped(self) -> bool:
@@ -194,11 +196,17 @@ def summary(record: SweepRecord, runs: pd.DataFrame | None) -> dict[str, Any]:
                      f"{_num(r.ci_high)}] (look {r.ci_look}); naive (this arm alone, this look alone; not valid "
                      f"after looking): p = {_num(r.naive_p, 3)}, CI [{_num(r.naive_ci_low)}, {_num(r.naive_ci_high)}]; "
                      f"{saved.get(a, 0)} run(s) not needed")
-    fixed = (len(record.arms) + 1) * len(record.order)
+    fixed = (len(record.arms) + 1) * len(record.order) * (record.replicates or 1)
+    grid = f"{fixed} runs" if record.replicates else f"{fixed} runs per replicate set"
     money = "unknown (a run's cost is unknown)" if dollars is None else f"${dollars:.2f}"
-    lines.append(f"saved against the fixed grid: {total_saved} of its {fixed} runs per replicate set not needed "
-                 f"(control: {saved.get(record.control, 0)}), {money}; {len(record.overrun)} run(s) in flight at a "
-                 "decision finished (overrun)")
+    if record.continued:
+        lines.append(f"saved against the fixed grid: nothing, --continue went past the decisions and ran the "
+                     f"{total_saved} of its {grid} they had made not needed; {len(record.overrun)} run(s) in flight at "
+                     "a decision finished (overrun)")
+    else:
+        lines.append(f"saved against the fixed grid: {total_saved} of its {grid} not needed "
+                     f"(control: {saved.get(record.control, 0)}), {money}; {len(record.overrun)} run(s) in flight at a "
+                     "decision finished (overrun)")
     est = [x.correlation for x in record.looks if x.correlation is not None]
     if est:
         lines.append(f"the arms' differences correlate {est[-1]:.2f} at the last look (the {d.rule} boundary assumes "
