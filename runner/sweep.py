@@ -190,7 +190,9 @@ class SweepMonitor:
         order = schedule_order(self.quarter_of, self.sw.seed)
         design = design_of(spec, self.quarter_of, len(self.arms))
         fresh = SweepRecord(control=self.control, arms=self.arms, metric=self.sw.metric, better=self.sw.better,
-                            design=SweepDesignRecord.of(design), order=order)
+                            design=SweepDesignRecord.of(design), order=order, select=self.sw.select,
+                            margin=self.sw.margin_or_none, on_efficacy=self.sw.on_efficacy,
+                            replicates=len({r.sample_index for r in runs}) or None)
         record = read_record(layout.root)
         differs = None if record is None else _differs(record, fresh)
         if record is not None and differs and (record.looks or record.continued):
@@ -330,8 +332,9 @@ class SweepMonitor:
         df = stat[sampled[0]][4]
         t = np.array([stat[a][3] for a in sampled])
         with np.errstate(divide="ignore", invalid="ignore"):
-            es = np.array([stat[a][0] / stat[a][1] if stat[a][1] > 0 else math.copysign(math.inf, stat[a][0])
-                           for a in sampled])
+            # no spread: the d_z of t's sign (an arm identical to the control is 0, not an infinite leader)
+            es = np.array([stat[a][0] / stat[a][1] if stat[a][1] > 0 else
+                           0.0 if stat[a][3] == 0 else math.copysign(math.inf, stat[a][0]) for a in sampled])
         is_racing = np.array([a in racing for a in sampled])
         declared = np.array([a in self.record.results and self.record.results[a].decision == "efficacy" for a in sampled])
         codes = decide(d, k, t, df, es, is_racing, sw.margin_or_none, declared)
@@ -399,6 +402,8 @@ def _differs(old: SweepRecord, new: SweepRecord) -> str | None:
     """What of the sweep ``old`` records differs from ``new`` (None: the same one); bounds compared to 1e-9."""
     a, b = old.design, new.design
     fields = [f for f in ("control", "arms", "metric", "better", "order") if getattr(old, f) != getattr(new, f)]
+    if old.select is not None:  # recorded (a record from before the rules were kept is compared without them)
+        fields += [f for f in ("select", "margin", "on_efficacy") if getattr(old, f) != getattr(new, f)]
     fields += [f"design.{f}" for f in ("n", "arms", "alpha", "rule", "spending", "correlation", "effect")
                if getattr(a, f) != getattr(b, f)]
     for f in ("efficacy", "ci", "futility", "df"):

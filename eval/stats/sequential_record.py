@@ -132,8 +132,9 @@ def read_record(root: str | Path) -> SequentialRecord | None:
         return None
     try:
         return SequentialRecord.model_validate(json.loads(path.read_text()))
-    except (json.JSONDecodeError, ValidationError) as exc:
-        why = format_validation_error(exc) if isinstance(exc, ValidationError) else f"not JSON ({exc.msg})"
+    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as exc:
+        why = (format_validation_error(exc) if isinstance(exc, ValidationError) else
+               f"not UTF-8 text (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else f"not JSON ({exc.msg})")
         raise InputError(path, f"not a sequential record ({why[:300]})",
                          "restore it from a copy; deleting it makes the next run take every look again from the "
                          "committed runs") from None

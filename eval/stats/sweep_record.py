@@ -118,6 +118,13 @@ class SweepRecord(BaseModel):
     #: arm (or the control) → its runs never started because of a decision
     not_needed: dict[str, list[str]] = {}
     continued: list[Continuation] = []
+    #: The rules a look applies besides the bounds (``select``, its ``margin`` where it is ``best``, ``on_efficacy``);
+    #: None in a record written before they were recorded.
+    select: Literal["all", "best"] | None = None
+    margin: float | None = None
+    on_efficacy: Literal["stop", "continue"] | None = None
+    #: Replicates per scenario and config (the fixed grid is arms + 1 × scenarios × these); None in older records.
+    replicates: int | None = None
 
     @property
     def stopped(self) -> bool:
@@ -140,8 +147,9 @@ def read_record(root: str | Path) -> SweepRecord | None:
         return None
     try:
         return SweepRecord.model_validate(json.loads(path.read_text()))
-    except (json.JSONDecodeError, ValidationError) as exc:
-        why = format_validation_error(exc) if isinstance(exc, ValidationError) else f"not JSON ({exc.msg})"
+    except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as exc:
+        why = (format_validation_error(exc) if isinstance(exc, ValidationError) else
+               f"not UTF-8 text (byte {exc.start})" if isinstance(exc, UnicodeDecodeError) else f"not JSON ({exc.msg})")
         raise InputError(path, f"not a sweep record ({why[:300]})", "restore it from a copy; deleting it makes the "
                          "next run take every look again from the committed runs") from None
 
@@ -189,12 +197,17 @@ def summary(record: SweepRecord, runs: pd.DataFrame | None) -> dict[str, Any]:
                      f"after looking): p = {_num(r.naive_p, 3)}, CI [{_num(r.naive_ci_low)}, {_num(r.naive_ci_high)}]; "
                      f"{saved.get(a, 0)} run(s) not needed"
                      f"{'' if cost is None else f' (${saved.get(a, 0) * cost:.2f})'}")
-    fixed = (len(record.arms) + 1) * len(record.order)
+    fixed = (len(record.arms) + 1) * len(record.order) * (record.replicates or 1)
+    grid = f"{fixed} runs" if record.replicates else f"{fixed} runs per replicate set"
     money = "unknown (a run's cost is unknown)" if dollars is None else f"${dollars:.2f}"
-    ran_anyway = "; --continue then ran them, so none was saved" if record.continued else ""
-    lines.append(f"saved against the fixed grid: {total_saved} of its {fixed} runs per replicate set not needed "
-                 f"(control: {saved.get(record.control, 0)}), {money}; {len(record.overrun)} run(s) in flight at a "
-                 f"decision finished (overrun){ran_anyway}")
+    if record.continued:
+        lines.append(f"saved against the fixed grid: nothing, --continue went past the decisions and ran the "
+                     f"{total_saved} of its {grid} they had made not needed; {len(record.overrun)} run(s) in flight at "
+                     "a decision finished (overrun)")
+    else:
+        lines.append(f"saved against the fixed grid: {total_saved} of its {grid} not needed "
+                     f"(control: {saved.get(record.control, 0)}), {money}; {len(record.overrun)} run(s) in flight at a "
+                     "decision finished (overrun)")
     est = [x.correlation for x in record.looks if x.correlation is not None]
     if est:
         if d.rule == "mams":

@@ -22,7 +22,7 @@ from madbench.data.scenario import load_scenarios
 from madbench.eval.stats.group_sequential import SPENDING, planned_looks
 from madbench.eval.stats.sweep_design import RULES, SweepDesign, make_sweep
 from madbench.eval.stats.sweep_simulation import Rules, planned_df, simulate
-from madbench.runner.sequential import schedule_order
+from madbench.runner.sequential import MAX_LOOKS, schedule_order
 
 #: The cells: name → (how many arms at which d_z; the rest at 0).
 CELLS = {"global null": {}, "partial null": {0.39: 2}, "one better": {0.5: 1}, "two better": {0.5: 2},
@@ -68,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check(args: argparse.Namespace) -> None:
     """The options in range: one InputError naming the first that is not."""
     for flag, value, lo, hi in (("--sweeps", args.sweeps, 100, 10_000_000), ("--arms", args.arms, 1, 50),
+                                ("--looks", args.looks, 1, MAX_LOOKS), ("--max-scenarios", args.max_scenarios, 2, 100_000),
+                                ("--effect", args.effect, 0.01, 5.0), ("--icc", args.icc, 0.0, 0.999),
                                 ("--correlation", args.correlation, 0.0, 0.999),
                                 ("--design-correlation", args.design_correlation, 0.0, 0.999),
                                 ("--power", args.power, 0.01, 0.999)):

@@ -67,3 +67,11 @@ def test_bench_sweep_json_is_strict_json_with_null_for_no_power(capsys):
     rows = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-standard JSON token {c}"))
     null = [r for r in rows if r["cell"] == "global null"]
     assert null and all(r["power_per_better_arm"] is None for r in null)
+@pytest.mark.parametrize(("option", "flag"), [
+    (["--looks", "0"], "--looks"), (["--looks", "-1"], "--looks"), (["--looks", "21"], "--looks"),
+    (["--max-scenarios", "1", "--looks", "1"], "--max-scenarios"), (["--max-scenarios", "-5", "--looks", "1"], "--max-scenarios"),
+    (["--effect", "0"], "--effect"), (["--effect", "-0.5"], "--effect"), (["--icc", "-3"], "--icc")])
+def test_bench_sweep_refuses_an_option_out_of_range_before_simulating(capsys, option, flag):
+    assert main(["bench", "sweep", "--sweeps", "100", *option]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and flag in err[0] and "out of range" in err[0]

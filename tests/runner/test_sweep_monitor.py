@@ -103,6 +103,17 @@ def test_a_sweep_changed_after_a_look_is_refused(tmp_path):
         assert "sweep.json" in str(err.value) and "another sweep" in str(err.value)
 
 
+def test_a_sweep_whose_selection_or_efficacy_rule_changed_after_a_look_is_refused(tmp_path):
+    _monitor(tmp_path, _spec(select="best", margin=0.5), 4)
+    for change, field in (({"select": "all"}, "select"), ({"select": "best", "margin": 3.0}, "margin"),
+                          ({"select": "best", "margin": 0.5, "on_efficacy": "continue"}, "on_efficacy")):
+        with pytest.raises(InputError) as err:
+            _monitor(tmp_path, _spec(**change), 0)
+        assert "another sweep" in str(err.value) and field in str(err.value)
+    again, _ = _monitor(tmp_path, _spec(select="best", margin=0.5), 0)  # the same rules: resumed
+    assert again.record.select == "best" and again.record.margin == 0.5 and len(again.record.looks) == 1
+
+
 def test_a_sweep_interrupted_between_looks_resumes_to_the_same_decisions(tmp_path):
     straight, _ = _monitor(tmp_path / "straight", _spec(), 12)
     _monitor(tmp_path / "resumed", _spec(), 6)  # the driver dies with look 2's scenarios half in
@@ -112,3 +123,26 @@ def test_a_sweep_interrupted_between_looks_resumes_to_the_same_decisions(tmp_pat
     assert {k: (v.decision, v.look, v.adjusted_p) for k, v in a.results.items()} == {
         k: (v.decision, v.look, v.adjusted_p) for k, v in b.results.items()}
     assert sorted(straight.finish()) == sorted(resumed.finish())
+
+
+def test_an_arm_identical_to_the_control_does_not_lead_the_selection(tmp_path):
+    # "copy" scores exactly as the control (no spread, mean 0): its d_z is 0, not an infinite leader that drops "mid"
+    layout, spec = Layout(tmp_path), _spec(select="best", margin=0.5, futility="none")
+    runs = [SimpleNamespace(run_id=f"{s}-{c}", scenario=SimpleNamespace(id=s, invest_quarter=s),
+                            config=SimpleNamespace(name=c), sample_index=0) for s in SCENARIOS for c in ("c", "mid", "copy")]
+    manifest = {r.run_id: ManifestRun(run_id=r.run_id, scenario_id=r.scenario.id, config=r.config.name, replicate=0,
+                                      status="pending") for r in runs}
+    m = SweepMonitor(spec, runs, layout, manifest)
+    for s in m.order[:4]:
+        i = SCENARIOS.index(s)
+        for r in [r for r in runs if r.scenario.id == s]:
+            value = 0.3 * i + (0.05 + 0.05 * ((i * 7) % 5 - 2) if r.config.name == "mid" else 0.0)
+            path = layout.part("runs", r.run_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pd.DataFrame({"status": ["ok"], "sharpe": [value], "total_return_pct": [0.0]}).to_parquet(path)
+            manifest[r.run_id].status = "ok"
+            m.settled(r, True)
+    look = read_record(tmp_path).looks[0]
+    by_arm = {a.arm: a for a in look.arms}
+    assert by_arm["copy"].effect_size == 0.0 and by_arm["mid"].effect_size > 0.5
+    assert by_arm["mid"].decision == "racing" and by_arm["copy"].decision == "dropped"
