@@ -74,6 +74,8 @@ def run_demo(out: str | Path, no_local: bool, pack: str | None, evidence: list[s
 
     runs = [batch("rules-35")]
     codes = [show(runs[-1])]
+    if _interrupted(runs[-1]):
+        return codes[-1]
     print("\n== starting the simulated provider (madbench sim serve, a child process on a free local port) ...",
           flush=True)
     with simulated_provider() as sim:
@@ -82,10 +84,14 @@ def run_demo(out: str | Path, no_local: bool, pack: str | None, evidence: list[s
                           settings=[f"{tier}.api_base={sim.url}" for tier in ("deep", "quick")]))
         codes.append(show(runs[-1]))
     print(f"demo: {sim.farewell}" if sim.farewell else "demo: the simulated provider stopped", flush=True)
+    if _interrupted(runs[-1]):
+        return codes[-1]
     if local:
         runs.append(batch("quickstart"))
         shown = show(runs[-1])
         codes.append(0 if runs[-1].pending == 0 else shown)
+        if _interrupted(runs[-1]):
+            return shown
         if runs[-1].failed:
             print(f"demo: the embedded model's {runs[-1].failed} failed run(s) are expected (a 270M base model often "
                   "cannot write the allocation it is asked for) and do not fail the demo", flush=True)
@@ -98,6 +104,16 @@ def run_demo(out: str | Path, no_local: bool, pack: str | None, evidence: list[s
     print(f"runs, rounds and calls tables in {', '.join(map(str, roots))}; read them in Python with "
           f"madbench.open_results('{roots[0]}').runs; statistics: madbench stats {roots[0]}")
     return max(codes)  # non-zero when a batch had unexpected failed or pending runs (their reasons were printed above)
+
+
+def _interrupted(run: BatchRun) -> bool:
+    """Whether Ctrl-C stopped this batch: the demo then starts no further batch and writes no summary (it says so);
+    the next `madbench demo` resumes where it stopped."""
+    if run.state != "interrupted":
+        return False
+    print("demo: interrupted: the batches after this one were not started; run `madbench demo` again to resume",
+          flush=True)
+    return True
 
 
 def summarise(roots: list[Path]) -> str:

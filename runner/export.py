@@ -174,7 +174,7 @@ def jsonl_records(results: ResultsDir, out: Path) -> list[Path]:
             "config": start.config if start else None, "scenario": start.scenario if start else None,
             "provenance": provenance}, sort_keys=True, allow_nan=False))
     path = out / "runs.jsonl"
-    atomic_write_text(path, "\n".join(lines) + "\n")
+    atomic_write_text(path, "".join(line + "\n" for line in lines))  # no run ended: an empty file, not a blank line
     return [path]
 
 

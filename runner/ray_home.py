@@ -22,7 +22,7 @@ def local_ray_temp_dir() -> Path:
     """The temp folder a local Ray is given (made here): $MADBENCH_HOME/ray, or $RAY_TMPDIR/ray where Ray's own
     variable is set; refused when its sockets' paths would be too long."""
     given = os.environ.get("RAY_TMPDIR")
-    temp = Path(given).expanduser() / "ray" if given else home_path(RAY)
+    temp = Path(given).expanduser().absolute() / "ray" if given else home_path(RAY)
     if len(str(temp)) + SOCKET_TAIL > UNIX_PATH_MAX:
         raise InputError("RAY_TMPDIR" if given else HOME_ENV, f"{temp} is too long for the socket paths a local Ray makes "
                          f"in it (at most {UNIX_PATH_MAX - SOCKET_TAIL} characters)",

@@ -6,11 +6,14 @@ batch then reaches it the way it reaches a real provider, over HTTP through lite
 
 from __future__ import annotations
 
+import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
@@ -19,6 +22,8 @@ from typing import IO
 _URL = re.compile(r" at (http://\S+/v1)\b")
 #: How long the child may take to import and bind (it imports the CLI only; slow on a loaded machine).
 START_TIMEOUT_S = 120.0
+#: How often the child checks that the process that started it is still its parent.
+PARENT_POLL_S = 1.0
 
 
 class SimServer:
@@ -40,7 +45,9 @@ def _lines(stream: IO[str], out: queue.Queue[str | None]) -> None:
 def simulated_provider(timeout_s: float = START_TIMEOUT_S) -> Iterator[SimServer]:
     """Start the simulator on 127.0.0.1 and a free port; stop it (SIGTERM) on leaving. A child that exits or stays
     silent before naming its URL is a RuntimeError carrying what it printed."""
-    cmd = [sys.executable, "-m", "madbench.runner.cli", "sim", "serve", "--host", "127.0.0.1", "--port", "0"]
+    # Run through this module's __main__, which stops the server when this process is gone (kill -9 runs no finally).
+    cmd = [sys.executable, "-m", "madbench.runner.sim_process", str(os.getpid()), "sim", "serve", "--host", "127.0.0.1",
+           "--port", "0"]
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     assert process.stdout is not None
     lines: queue.Queue[str | None] = queue.Queue()
@@ -74,3 +81,18 @@ def simulated_provider(timeout_s: float = START_TIMEOUT_S) -> Iterator[SimServer
     while (line := lines.get(timeout=5)) is not None:
         rest.append(line)
     server.farewell = "".join(rest).strip().splitlines()[-1] if "".join(rest).strip() else ""
+
+
+def _stop_when_orphaned(parent: int, poll_s: float = PARENT_POLL_S) -> None:
+    """SIGTERM this process (the server stops as cleanly as on `kill`) once ``parent`` is no longer its parent: the
+    demo that started it exited without stopping it (killed with SIGKILL), and the child was handed to another."""
+    while os.getppid() == parent:
+        time.sleep(poll_s)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+if __name__ == "__main__":  # python -m madbench.runner.sim_process PARENT_PID madbench-arguments...
+    from madbench.runner.cli import main
+
+    threading.Thread(target=_stop_when_orphaned, args=(int(sys.argv[1]),), daemon=True).start()
+    sys.exit(main(sys.argv[2:]))

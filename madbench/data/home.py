@@ -18,8 +18,10 @@ LLM_CACHE, MODELS, RAW, RAY = "llm", "models", "raw", "ray"
 
 
 def madbench_home() -> Path:
-    """``$MADBENCH_HOME`` (an empty value counts as unset), else ``~/.cache/madbench``, with ``~`` expanded."""
-    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser()
+    """``$MADBENCH_HOME`` (an empty value counts as unset), else ``~/.cache/madbench``, with ``~`` expanded; a relative
+    one is taken from the current folder and made absolute here (Ray refuses a relative temp folder, and a socket
+    path's length is that of the absolute path)."""
+    return Path(os.environ.get(HOME_ENV) or DEFAULT_HOME).expanduser().absolute()
 
 
 def home_path(kind: str) -> Path:

@@ -11,7 +11,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -73,7 +73,8 @@ class ManifestRun(BaseModel):
     scenario_id: str
     config: str
     replicate: int
-    status: str  # pending | ok | failed
+    #: not_needed: a sequential batch's or sweep's decision made the run unnecessary.
+    status: Literal["pending", "ok", "failed", "not_needed"]
     attempts: int = 0
     error: str | None = None
     node_id: str | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from madbench.runner.cli.commands import command_parser
-from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args
+from madbench.runner.cli.common import CACHE_DIR_HELP, add_pack_args, check_out
 from madbench.runner.cli.run import print_run
 from madbench.runner.demo import run_demo
 
@@ -20,4 +20,5 @@ def register(sub) -> None:
 
 
 def cmd_demo(args) -> int:
+    check_out(args.out, "--results")  # an empty one would write the batches into the current folder
     return run_demo(args.out, args.no_local, args.pack, args.evidence, args.cache_dir, print_run)

@@ -51,3 +51,23 @@ def test_the_ray_folder_is_under_madbench_home_and_a_home_too_long_for_its_socke
             local_ray_temp_dir()
     finally:
         shutil.rmtree(home)
+
+
+def test_a_relative_madbench_home_or_ray_tmpdir_gives_ray_an_absolute_folder_checked_at_its_full_length(monkeypatch):
+    home = Path(tempfile.mkdtemp(prefix="mbh-"))
+    try:
+        monkeypatch.chdir(home)
+        monkeypatch.delenv("RAY_TMPDIR", raising=False)
+        monkeypatch.setenv("MADBENCH_HOME", "rel home")
+        assert local_ray_temp_dir() == home / "rel home" / "ray" and (home / "rel home" / "ray").is_dir()
+        monkeypatch.setenv("RAY_TMPDIR", "t")
+        assert local_ray_temp_dir() == home / "t" / "ray"
+        monkeypatch.delenv("RAY_TMPDIR")
+        deep = home / ("d" * 40)  # the relative name is short; the folder Ray's sockets go in is not
+        deep.mkdir()
+        monkeypatch.chdir(deep)
+        monkeypatch.setenv("MADBENCH_HOME", "h")
+        with pytest.raises(InputError, match="MADBENCH_HOME: .* too long for the socket paths"):
+            local_ray_temp_dir()
+    finally:
+        shutil.rmtree(home)
