@@ -35,3 +35,26 @@ def test_a_ray_this_process_did_not_start_is_left_alone(monkeypatch, capsys):
     monkeypatch.setattr(execute, "_local_ray_started", False)
     execute.stop_local_ray()
     assert calls == [] and capsys.readouterr().err == ""
+
+
+def test_main_stops_a_ray_its_command_started_but_not_one_started_before_it(monkeypatch):
+    from madbench.runner import cli
+    calls = fake_ray(monkeypatch)
+
+    def command_that_starts_ray(args):
+        monkeypatch.setattr(execute, "_local_ray_started", True)
+        return 0
+
+    monkeypatch.setattr(cli, "build_parser", lambda groups=None: _parser(command_that_starts_ray))
+    monkeypatch.setattr(execute, "_local_ray_started", False)
+    assert cli.main(["go"]) == 0 and calls == ["shutdown"]
+    monkeypatch.setattr(execute, "_local_ray_started", True)  # a caller's Ray, up before the command
+    assert cli.main(["go"]) == 0 and calls == ["shutdown"]
+
+
+def _parser(func):
+    import argparse
+    parser = argparse.ArgumentParser(prog="madbench")
+    sub = parser.add_subparsers()
+    sub.add_parser("go").set_defaults(func=func)
+    return parser
