@@ -96,6 +96,7 @@ def run_demo(out: str | Path, no_local: bool, pack: str | None, evidence: list[s
             print(f"demo: the embedded model's {runs[-1].failed} failed run(s) are expected (a 270M base model often "
                   "cannot write the allocation it is asked for) and do not fail the demo", flush=True)
     roots = [r.results_dir for r in runs]
+    print(f"\n== writing {out / 'summary.md'} and each batch's report.html (seconds) ...", flush=True)
     summary = summarise(roots)
     atomic_write_text(out / "summary.md", summary)
     reports = [build_report(root) for root in roots]

@@ -286,6 +286,8 @@ def _start_local_ray(ray, num_cpus: int | None, env: dict[str, Any]) -> None:
             # machine (Ray would join that one, from /tmp/ray/ray_current_cluster); a cluster is joined by its address.
             ray.init(address="local", include_dashboard=False, num_cpus=num_cpus, runtime_env=env, log_to_driver=False,
                      configure_logging=False, _system_config=dict(LOCAL_RAY_CONFIG), _temp_dir=str(temp))  # a copy: Ray adds to it
+            global _local_ray_started
+            _local_ray_started = True
             return
         except Exception as exc:  # Ray raises a bare Exception when its node does not come up in time
             reason = " ".join(str(exc).split())[:300]
@@ -297,6 +299,23 @@ def _start_local_ray(ray, num_cpus: int | None, env: dict[str, Any]) -> None:
                                      f"{temp}/session_latest/logs") from exc
             print(f"madbench: warning: a local Ray did not start ({reason[:80]}...); trying again ({attempt + 1} of "
                   f"{LOCAL_START_ATTEMPTS})", file=sys.stderr, flush=True)
+
+
+#: Whether this process started the local Ray it is connected to (a cluster joined by address is not ours to stop).
+_local_ray_started = False
+
+
+def stop_local_ray(quiet: bool = False) -> None:
+    """Shut down the local Ray this process started, saying so first: a command's Ray would otherwise be torn down
+    at interpreter exit, seconds of silence after the command's last line on a busy machine."""
+    global _local_ray_started
+    if not _local_ray_started:
+        return
+    _local_ray_started = False
+    import ray
+    if ray.is_initialized():
+        _say("stopping the local Ray (a few seconds) ...", quiet)
+        ray.shutdown()
 
 
 def _children() -> set[int]:

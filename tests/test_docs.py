@@ -206,3 +206,24 @@ def test_the_getting_started_offline_commands_run_as_written(tmp_path):
 def test_the_getting_started_demo_runs_as_written(tmp_path):
     run_blocks(fenced_blocks(GETTING_STARTED, "demo"), tmp_path)
     assert (tmp_path / "results" / "summary.md").is_file()
+
+
+def documented_files(page: Path) -> dict[str, str]:
+    """The YAML blocks of ``page`` that open with a ``# path`` comment naming where to save them: path -> text."""
+    blocks = re.findall(r"```yaml\n# ([\w./-]+\.yaml)[^\n]*\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    return {path: text for path, text in blocks}
+
+
+def test_the_ablation_howto_runs_the_batch_it_says_where_to_save_and_its_paths_resolve_from_there():
+    page = DOCS / "howto" / "ablation.md"
+    files = documented_files(page)
+    batches = {p: yaml.safe_load(t) for p, t in files.items() if "configs" in (yaml.safe_load(t) or {})}
+    assert batches, "the page shows no batch file with the path to save it at"
+    for path, batch in batches.items():
+        folder = (ROOT / path).parent
+        for rel in [batch["scenarios"]["file"], *batch["configs"]]:
+            target = (folder / rel).resolve()
+            assert target.is_file() or str(target.relative_to(ROOT)) in files, f"{path}: {rel} resolves to {target}"
+        assert (folder / batch["results_dir"]).resolve() == ROOT / "results", path
+    runs = re.findall(r"madbench run (\S+\.yaml)", page.read_text(encoding="utf-8"))
+    assert runs and all(r in batches for r in runs), runs

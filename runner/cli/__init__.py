@@ -112,7 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         if extra:  # named by the command they were given to, whose --help lists what it takes
             prog = _command_parser(parser, argv).prog
             parser.exit(EXIT_INPUT, f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see `{prog} --help`)\n")
-        return args.func(args)
+        # A local Ray this command starts is stopped when it returns (one a caller had started already is left up).
+        ours = not getattr(sys.modules.get("madbench.runner.execute"), "_local_ray_started", False)
+        status = args.func(args)
+        execute = sys.modules.get("madbench.runner.execute")  # imported only by the commands that start Ray
+        if ours and execute is not None:
+            execute.stop_local_ray(quiet=getattr(args, "quiet", False))
+        return status
     except InputError as exc:
         print(f"madbench: error: {exc}", file=sys.stderr)
         return EXIT_INPUT
