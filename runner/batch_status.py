@@ -15,7 +15,7 @@ from madbench.debate.trace import read_trace
 from madbench.eval.stats.sequential_record import SequentialRecord, read_record
 from madbench.eval.stats.sweep_record import SweepRecord
 from madbench.eval.stats.sweep_record import read_record as read_sweep_record
-from madbench.results import BatchDirs, Manifest, ManifestRun, read_manifest
+from madbench.results import BatchDirs, Manifest, ManifestRun, check_results_dir, read_manifest
 from madbench.runner.api_records import RunCounts
 from madbench.runner.lock import lock_holder
 from madbench.runner.sequential import NOT_NEEDED
@@ -161,6 +161,7 @@ def require_manifest(path: str | Path) -> None:
 
 def batch_status(path: Path) -> BatchStatus:
     """The progress and outcome of the batch whose results directory is ``path``, as `madbench status` reports it."""
+    check_results_dir(path)  # a linked folder or a file where the layout has a folder is named before anything is read
     require_manifest(path)
     m = read_manifest(path)  # read afresh: a batch may be running
     state, driver = batch_state(path, m)

@@ -24,7 +24,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psutil
 
@@ -41,7 +41,7 @@ from madbench.gateway.providers.batching import current_party
 from madbench.gateway.secrets import redact, remember
 from madbench.results import ManifestRun, read_manifest, read_table, write_manifest
 from madbench.results.provenance import Provenance
-from madbench.results.records import ManifestJournal
+from madbench.results.records import ManifestJournal, RunStatus
 from madbench.runner.api_records import BatchOutcome
 from madbench.runner.batch import BatchSpec, RunSpec
 from madbench.runner.budget import (
@@ -439,7 +439,7 @@ class RunWork(Work[RunSpec]):
             return report
         self.changed.add(r.run_id)
         m = self.manifest_runs[r.run_id]
-        m.status, m.error, m.node_id = report.status.value, report.error, report.node_id
+        m.status, m.error, m.node_id = cast(RunStatus, report.status.value), report.error, report.node_id
         if report.status is Status.OK:
             self.committed[r.run_id] += 1
             if self.committed[r.run_id] == 2:
@@ -529,13 +529,14 @@ def _recover_committed(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout
         if r.run_id in previous:
             m.node_id = previous[r.run_id].node_id
         if r.run_id in rows and rows[r.run_id][0] == "ok":
-            m.status, m.error = rows[r.run_id]
+            status, m.error = rows[r.run_id]
+            m.status = cast(RunStatus, status)  # checked on assignment (the model validates it)
             continue
         # A failed run's commit point is read: a retry may have committed it again, its rows not yet logged.
         stored = layout.stored_result(r.run_id)
         if stored is None:
             continue
-        m.status, m.error = stored.status, stored.error
+        m.status, m.error = cast(RunStatus, stored.status), stored.error
         if rows.get(r.run_id) == (stored.status, stored.error):
             continue
         # Committed, but a crash or a full disk struck before its table rows were written: rebuild them from the

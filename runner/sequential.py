@@ -47,6 +47,7 @@ from madbench.eval.stats.sequential_record import (
     write_record,
 )
 from madbench.results import BatchDirs, ManifestRun
+from madbench.results.records import RunStatus
 from madbench.results.table_schemas import SPECS
 from madbench.runner.run_rows import CommittedRows
 
@@ -59,7 +60,7 @@ RunSpec = Any
 
 #: The most looks a design may plan: each look spends α, and more than this buys nothing measurable.
 MAX_LOOKS = 20
-NOT_NEEDED = "not_needed"
+NOT_NEEDED: RunStatus = "not_needed"
 
 
 class SequentialSpec(BaseModel):

@@ -46,7 +46,7 @@ def simulated_provider(timeout_s: float = START_TIMEOUT_S) -> Iterator[SimServer
     """Start the simulator on 127.0.0.1 and a free port; stop it (SIGTERM) on leaving. A child that exits or stays
     silent before naming its URL is a RuntimeError carrying what it printed."""
     # Run through this module's __main__, which stops the server when this process is gone (kill -9 runs no finally).
-    cmd = [sys.executable, "-m", "madbench.runner.sim_process", str(os.getpid()), "sim", "serve", "--host", "127.0.0.1",
+    cmd = [sys.executable, "-m", "madbench.runner.cli.orphan_child", str(os.getpid()), "sim", "serve", "--host", "127.0.0.1",
            "--port", "0"]
     process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     assert process.stdout is not None
@@ -83,16 +83,10 @@ def simulated_provider(timeout_s: float = START_TIMEOUT_S) -> Iterator[SimServer
     server.farewell = "".join(rest).strip().splitlines()[-1] if "".join(rest).strip() else ""
 
 
-def _stop_when_orphaned(parent: int, poll_s: float = PARENT_POLL_S) -> None:
+def stop_when_orphaned(parent: int, poll_s: float = PARENT_POLL_S) -> None:
     """SIGTERM this process (the server stops as cleanly as on `kill`) once ``parent`` is no longer its parent: the
     demo that started it exited without stopping it (killed with SIGKILL), and the child was handed to another."""
     while os.getppid() == parent:
         time.sleep(poll_s)
     os.kill(os.getpid(), signal.SIGTERM)
 
-
-if __name__ == "__main__":  # python -m madbench.runner.sim_process PARENT_PID madbench-arguments...
-    from madbench.runner.cli import main
-
-    threading.Thread(target=_stop_when_orphaned, args=(int(sys.argv[1]),), daemon=True).start()
-    sys.exit(main(sys.argv[2:]))

@@ -64,6 +64,10 @@ def read_result(p: Path, run_id: str | None = None) -> RunResult:
     return result
 
 
+#: Where a run of a batch stands; not_needed: a sequential batch's or sweep's decision made the run unnecessary.
+RunStatus = Literal["pending", "ok", "failed", "not_needed"]
+
+
 class ManifestRun(BaseModel):
     """One run of a batch as the manifest lists it; the driver updates it as the run goes."""
 
@@ -74,7 +78,7 @@ class ManifestRun(BaseModel):
     config: str
     replicate: int
     #: not_needed: a sequential batch's or sweep's decision made the run unnecessary.
-    status: Literal["pending", "ok", "failed", "not_needed"]
+    status: RunStatus
     attempts: int = 0
     error: str | None = None
     node_id: str | None = None

@@ -18,6 +18,7 @@ import madbench.debate.protocols.staged as staged
 from madbench.data.errors import InputError
 from madbench.data.templates import MAX_PROMPT_CHARS_ENV, MAX_RENDER_S_ENV, compile_template
 from madbench.runner.cli import main
+from tests.conftest import errors_only
 from tests.runner.test_batch import ROOT, TICKERS, write_batch
 
 NESTED = "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"
@@ -186,7 +187,7 @@ def _dry_run(tmp_path, make_pack, capsys, config: str, lines: int = 1) -> str:
     t0 = time.monotonic()
     assert main(["run", str(batch), "--dry-run"]) == 2
     assert time.monotonic() - t0 < 60
-    err = capsys.readouterr().err
+    err = errors_only(capsys.readouterr().err)
     assert err.count("\n") == lines and "Traceback" not in err, err
     return err
 

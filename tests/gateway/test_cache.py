@@ -118,7 +118,10 @@ def test_prune_older_than(tmp_path):
 
 def test_cache_dir_resolution_order(monkeypatch, tmp_path):
     monkeypatch.delenv("MADBENCH_CACHE_DIR", raising=False)
+    monkeypatch.delenv("MADBENCH_HOME", raising=False)
     assert resolve_cache_dir(None, None) == Path("~/.cache/madbench/llm").expanduser()
+    monkeypatch.setenv("MADBENCH_HOME", str(tmp_path / "home"))
+    assert resolve_cache_dir(None, None) == tmp_path / "home" / "llm"
     assert resolve_cache_dir(None, tmp_path / "cfg") == tmp_path / "cfg"
     monkeypatch.setenv("MADBENCH_CACHE_DIR", str(tmp_path / "env"))
     assert resolve_cache_dir(None, tmp_path / "cfg") == tmp_path / "env"

@@ -252,6 +252,7 @@ def test_the_dry_run_says_when_its_estimate_does_not_fit_the_cap(make_pack, tmp_
     batch = _offline_batch(tmp_path, make_pack(tickers=tuple(TICKERS)), PRICED, 0.0001)
     assert main(["run", str(batch), "--dry-run", "--json"]) == 0
     out, err = capsys.readouterr()
+    err = errors_only(err)
     d = json.loads(out)
     assert d["max_cost_usd"] == 0.0001 and d["estimated_cost_usd"] > 0.0001 and d["budget_note"] == err.strip()
     assert err.startswith(f"max_cost_usd: the expected cost ${d['estimated_cost_usd']:.4f} exceeds the $0.0001 left of "
