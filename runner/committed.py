@@ -44,6 +44,12 @@ def read_committed(root: str | Path, command: str, needs_manifest: bool = True, 
                          "run it once the batch has finished (a stopped one: run its `madbench run` command again)")
     note = snapshot_note(results, command, lambda: len(results.committed_ids()))
     if note:
+        # A run committed as its driver stopped, before its row log held its rows (or its line torn), has none yet.
+        rowless = len(results.committed_ids()) - results.runs["run_id"].nunique()
+        if rowless > 0:
+            note += (f", {rowless} of them without rows yet (their row log's line was never written or was torn: "
+                     f"they are left out; their rows are rebuilt from their traces when the batch's `madbench run` "
+                     f"command runs again)")
         print(f"madbench: warning: {note}", file=sys.stderr)
     return results
 
