@@ -39,11 +39,18 @@ def read_committed(root: str | Path, command: str, needs_manifest: bool = True, 
             raise InputError(results.dirs.table("runs"), f"holds {len(stray)} run(s) no commit point vouches for "
                              f"(no runs/<id>.json), e.g. {stray[0]}", _FIX_UNCOMMITTED)
     if results.unfinished and not snapshot:
-        raise InputError(results.root, f"the batch's last invocation has not finished (its manifest says running), so "
+        raise InputError(results.root, f"the batch's last invocation has not finished (its manifest says running, or its row logs are not yet "
+                         f"folded into the tables), so "
                          f"its tables are not yet rebuilt from its committed runs: {command} needs a finished batch",
                          "run it once the batch has finished (a stopped one: run its `madbench run` command again)")
     note = snapshot_note(results, command, lambda: len(results.committed_ids()))
     if note:
+        # A run committed as its driver stopped, before its row log held its rows (or its line torn), has none yet.
+        rowless = len(results.committed_ids()) - results.runs["run_id"].nunique()
+        if rowless > 0:
+            note += (f", {rowless} of them without rows yet (their row log's line was never written or was torn: "
+                     f"they are left out; their rows are rebuilt from their traces when the batch's `madbench run` "
+                     f"command runs again)")
         print(f"madbench: warning: {note}", file=sys.stderr)
     return results
 
@@ -63,12 +70,14 @@ def snapshot_note(results: ResultsDir, command: str, committed: Callable[[], int
     that finished or stopped."""
     manifest = results.manifest
     holder = lock_holder(results.root)
-    if holder is None and (manifest is None or manifest.state != "running"):
+    if holder is None and not results.unfinished:
         return None
     n = committed()
     total = len(manifest.runs) if manifest is not None else n
     if holder is not None:
         return (f"{results.root}: the batch is still running ({holder}): {command} reads a snapshot of its {n} "
                 f"committed run(s) of {total}")
-    return (f"{results.root}: the batch's driver stopped before it finished (the manifest still says running): "
+    why = ("the manifest still says running" if manifest is not None and manifest.state == "running" else
+           "its row logs are not yet folded into the tables")
+    return (f"{results.root}: the batch's driver stopped before it finished ({why}): "
             f"{command} reads its {n} committed run(s) of {total}")

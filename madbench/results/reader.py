@@ -14,7 +14,7 @@ from madbench.debate.trace import stored_trace
 from madbench.results.checks import check_results_dir, check_unlinked_files
 from madbench.results.layout import TABLES, BatchDirs, ScoreDirs
 from madbench.results.records import Manifest, RunResult, read_manifest, read_result
-from madbench.results.rowlog import snapshot
+from madbench.results.rowlog import logs, snapshot
 from madbench.results.table_schemas import SPECS, concat, read_table
 from madbench.results.traces import read_history
 
@@ -41,7 +41,11 @@ class ResultsDir:
     def unfinished(self) -> bool:
         """Whether the batch's last invocation has not finished: its manifest still says ``running`` (a driver at
         work, or one killed). Its compacted tables are then an earlier invocation's, or none."""
-        return self.manifest is not None and self.manifest.state == "running"
+        if self.manifest is not None and self.manifest.state == "running":
+            return True
+        # Row logs not yet folded: a driver killed after its manifest's last snapshot, before its final compaction
+        # (or a finished batch run again, stopped before its first): the tables lack the logs' runs.
+        return bool(logs(self.dirs))
 
     def table(self, name: str) -> pd.DataFrame:
         """``runs``, ``rounds`` or ``calls``: the compacted table; an InputError when the batch has not written it.

@@ -164,16 +164,21 @@ def apply_journal(manifest: Manifest, root: Path) -> Manifest:
         return manifest
     runs = {r.run_id: r for r in manifest.runs}
     state, updated = manifest.state, manifest.updated
+    fix = ("delete it (the manifest is then as last snapshotted; the commit points say which runs ran) and run the "
+           "batch's `madbench run` command again")
     for n, raw in enumerate(data.splitlines(), 1):
         try:
             line = json.loads(raw)
-            for r in line["runs"]:
-                runs[r["run_id"]] = ManifestRun.model_validate(r)
+            changed = [ManifestRun.model_validate(r) for r in line["runs"]]
             state, updated = str(line["state"]), str(line["updated"])
         except (ValueError, KeyError, TypeError, ValidationError) as exc:
-            raise InputError(path, f"line {n} is not a change of the manifest ({type(exc).__name__})",
-                             "delete it (the manifest is then as last snapshotted; the commit points say which runs "
-                             "ran) and run the batch's `madbench run` command again") from None
+            raise InputError(path, f"line {n} is not a change of the manifest ({type(exc).__name__})", fix) from None
+        # The driver snapshots every run of the batch before it journals any change: a run the snapshot lacks is
+        # not this batch's (a journal copied from another batch, or one left beside a replaced manifest).
+        unknown = [r.run_id for r in changed if r.run_id not in runs]
+        if unknown:
+            raise InputError(path, f"line {n} changes run {unknown[0]}, which the manifest does not list", fix)
+        runs |= {r.run_id: r for r in changed}
     return manifest.model_copy(update={"runs": list(runs.values()), "state": state, "updated": updated})
 
 

@@ -43,3 +43,13 @@ def test_a_snapshot_supersedes_the_journal_and_a_crash_between_them_reads_the_sa
     again = read_manifest(tmp_path)
     assert [(m.run_id, m.status) for m in again.runs] == [(m.run_id, m.status) for m in snapshot.runs]
     assert {m.status for m in again.runs} == {"ok"}
+
+
+def test_a_journal_line_changing_a_run_the_snapshot_does_not_list_is_refused_naming_the_line(tmp_path):
+    write_manifest(tmp_path, {"name": "t"}, runs(), "running")
+    journal = ManifestJournal(tmp_path)
+    journal.append([runs("ok")[0]], "running")
+    stranger = ManifestRun(run_id="z", scenario_id="s", config="c", replicate=0, status="ok")
+    journal.append([stranger], "finished")  # another batch's journal, or one beside a replaced manifest
+    with pytest.raises(InputError, match="manifest-journal.jsonl: line 2 changes run z, which the manifest does not list"):
+        read_manifest(tmp_path)

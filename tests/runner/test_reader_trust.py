@@ -208,3 +208,38 @@ def test_diff_against_a_truncated_runs_table_is_one_line_not_no_change(batch, tm
     err = refused(capsys, tmp_path, argv("diff", batch, tmp_path))
     assert f"{batch / 'runs.parquet'}: not a readable Parquet file" in err
     assert os.path.getsize(batch / "runs.parquet") == 100
+
+
+def test_a_stopped_batch_says_how_many_committed_runs_it_reads_without_rows(batch, tmp_path, capsys):
+    """Killed between a run's commit point and its row log's line: the run is committed but has no rows until the
+    batch resumes. A reader leaves it out, and says so rather than counting it among the runs it reads."""
+    _running(batch)
+    for name in ("runs", "rounds", "calls"):
+        (batch / f"{name}.parquet").unlink()
+        (batch / "parts" / name / f"{RUN}.parquet").unlink()  # committed, its rows never written
+    assert main(argv("export", batch, tmp_path)) == 0
+    assert ("export reads its 2 committed run(s) of 3, 1 of them without rows yet"
+            in capsys.readouterr().err)
+    assert len((tmp_path / "out" / "runs.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_finished_manifest_with_row_logs_not_yet_folded_is_read_with_their_rows(batch, tmp_path, capsys):
+    """Killed after the manifest's last snapshot (``finished``) and before the final compaction: the tables lack the
+    runs the row logs hold. A reader merges the logs (and says the batch is unfinished) rather than read the tables."""
+    from madbench.results.layout import BatchDirs
+    from madbench.results.rowlog import Entry, RowLog
+    from madbench.results.table_schemas import SPECS
+
+    dirs = BatchDirs(batch)
+    shutil.rmtree(batch / "parts")  # no per-run parts: the tables, as format 6 keeps them
+    rows = {}
+    for name in ("runs", "rounds", "calls"):
+        table = pq.read_table(batch / f"{name}.parquet")
+        rows[name] = [dict.fromkeys(SPECS[name].schema.names) | r for r in table.to_pylist() if r["run_id"] == RUN]
+        pq.write_table(table.filter(pa.compute.not_equal(table.column("run_id"), RUN)), batch / f"{name}.parquet")
+    log = RowLog(dirs, "killed")
+    log.append(Entry(RUN, 1, rows))
+    log.close()
+    assert main(argv("export", batch, tmp_path)) == 0
+    assert "its row logs are not yet folded into the tables" in capsys.readouterr().err
+    assert len((tmp_path / "out" / "runs.jsonl").read_text().splitlines()) == 2
