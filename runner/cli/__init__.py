@@ -113,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
             prog = _command_parser(parser, argv).prog
             parser.exit(EXIT_INPUT, f"{prog}: error: unrecognized arguments: {' '.join(extra)} (see `{prog} --help`)\n")
         # A local Ray this command starts is stopped when it returns (one a caller had started already is left up).
-        ours = not getattr(sys.modules.get("madbench.runner.execute"), "_local_ray_started", False)
+        # A caller's Ray (a notebook's, a test session's) is up before the command: it is not this command's to stop.
+        ray = sys.modules.get("ray")
+        ours = not getattr(sys.modules.get("madbench.runner.execute"), "_local_ray_started", False) and not (
+            ray is not None and ray.is_initialized())
         status = args.func(args)
         execute = sys.modules.get("madbench.runner.execute")  # imported only by the commands that start Ray
         if ours and execute is not None:

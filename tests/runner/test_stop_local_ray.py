@@ -41,14 +41,21 @@ def test_main_stops_a_ray_its_command_started_but_not_one_started_before_it(monk
     from madbench.runner import cli
     calls = fake_ray(monkeypatch)
 
+    up = {"ray": False}
+
     def command_that_starts_ray(args):
         monkeypatch.setattr(execute, "_local_ray_started", True)
+        up["ray"] = True
         return 0
 
     monkeypatch.setattr(cli, "build_parser", lambda groups=None: _parser(command_that_starts_ray))
     monkeypatch.setattr(execute, "_local_ray_started", False)
+    monkeypatch.setattr(sys.modules["ray"], "is_initialized", lambda: up["ray"])
     assert cli.main(["go"]) == 0 and calls == ["shutdown"]
     monkeypatch.setattr(execute, "_local_ray_started", True)  # a caller's Ray, up before the command
+    assert cli.main(["go"]) == 0 and calls == ["shutdown"]
+    monkeypatch.setattr(execute, "_local_ray_started", False)  # a Ray the caller started itself (ray.init)
+    monkeypatch.setattr(sys.modules["ray"], "is_initialized", lambda: True)
     assert cli.main(["go"]) == 0 and calls == ["shutdown"]
 
 
