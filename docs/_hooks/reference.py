@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
+from pydantic.fields import PydanticUndefined
 
 GENERATED: dict[str, str] = {
     "reference/cli.md": "page_cli",
