@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import random
 import time
 from collections import Counter
@@ -344,12 +345,16 @@ class Gateway:
         first = _Sending(race=Race())
         legs: _Legs = {asyncio.ensure_future(self._leg(request, spec, provider, first)): first}
         try:
-            delay = self.hedger.delay(spec.limit_key())
-            task = next(iter(legs))
-            if (delay is not None and await _due(task, first, delay) and self._hedge_fits(request, spec, provider)
-                    and self.hedger.take()):
-                hedge = _Sending(race=Race(), hedge=True)
-                legs[asyncio.ensure_future(self._leg(request, spec, provider, hedge))] = hedge
+            key, task = spec.limit_key(), next(iter(legs))
+            # Hedged past the quantile while the cap's share for that allows, else past the straggler quantile from
+            # the reserve (hedging.py); each delay read afresh as answers come and requests wait.
+            for straggler in (False, True):
+                if not await _due(task, first, functools.partial(self.hedger.delay, key, straggler=straggler)):
+                    break  # answered (or failed) before it was due
+                if self._hedge_fits(request, spec, provider) and self.hedger.take(straggler):
+                    hedge = _Sending(race=Race(), hedge=True)
+                    legs[asyncio.ensure_future(self._leg(request, spec, provider, hedge))] = hedge
+                    break
             winner = await _first_answer(legs)
         except BaseException:
             # The call is cancelled (or this failed): each copy still in flight stops as a cancelled call does.
@@ -499,6 +504,9 @@ class Gateway:
         sending.moving(time.monotonic())
         self.requests += provider.is_llm or provider.cacheable
         self.activity[party] += 1
+        hedged = self.hedges(spec, provider)
+        if hedged:  # while it waits, its age tells the hedger's quantile that some requests take at least this long
+            self.hedger.sent(spec.limit_key(), id(sending), time.monotonic())
         try:
             raw = _scrubbed(await self._answer(request, spec, provider, attempts, sending, start))
         except (RateLimited, TransientError):
@@ -506,8 +514,10 @@ class Gateway:
             raise
         finally:
             self.activity[party] += 1
+            if hedged:
+                self.hedger.settled(spec.limit_key(), id(sending))
         sending.moving(None)
-        if self.hedges(spec, provider):
+        if hedged:
             self.hedger.observe(spec.limit_key(), time.perf_counter() - start)
         return raw
 
@@ -622,25 +632,26 @@ def _tokens_used(answer: RawResponse | Attempt) -> int | None:
     return None if answer.prompt_tokens is None else answer.prompt_tokens + (answer.completion_tokens or 0)
 
 
-async def _due(task: asyncio.Future[Any], sending: _Sending, delay: float) -> bool:
-    """Wait until ``task``'s try now at the provider has been there ``delay`` seconds (True), or ``task`` ends (False).
-    The clock starts at each try's send: a try waiting at the limiter or backing off is not slow at the provider."""
+#: Seconds between two looks at a model's hedging delay while it is unknown (too few answers, or too many requests
+#: still waiting to tell its quantile): the first phase of a batch learns it from its own answers.
+DELAY_RECHECK_S = 1.0
+
+
+async def _due(task: asyncio.Future[Any], sending: _Sending, delay_of: Callable[[float], float | None]) -> bool:
+    """Wait until ``task``'s try now at the provider has been there ``delay_of(now)`` seconds (True), or ``task`` ends
+    (False). The clock starts at each try's send: a try waiting at the limiter or backing off is not slow at the
+    provider. The delay is read again at each wake (it moves as answers come and requests wait; unknown, it is looked
+    at every ``DELAY_RECHECK_S``)."""
     while not task.done():
-        if sending.at is None:
-            sending.moved.clear()
-            moved = asyncio.ensure_future(sending.moved.wait())
-            try:
-                await asyncio.wait([task, moved], return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                moved.cancel()
-            continue
-        left = sending.at + delay - time.monotonic()
-        if left <= 0:
+        now = time.monotonic()
+        delay = delay_of(now) if sending.at is not None else None
+        if sending.at is not None and delay is not None and sending.at + delay <= now:
             return True
+        timeout = None if sending.at is None else DELAY_RECHECK_S if delay is None else sending.at + delay - now
         sending.moved.clear()
         moved = asyncio.ensure_future(sending.moved.wait())
         try:
-            await asyncio.wait([task, moved], timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([task, moved], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
             moved.cancel()
     return False

@@ -8,7 +8,15 @@ What decides, per gateway (one per runner actor, so per process of a batch):
 * ``ModelSpec.hedge`` (a tier's deployment setting): True or False per model; None, the default, hedges a model
   whose price is known (every hedge is counted, so its cost must be) and never one without.
 * ``Hedger``: the latency window of each model (its endpoint's limit key), learned from the answers this gateway
-  got, and the cap's counts.
+  got, the requests now at each model, and the cap's counts.
+
+The quantile is the Kaplan–Meier estimate over the answered latencies and the ages of the requests still at the
+provider (right-censored: each has taken at least its age). Answers come fastest first, so a window of answers alone
+puts the quantile too low while a wave of requests is out (the first phase of a batch: its 20 first answers are its
+fastest), and hedges would go to requests that are merely average. And a hedge wins mostly in the far tail: a
+request hedged at p90 answers first only when the original would have taken longer than p90 plus a whole second
+request. So part of the cap (``reserve``) is kept for requests past ``straggler_quantile`` (p99): a batch waits on
+its slowest run, and a spent cap must not leave its one 50 s request unhedged.
 
 Hedging never changes an answer: both requests are the same request (one cache key), the cache stores the winner's
 answer once, and a run's identity never sees these settings.
@@ -20,7 +28,7 @@ import bisect
 import math
 from collections import deque
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class HedgeSettings(BaseModel):
@@ -39,6 +47,17 @@ class HedgeSettings(BaseModel):
     max_share: float = Field(0.05, ge=0, le=1)
     #: The latest answers of a model its quantile is taken over (older ones drop out, so the quantile follows drift).
     window: int = Field(1000, ge=1, le=1_000_000)
+    #: A request still unanswered past this quantile is a straggler: it may take the cap's ``reserve`` too.
+    straggler_quantile: float = Field(0.99, gt=0, lt=1)
+    #: The share of the cap kept for stragglers: hedges at ``quantile`` stop at (1 − reserve) · max_share.
+    reserve: float = Field(0.5, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> HedgeSettings:
+        if self.straggler_quantile < self.quantile:
+            raise ValueError(f"straggler_quantile ({self.straggler_quantile}) is below quantile ({self.quantile}): a "
+                             "straggler is a request slower than the ones hedged at `quantile`; give a higher one")
+        return self
 
 
 def empirical_quantile(ordered: list[float], q: float) -> float:
@@ -73,16 +92,60 @@ class LatencyWindow:
     def quantile(self, q: float) -> float:
         return empirical_quantile(self._sorted, q)
 
+    @property
+    def ordered(self) -> list[float]:
+        """The window's latencies, sorted (the list itself: not to be changed)."""
+        return self._sorted
+
+
+def censored_quantile(answered: list[float], waiting: list[float], q: float) -> float | None:
+    """The ``q`` quantile of a latency from ``answered`` (sorted) latencies and the ages of requests still
+    ``waiting`` (right-censored), by the Kaplan–Meier product-limit estimator (Kaplan & Meier, JASA 53(282), 1958):
+    Ŝ(t) = Π over answered tᵢ ≤ t of (1 − 1/nᵢ), nᵢ the requests at risk at tᵢ (answered at tᵢ or later, or waiting
+    at least tᵢ); the quantile is the smallest answered tᵢ with Ŝ(tᵢ) ≤ 1 − q. None when Ŝ stays above 1 − q (too
+    many requests are still waiting to tell: the quantile lies beyond the last answer). With nothing waiting it is
+    the inverse of the empirical distribution function."""
+    if not answered:
+        return None
+    ages = sorted(waiting)
+    n_answered, n_ages = len(answered), len(ages)
+    survival, k = 1.0, 0  # k: ages shorter than the current answer (no longer at risk)
+    for i, t in enumerate(answered):
+        while k < n_ages and ages[k] < t:
+            k += 1
+        at_risk = (n_answered - i) + (n_ages - k)
+        survival *= 1.0 - 1.0 / at_risk
+        if survival <= 1.0 - q + 1e-12:
+            return t
+    return None
+
+
+#: Seconds a model's computed delay is reused: every request waiting at it asks, and each answer costs a pass over
+#: the window and the requests waiting.
+DELAY_TTL_S = 0.2
+
 
 class Hedger:
-    """One gateway's hedging state: each model's latency window and the cap's counts."""
+    """One gateway's hedging state: each model's latency window, the requests now at each model, and the cap's
+    counts."""
 
     def __init__(self, settings: HedgeSettings | None = None) -> None:
         self.settings = settings or HedgeSettings()
         self.windows: dict[str, LatencyWindow] = {}
+        #: Model key → {request: when it was sent (monotonic)}: the requests at the provider, censored observations.
+        self.waiting: dict[str, dict[int, float]] = {}
         #: Requests sent to models that hedge (the cap's base), and hedges sent.
         self.requests = 0
         self.hedges = 0
+        self._delays: dict[tuple[str, bool], tuple[float, float | None]] = {}  # the last delay computed, and when
+
+    def sent(self, model_key: str, request: int, at: float) -> None:
+        """A request (any id unique among those waiting) reached the model at ``at`` (monotonic)."""
+        self.waiting.setdefault(model_key, {})[request] = at
+
+    def settled(self, model_key: str, request: int) -> None:
+        """The request is no longer at the model (answered, failed, closed)."""
+        self.waiting.get(model_key, {}).pop(request, None)
 
     def observe(self, model_key: str, latency_s: float) -> None:
         """An answer of the model at ``model_key`` took ``latency_s`` at the provider."""
@@ -91,17 +154,28 @@ class Hedger:
             window = self.windows[model_key] = LatencyWindow(self.settings.window)
         window.add(latency_s)
 
-    def delay(self, model_key: str) -> float | None:
-        """How long a request to the model waits at the provider before it is hedged; None while too few of its
-        answers were seen."""
+    def delay(self, model_key: str, now: float, straggler: bool = False) -> float | None:
+        """How long a request to the model waits at the provider before it is hedged (at ``quantile``, or at
+        ``straggler_quantile``); None while too few of its answers were seen, or too many requests still wait to
+        tell (``censored_quantile``)."""
         window = self.windows.get(model_key)
         if window is None or len(window) < self.settings.min_samples:
             return None
-        return max(self.settings.min_delay_s, window.quantile(self.settings.quantile))
+        memo = self._delays.get((model_key, straggler))
+        if memo is not None and 0 <= now - memo[0] < DELAY_TTL_S:
+            return memo[1]
+        q = self.settings.straggler_quantile if straggler else self.settings.quantile
+        ages = [now - at for at in self.waiting.get(model_key, {}).values()]
+        found = censored_quantile(window.ordered, ages, q)
+        delay = None if found is None else max(self.settings.min_delay_s, found)
+        self._delays[(model_key, straggler)] = (now, delay)
+        return delay
 
-    def take(self) -> bool:
-        """Whether one more hedge fits under the cap (hedges + 1 ≤ max_share · requests); counts it when it does."""
-        if self.hedges + 1 > self.settings.max_share * self.requests:
+    def take(self, straggler: bool = False) -> bool:
+        """Whether one more hedge fits under the cap (hedges + 1 ≤ share · requests, the share ``max_share`` for a
+        straggler and (1 − reserve) · max_share for another); counts it when it does."""
+        share = self.settings.max_share * (1.0 if straggler else 1.0 - self.settings.reserve)
+        if self.hedges + 1 > share * self.requests:
             return False
         self.hedges += 1
         return True
