@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from madbench.bench.reliability import billed_usd
+from madbench.data.errors import InputError
 from madbench.data.market.pack import load_pack, resolve_evidence_dirs, resolve_pack_dir
 from madbench.data.paths import CONFIGS_DIR
 from madbench.gateway.hedging import HedgeSettings
@@ -67,6 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"answers of the model seen before hedging starts (default {defaults.min_samples})")
     parser.add_argument("--min-delay", type=number(ge=0, le=3600), default=defaults.min_delay_s,
                         help=f"never hedge before this many seconds at the provider (default {defaults.min_delay_s:g})")
+    parser.add_argument("--straggler-quantile", type=number(gt=0, lt=1),
+                        help="past this quantile (or --quantile, if higher) a request may take the cap's reserve "
+                             f"(default {defaults.straggler_quantile:g})")
+    parser.add_argument("--reserve", type=number(ge=0, le=1), default=defaults.reserve,
+                        help=f"the share of the cap kept for stragglers (default {defaults.reserve:g})")
     parser.add_argument("--keep", metavar="DIR", help="keep each mode's results, cache and replay under DIR")
     add_pack_args(parser)
 
@@ -74,8 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.keep is not None:
         check_out(args.keep, "--keep")
+    if args.straggler_quantile is not None and args.straggler_quantile < args.quantile:
+        raise InputError("--straggler-quantile", f"{args.straggler_quantile:g} is below --quantile {args.quantile:g}",
+                         "give a straggler quantile at least as high as the quantile")
     settings = HedgeSettings(quantile=args.quantile, max_share=args.max_share, min_samples=args.min_samples,
-                             min_delay_s=args.min_delay)
+                             min_delay_s=args.min_delay, reserve=args.reserve,
+                             **({} if args.straggler_quantile is None else {"straggler_quantile": args.straggler_quantile}))
     modes = list(MODES) if args.hedge == "both" else [args.hedge]
     out = bench_hedging(modes, args.runs, args.rpm, args.latency_median, args.latency_sigma, args.in_flight, settings,
                         args.pack, args.evidence, args.keep)

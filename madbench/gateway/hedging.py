@@ -47,14 +47,15 @@ class HedgeSettings(BaseModel):
     max_share: float = Field(0.05, ge=0, le=1)
     #: The latest answers of a model its quantile is taken over (older ones drop out, so the quantile follows drift).
     window: int = Field(1000, ge=1, le=1_000_000)
-    #: A request still unanswered past this quantile is a straggler: it may take the cap's ``reserve`` too.
+    #: A request still unanswered past this quantile (or ``quantile``, if higher) is a straggler: it may take the
+    #: cap's ``reserve`` too.
     straggler_quantile: float = Field(0.99, gt=0, lt=1)
     #: The share of the cap kept for stragglers: hedges at ``quantile`` stop at (1 − reserve) · max_share.
     reserve: float = Field(0.5, ge=0, le=1)
 
     @model_validator(mode="after")
     def _ordered(self) -> HedgeSettings:
-        if self.straggler_quantile < self.quantile:
+        if "straggler_quantile" in self.model_fields_set and self.straggler_quantile < self.quantile:
             raise ValueError(f"straggler_quantile ({self.straggler_quantile}) is below quantile ({self.quantile}): a "
                              "straggler is a request slower than the ones hedged at `quantile`; give a higher one")
         return self
@@ -164,7 +165,7 @@ class Hedger:
         memo = self._delays.get((model_key, straggler))
         if memo is not None and 0 <= now - memo[0] < DELAY_TTL_S:
             return memo[1]
-        q = self.settings.straggler_quantile if straggler else self.settings.quantile
+        q = max(self.settings.straggler_quantile, self.settings.quantile) if straggler else self.settings.quantile
         ages = [now - at for at in self.waiting.get(model_key, {}).values()]
         found = censored_quantile(window.ordered, ages, q)
         delay = None if found is None else max(self.settings.min_delay_s, found)
