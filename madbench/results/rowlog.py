@@ -238,18 +238,27 @@ def fold(paths: list[Path], where: str | Path) -> Logged:
     wanted = _chosen(paths)
     parts: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
     read: list[str] = []
-    batch: list[Entry] = []
+    batch: list[tuple[Path, int, Entry]] = []
 
     def convert() -> None:
         for t in TABLES:
-            rows = [row for e in batch for row in e.tables[t]]
-            if rows:
+            rows = [row for _, _, e in batch for row in e.tables[t]]
+            if not rows:
+                continue
+            try:
                 parts[t].append(to_table(rows, t, where))
-        read.extend(e.run_id for e in batch)
+            except InputError:
+                for path, n, e in batch:  # the line at fault named (this error's cost only)
+                    try:
+                        to_table(e.tables[t], t, path)
+                    except InputError as exc:
+                        raise InputError(path, f"line {n}: {exc.problem}", exc.fix) from None
+                raise
+        read.extend(e.run_id for _, _, e in batch)
         batch.clear()
 
-    for _, _, entry in _chosen_entries(paths, wanted):
-        batch.append(entry)
+    for line in _chosen_entries(paths, wanted):
+        batch.append(line)
         if len(batch) >= FOLD_CHUNK:
             convert()
     convert()

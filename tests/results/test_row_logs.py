@@ -156,3 +156,16 @@ def test_an_open_column_of_two_kinds_is_one_error_naming_the_lines_and_integers_
                                          r"compacted table .*runs.parquet holds a number"):
         compact(dirs)
     assert dirs.table("runs").read_bytes() == before
+
+
+def test_a_row_the_tables_refuse_is_named_by_its_log_and_line(tmp_path):
+    dirs = BatchDirs(tmp_path)
+    commit(dirs, "a", "b")
+    log = RowLog(dirs, "w1")
+    log.append(entry("a"))
+    bad = entry("b")
+    bad.tables["runs"][0]["replicate"] = "two"  # a declared int64 column holding text
+    log.append(bad)
+    with pytest.raises(InputError, match=r"rows-w1.jsonl: line 2: runs column replicate: Could not convert 'two'"):
+        compact(dirs)
+    assert logs(dirs) == [log.path] and not dirs.table("runs").exists()
