@@ -332,7 +332,7 @@ def compact(layout: BatchDirs) -> dict[str, int]:
             return {name: pq.read_metadata(layout.table(name)).num_rows for name in TABLES}
     counts = {}
     for name in TABLES:
-        table = merge(base_table(layout, name), logged, name)
+        table = merge(base_table(layout, name), logged, name, layout.table(name))
         # Rows only of runs a commit point vouches for: a run whose result was deleted (to run it again) has none.
         table = table.filter(pc.is_in(table.column("run_id"), committed))
         if name == "calls":

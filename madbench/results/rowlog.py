@@ -202,14 +202,12 @@ class Logged:
 
     run_ids: pa.Array
     tables: dict[str, pa.Table]
+    #: The logs folded (which an error reads again to name the line at fault).
+    paths: list[Path] = field(default_factory=list)
 
 
-def fold(paths: list[Path], where: str | Path) -> Logged:
-    """The rows of ``paths``' lines, each run's from its line with the most attempts (of two with as many, the later:
-    the same trace's rows), read in two passes so that memory holds a small index of every run and the Arrow tables,
-    never every line's rows as Python objects: the first pass finds each run's line, the second converts those lines
-    ``FOLD_CHUNK`` runs at a time. A run whose line is gone by the second pass (its log folded and removed by a
-    compaction meanwhile) is not among ``run_ids``: the tables hold its rows by then."""
+def _chosen(paths: list[Path]) -> dict[int, set[int]]:
+    """Log index → the numbers of its lines that hold a run's rows: each run's line with the most attempts."""
     chosen: dict[str, tuple[int, int, int]] = {}  # run id → (attempts, log, line number)
     for i, path in enumerate(paths):
         for n, entry, _ in _entries(path):
@@ -219,40 +217,133 @@ def fold(paths: list[Path], where: str | Path) -> Logged:
     wanted: dict[int, set[int]] = {}
     for _, i, n in chosen.values():
         wanted.setdefault(i, set()).add(n)
-    del chosen
-    parts: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
-    read: list[str] = []
-    batch: list[Entry] = []
+    return wanted
 
-    def convert() -> None:
-        for t in TABLES:
-            rows = [row for e in batch for row in e.tables[t]]
-            if rows:
-                parts[t].append(to_table(rows, t, where))
-        read.extend(e.run_id for e in batch)
-        batch.clear()
 
+def _chosen_entries(paths: list[Path], wanted: dict[int, set[int]]) -> Iterator[tuple[Path, int, Entry]]:
+    """(log, line number, entry) of each line ``_chosen`` chose, in log order."""
     for i, path in enumerate(paths):
         lines = wanted.get(i, set())
         for n, entry, _ in _entries(path) if lines else ():
             if n in lines:
-                batch.append(entry)
-                if len(batch) >= FOLD_CHUNK:
-                    convert()
+                yield path, n, entry
+
+
+def fold(paths: list[Path], where: str | Path) -> Logged:
+    """The rows of ``paths``' lines, each run's from its line with the most attempts (of two with as many, the later:
+    the same trace's rows), read in two passes so that memory holds a small index of every run and the Arrow tables,
+    never every line's rows as Python objects: the first pass finds each run's line, the second converts those lines
+    ``FOLD_CHUNK`` runs at a time. A run whose line is gone by the second pass (its log folded and removed by a
+    compaction meanwhile) is not among ``run_ids``: the tables hold its rows by then."""
+    wanted = _chosen(paths)
+    parts: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
+    read: list[str] = []
+    batch: list[tuple[Path, int, Entry]] = []
+
+    def convert() -> None:
+        for t in TABLES:
+            rows = [row for _, _, e in batch for row in e.tables[t]]
+            if not rows:
+                continue
+            try:
+                parts[t].append(to_table(rows, t, where))
+            except InputError:
+                for path, n, e in batch:  # the line at fault named (this error's cost only)
+                    try:
+                        to_table(e.tables[t], t, path)
+                    except InputError as exc:
+                        raise InputError(path, f"line {n}: {exc.problem}", exc.fix) from None
+                raise
+        read.extend(e.run_id for _, _, e in batch)
+        batch.clear()
+
+    for line in _chosen_entries(paths, wanted):
+        batch.append(line)
+        if len(batch) >= FOLD_CHUNK:
+            convert()
     convert()
-    # An open column (a metric's ``x_…``) is typed by its values chunk by chunk: all None in one, numbers in another.
-    tables = {t: pa.concat_tables(p, promote_options="permissive") if p else concat([], t) for t, p in parts.items()}
-    return Logged(pa.array(sorted(read), pa.large_string()), tables)
+    # An open column (a metric's ``x_…``) is typed by its values chunk by chunk: all None in one, numbers in another,
+    # integers in one and fractions in another (a double, as one chunk of both gives).
+    tables = {}
+    for t, p in parts.items():
+        try:
+            tables[t] = pa.concat_tables(p, promote_options="permissive") if p else concat([], t)
+        except (pa.ArrowTypeError, pa.ArrowInvalid):
+            raise _mixed(paths, t, _open_types(p)) from None
+    return Logged(pa.array(sorted(read), pa.large_string()), tables, paths)
 
 
-def merge(base: pa.Table, logged: Logged, table: str) -> pa.Table:
+def _kind(value: Any) -> str | None:
+    """The kind of an open column's value as Arrow types it: what one column cannot hold two of."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "text" if isinstance(value, str) else type(value).__name__
+
+
+def _open_types(tables: list[pa.Table]) -> dict[str, set[pa.DataType]]:
+    """Each column's types other than null across ``tables``."""
+    types: dict[str, set[pa.DataType]] = {}
+    for t in tables:
+        for f in t.schema:
+            if not pa.types.is_null(f.type):
+                types.setdefault(f.name, set()).add(f.type)
+    return types
+
+
+def _arrow_kind(kind: pa.DataType) -> str:
+    if pa.types.is_boolean(kind):
+        return "a boolean"
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind):
+        return "a number"
+    return "text" if pa.types.is_string(kind) or pa.types.is_large_string(kind) else str(kind)
+
+
+def _mixed(paths: list[Path], table: str, types: dict[str, set[pa.DataType]], held: Path | None = None,
+           held_types: dict[str, set[pa.DataType]] | None = None) -> InputError:
+    """The error of an open column that cannot hold the logs' values (a number in one run, text in another, or text
+    where the compacted table ``held`` holds numbers): the column and the lines that disagree, found by reading the
+    chosen lines again (this error's cost only)."""
+    mixed = {name for name, kinds in types.items() if len({_arrow_kind(k) for k in kinds}) > 1}
+    seen: dict[str, tuple[str, Path | None, int, str]] = {}  # column → (kind, log, line, run id) of its first value
+    for name, kinds in (held_types or {}).items():  # what the compacted table holds comes first
+        if name in mixed and kinds:
+            seen[name] = (_arrow_kind(next(iter(kinds))), None, 0, "")
+    fix = ("a column holds one kind of value in every run: make the code that gives {name} give it one kind (None "
+           "where a run has none), delete the results of the runs it gave the other and run the batch's `madbench "
+           "run` again")
+    for path, n, entry in _chosen_entries(paths, _chosen(paths)):
+        for row in entry.tables[table]:
+            for name in mixed:
+                kind = _kind(row.get(name))
+                first = seen.setdefault(name, (kind, path, n, entry.run_id)) if kind else None
+                if first and first[0] != kind:
+                    other = (f"the compacted table {held} holds {first[0]}" if first[1] is None else
+                             f"{first[0]} in run {first[3]} ({first[1].name} line {first[2]})")
+                    return InputError(path, f"line {n}: {table} column {name} holds {kind} in run {entry.run_id} and "
+                                            f"{other}", fix.format(name=name))
+    return InputError(held or (paths[0].parent if paths else None),
+                      f"the {table} rows hold column(s) of two kinds ({', '.join(sorted(mixed)) or 'unknown'})",
+                      fix.format(name="them"))
+
+
+def merge(base: pa.Table, logged: Logged, table: str, held: Path | None = None) -> pa.Table:
     """``base``'s rows of the runs not logged, then the logged rows, in run id order (a run's rows in the order its
-    trace gave them: the order a part per run gave)."""
+    trace gave them: the order a part per run gave). ``held``: the file ``base`` was read from, which an error names."""
     if table == "calls":
         base = base.filter(pc.invert(is_ledger(base)))
     if len(logged.run_ids):
         base = base.filter(pc.invert(pc.is_in(base.column("run_id"), logged.run_ids)))
-    merged = concat([base, logged.tables[table]], table)
+    try:
+        merged = concat([base, logged.tables[table]], table)
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        held_types = _open_types([base])
+        types = {name: held_types.get(name, set()) | kinds
+                 for name, kinds in _open_types([logged.tables[table]]).items()}
+        raise _mixed(logged.paths, table, types, held, held_types) from None
     if not merged.num_rows:
         return merged
     return merged.take(pc.array_sort_indices(merged.column("run_id")))  # stable: a run's rows keep their order
@@ -262,5 +353,5 @@ def snapshot(dirs: BatchDirs, table: str, committed: set[str]) -> pa.Table:
     """``table`` as its committed runs stand, before compaction: the logs read first (a log a compaction removes
     meanwhile is in the table read after it), then the tables, filtered to ``committed``; no ledger rows."""
     logged = fold(logs(dirs), dirs.parts_dir)
-    merged = merge(base_table(dirs, table), logged, table)
+    merged = merge(base_table(dirs, table), logged, table, dirs.table(table))
     return merged.filter(pc.is_in(merged.column("run_id"), pa.array(sorted(committed), pa.large_string())))

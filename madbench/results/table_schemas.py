@@ -232,7 +232,9 @@ def concat(tables: list[pa.Table], table: str) -> pa.Table:
     full = [t for t in tables if t.num_rows]
     if not full:
         return _versioned(schema.empty_table())
-    joined = pa.concat_tables(full, promote_options="default")
+    # An open column typed by its values: integers in one part and fractions in another are doubles (as one part of
+    # both would be); a number in one and text in another is an error (pyarrow's).
+    joined = pa.concat_tables(full, promote_options="permissive")
     columns = {f.name: joined.column(f.name) if f.name in joined.column_names else pa.nulls(joined.num_rows, f.type)
                for f in schema}
     columns |= {name: joined.column(name) for name in joined.column_names if name not in columns}

@@ -120,3 +120,52 @@ def test_folding_a_few_runs_at_a_time_gives_the_tables_folding_them_all_at_once_
     shares = dict(zip(all_at_once["runs"]["run_id"], all_at_once["runs"]["x_metric_share"], strict=True))
     assert shares["r03"] == 9.5 and shares["r04"] == 7.0 and shares["r00"] is None and shares["r08"] == 4.0
     assert len(all_at_once["runs"]["run_id"]) == 9
+
+
+def test_an_open_column_of_two_kinds_is_one_error_naming_the_lines_and_integers_then_fractions_are_doubles(
+        tmp_path, monkeypatch):
+    import madbench.results.rowlog as rowlog
+
+    def with_metric(run_id: str, value) -> Entry:
+        e = entry(run_id)
+        e.tables["runs"][0]["x_share"] = value
+        return e
+
+    monkeypatch.setattr(rowlog, "FOLD_CHUNK", 2)  # the number and the text in two chunks, which pyarrow cannot join
+    dirs = BatchDirs(tmp_path / "a")
+    commit(dirs, "r0", "r1", "r2")
+    log = RowLog(dirs, "w1")
+    for r, value in (("r0", 1.5), ("r1", 2.5), ("r2", "n/a")):
+        log.append(with_metric(r, value))
+    with pytest.raises(InputError, match=r"rows-w1.jsonl: line 3: runs column x_share holds text in run r2 and a "
+                                         r"number in run r0 \(rows-w1.jsonl line 1\) \(fix: .*one kind"):
+        compact(dirs)
+    assert not dirs.table("runs").exists() and logs(dirs) == [log.path]  # nothing written, nothing removed
+    # An earlier compaction's table holds integers, a later log fractions: one column of doubles.
+    dirs = BatchDirs(tmp_path / "b")
+    commit(dirs, "r0", "r1", "r2")
+    RowLog(dirs, "w1").append(with_metric("r0", 1))
+    compact(dirs)
+    RowLog(dirs, "w2").append(with_metric("r1", 2.5))
+    compact(dirs)
+    assert pq.read_table(dirs.table("runs")).column("x_share").to_pylist() == [1.0, 2.5]
+    # ... and text where the table holds numbers: the log's line and the table named, the table unchanged.
+    before = dirs.table("runs").read_bytes()
+    RowLog(dirs, "w3").append(with_metric("r2", "n/a"))
+    with pytest.raises(InputError, match=r"rows-w3.jsonl: line 1: runs column x_share holds text in run r2 and the "
+                                         r"compacted table .*runs.parquet holds a number"):
+        compact(dirs)
+    assert dirs.table("runs").read_bytes() == before
+
+
+def test_a_row_the_tables_refuse_is_named_by_its_log_and_line(tmp_path):
+    dirs = BatchDirs(tmp_path)
+    commit(dirs, "a", "b")
+    log = RowLog(dirs, "w1")
+    log.append(entry("a"))
+    bad = entry("b")
+    bad.tables["runs"][0]["replicate"] = "two"  # a declared int64 column holding text
+    log.append(bad)
+    with pytest.raises(InputError, match=r"rows-w1.jsonl: line 2: runs column replicate: Could not convert 'two'"):
+        compact(dirs)
+    assert logs(dirs) == [log.path] and not dirs.table("runs").exists()
