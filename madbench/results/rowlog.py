@@ -9,8 +9,11 @@ failed run retried and committed again replaces its rows.
 
 Compaction (``merge``) folds the logs into the tables, one Parquet file each, and removes the logs it folded: a
 batch's rows cost one file per table and one log per writer, never a file per run. A directory written before this
-format (results format 4 and older) holds a Parquet part per run and table under ``parts/<table>/``; those are the
+format (results format 5 and older) holds a Parquet part per run and table under ``parts/<table>/``; those are the
 base of its first compaction and removed once the tables hold them.
+
+The same log, in another folder and for another table, keeps `madbench rescore`'s score rows
+(``madbench.results.scorelog``): a line may then carry a run's ``failure`` record instead of rows.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class Entry:
     run_id: str
     attempts: int
     tables: dict[str, list[dict[str, Any]]]
+    #: Why the run has no rows (a re-scoring's failure record: ``madbench.results.scorelog``); None for a run's rows.
+    failure: dict[str, Any] | None = None
 
 
 def _plain(value: Any) -> Any:
@@ -76,16 +81,19 @@ def writer_name() -> str:
 
 
 class RowLog:
-    """This writer's row log in a batch directory, created at its first line."""
+    """This writer's row log in a batch directory (its ``parts/``, or ``folder``), created at its first line."""
 
-    def __init__(self, dirs: BatchDirs, writer: str | None = None):
-        self.path = dirs.parts_dir / f"{LOG_PREFIX}{writer or writer_name()}{LOG_SUFFIX}"
+    def __init__(self, dirs: BatchDirs | Path, writer: str | None = None):
+        folder = dirs.parts_dir if isinstance(dirs, BatchDirs) else Path(dirs)
+        self.path = folder / f"{LOG_PREFIX}{writer or writer_name()}{LOG_SUFFIX}"
         self._fd: int | None = None
 
     def append(self, entry: Entry) -> None:
         tables = {t: [_sparse(row, t, self.path) for row in rows] for t, rows in entry.tables.items()}
-        line = json.dumps({"run_id": entry.run_id, "attempts": entry.attempts, "tables": tables},
-                          default=_plain, separators=(",", ":")).encode() + b"\n"
+        body: dict[str, Any] = {"run_id": entry.run_id, "attempts": entry.attempts, "tables": tables}
+        if entry.failure is not None:
+            body["failure"] = entry.failure
+        line = json.dumps(body, default=_plain, separators=(",", ":")).encode() + b"\n"
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
@@ -108,12 +116,24 @@ class RowLog:
 
 def logs(dirs: BatchDirs) -> list[Path]:
     """Every row log of the batch, in name order."""
-    return sorted(dirs.parts_dir.glob(f"{LOG_PREFIX}*{LOG_SUFFIX}")) if dirs.parts_dir.is_dir() else []
+    return logs_in(dirs.parts_dir)
 
 
-def read_log(path: Path, start: int = 0) -> tuple[list[Entry], int]:
-    """The whole lines of the log at ``path`` from byte ``start``, and the offset after the last of them. A last line
-    without its newline is a write a crash tore (not read); any other line that is not an entry is damage."""
+def logs_in(folder: Path) -> list[Path]:
+    """Every row log in ``folder``, in name order."""
+    return sorted(folder.glob(f"{LOG_PREFIX}*{LOG_SUFFIX}")) if folder.is_dir() else []
+
+
+#: What to do about a damaged log of a batch's table rows.
+REBUILD_ROWS = ("delete the log and run the batch's `madbench run` command again: it rebuilds the rows of every "
+                "committed run from its trace")
+
+
+def read_log(path: Path, start: int = 0, tables: tuple[str, ...] = TABLES,
+             fix: str = REBUILD_ROWS) -> tuple[list[Entry], int]:
+    """The whole lines of the log at ``path`` from byte ``start``, and the offset after the last of them: each run's
+    rows of ``tables``. A last line without its newline is a write a crash tore (not read); any other line that is not
+    an entry is damage (an InputError saying ``fix``)."""
     try:
         with open(path, "rb") as fh:
             fh.seek(start)
@@ -125,12 +145,14 @@ def read_log(path: Path, start: int = 0) -> tuple[list[Entry], int]:
     for n, raw in enumerate(data[:end].splitlines(), 1):
         try:
             d = json.loads(raw)
+            failure = d.get("failure")
+            if failure is not None and not isinstance(failure, dict):
+                raise TypeError(f"its failure is {type(failure).__name__}, not a record")
             entries.append(Entry(str(d["run_id"]), int(d["attempts"]),
-                                 {t: [_dense(row, t) for row in d["tables"][t]] for t in TABLES}))
+                                 {t: [_dense(row, t) for row in d["tables"][t]] for t in tables}, failure))
         except (ValueError, KeyError, TypeError) as exc:
             raise InputError(path, f"line {n} after byte {start} is not a run's rows ({type(exc).__name__}: {exc})",
-                             "delete the log and run the batch's `madbench run` command again: it rebuilds the rows "
-                             "of every committed run from its trace") from None
+                             fix) from None
     return entries, start + end
 
 
