@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ import pyarrow.parquet as pq
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError
 from madbench.results.layout import ORIGINAL, ScoreDirs
-from madbench.results.rowlog import Entry, RowLog, logs_in, merge, read_log
+from madbench.results.rowlog import Entry, RowLog, _entries, fold, logs_in, merge
 from madbench.results.table_schemas import concat, read_table, to_table, write_table
 
 SCORES = "scores"
@@ -59,26 +58,23 @@ def legacy_parts(dirs: ScoreDirs, label: str) -> list[Path]:
     return [p for p in sorted(folder.glob("*.parquet")) if p != dirs.table(label)] if folder.is_dir() else []
 
 
-def logged(dirs: ScoreDirs, label: str) -> list[Entry]:
-    """Every whole line of the label's logs."""
-    return [e for p in logs(dirs, label) for e in read_log(p, tables=LOG_TABLES, fix=REGRADE)[0]]
+@dataclass
+class Scan:
+    """What a label's logs say, read a line at a time (no line's rows kept): the runs graded, and each other run's
+    failure record with the most attempts (its ``attempts`` in it)."""
+
+    graded: set[str] = field(default_factory=set)
+    failed: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def _graded(entries: Iterable[Entry]) -> dict[str, Entry]:
-    """Each graded run's line (of two, the one with more attempts: the same run's rows)."""
-    out: dict[str, Entry] = {}
-    for e in entries:
-        if e.failure is None and (e.run_id not in out or e.attempts >= out[e.run_id].attempts):
-            out[e.run_id] = e
-    return out
-
-
-def _failed(entries: Iterable[Entry]) -> dict[str, dict[str, Any]]:
-    """Each run's failure record with the most attempts, its ``attempts`` in it."""
-    out: dict[str, dict[str, Any]] = {}
-    for e in entries:
-        if e.failure is not None and (e.run_id not in out or e.attempts >= out[e.run_id]["attempts"]):
-            out[e.run_id] = e.failure | {"attempts": e.attempts}
+def scan(dirs: ScoreDirs, label: str) -> Scan:
+    out = Scan()
+    for path in logs(dirs, label):
+        for _, e, _ in _entries(path, 0, LOG_TABLES, REGRADE):
+            if e.failure is None:
+                out.graded.add(e.run_id)
+            elif e.run_id not in out.failed or e.attempts >= out.failed[e.run_id]["attempts"]:
+                out.failed[e.run_id] = e.failure | {"attempts": e.attempts}
     return out
 
 
@@ -142,29 +138,29 @@ class Index:
 def index(dirs: ScoreDirs, label: str) -> Index:
     """The label's ``Index``, from the table's ``run_id`` column, the logs and the names of an older directory's files:
     no file opened per run (an older directory's failure records count one attempt each, by name)."""
-    entries = logged(dirs, label)
-    graded = _table_ids(dirs, label) | {p.stem for p in legacy_parts(dirs, label)} | set(_graded(entries))
+    logged = scan(dirs, label)
+    graded = _table_ids(dirs, label) | {p.stem for p in legacy_parts(dirs, label)} | logged.graded
     failed = {p.stem: 1 for p in dirs.failures(label)}
     path = dirs.failed_log(label)
     if path.exists():
         failed |= {r["run_id"]: int(r.get("attempts", 1)) for n, line in enumerate(path.read_text().splitlines(), 1)
                    for r in [_record(path, line, n)]}
-    failed |= {run: int(r["attempts"]) for run, r in _failed(entries).items()}
+    failed |= {run: int(r["attempts"]) for run, r in logged.failed.items()}
     return Index(graded, {run: n for run, n in failed.items() if run not in graded})
 
 
 def read_label(dirs: ScoreDirs, label: str) -> pa.Table:
     """The label's rows as they stand: the logs read first (a log a compaction removes meanwhile is in the table read
     after it), then the table (with an older directory's parts), each logged run's rows in place of its rows there."""
-    graded = _graded(logged(dirs, label))
-    return merge(base_table(dirs, label), graded, SCORES, dirs.label(label))
+    logged = fold(logs(dirs, label), dirs.label(label), LOG_TABLES, REGRADE)
+    return merge(base_table(dirs, label), logged, SCORES)
 
 
 def failures(dirs: ScoreDirs, label: str) -> dict[str, dict[str, Any]]:
     """The label's runs not graded, each with its last failure record (why it could not be graded), by run id."""
-    entries = logged(dirs, label)
-    graded = _table_ids(dirs, label) | {p.stem for p in legacy_parts(dirs, label)} | set(_graded(entries))
-    records = base_failures(dirs, label) | _failed(entries)
+    logged = scan(dirs, label)
+    graded = _table_ids(dirs, label) | {p.stem for p in legacy_parts(dirs, label)} | logged.graded
+    records = base_failures(dirs, label) | logged.failed
     return {run: records[run] for run in sorted(records) if run not in graded}
 
 
@@ -176,7 +172,7 @@ def labels(scores_dir: str | Path) -> list[str]:
     found = []
     for folder in sorted(p for p in dirs.root.iterdir() if p.is_dir()):
         name = folder.name
-        if dirs.table(name).exists() or legacy_parts(dirs, name) or _graded(logged(dirs, name)):
+        if dirs.table(name).exists() or legacy_parts(dirs, name) or scan(dirs, name).graded:
             found.append(name)
     return sorted(found, key=lambda name: name != ORIGINAL)
 
@@ -214,12 +210,12 @@ def compact(dirs: ScoreDirs, label: str) -> int:
     table_path = dirs.table(label)
     if not folded and not parts and not records:
         return int(pq.read_metadata(table_path).num_rows) if table_path.exists() else 0
-    entries = [e for p in folded for e in read_log(p, tables=LOG_TABLES, fix=REGRADE)[0]]
-    table = merge(base_table(dirs, label), _graded(entries), SCORES, dirs.label(label))
+    logged = scan(dirs, label)  # the failure records; the rows, a fold of the same logs
+    table = merge(base_table(dirs, label), fold(folded, dirs.label(label), LOG_TABLES, REGRADE), SCORES)
     if table.num_rows:
         write_table(table_path, table)
-    held = set(table.column("run_id").to_pylist())
-    failed = base_failures(dirs, label) | _failed(entries)
+    held = set(table.column("run_id").unique().to_pylist())
+    failed = base_failures(dirs, label) | logged.failed
     lines = [json.dumps(failed[run], sort_keys=True) for run in sorted(failed) if run not in held]
     if lines:
         atomic_write_text(dirs.failed_log(label), "\n".join(lines) + "\n")
