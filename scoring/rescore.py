@@ -125,11 +125,12 @@ def score_row(run: StoredRun, score: CritScore, task: CritTask, label: str) -> d
 
 def extract_original(runs: list[StoredRun], scores_dir: Path) -> int:
     """The debate's own scores of each run not yet under ``scores/original/``, logged and compacted into its table:
-    how many runs were added."""
+    how many runs were added. The lines are not synced one by one: folded at once into the table (which is), they are
+    extracted again from the traces if the machine goes down before."""
     dirs = ScoreDirs(scores_dir)
     done = index(dirs, ORIGINAL).graded
     todo = [run for run in runs if run.run_id not in done and run.crit_events]
-    log = LabelLog(scores_dir, ORIGINAL)
+    log = LabelLog(scores_dir, ORIGINAL, sync=False)
     try:
         for run in todo:
             log.graded(run.run_id, 1, [score_row(run, e.score, task_of(run, e), ORIGINAL) for e in run.crit_events])

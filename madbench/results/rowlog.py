@@ -81,11 +81,14 @@ def writer_name() -> str:
 
 
 class RowLog:
-    """This writer's row log in a batch directory (its ``parts/``, or ``folder``), created at its first line."""
+    """This writer's row log in a batch directory (its ``parts/``, or ``folder``), created at its first line.
+    ``sync``: each line synced before ``append`` returns (a writer whose lines are folded at once, and rebuilt from
+    what they were built from if the machine goes down before, syncs only the table they are folded into)."""
 
-    def __init__(self, dirs: BatchDirs | Path, writer: str | None = None):
+    def __init__(self, dirs: BatchDirs | Path, writer: str | None = None, sync: bool = True):
         folder = dirs.parts_dir if isinstance(dirs, BatchDirs) else Path(dirs)
         self.path = folder / f"{LOG_PREFIX}{writer or writer_name()}{LOG_SUFFIX}"
+        self.sync = sync
         self._fd: int | None = None
 
     def append(self, entry: Entry) -> None:
@@ -106,7 +109,8 @@ class RowLog:
         written = os.write(self._fd, line)
         if written != len(line):  # a regular file takes a whole write or raises (ENOSPC): never seen, never ignored
             raise OSError(f"{self.path}: wrote {written} of {len(line)} bytes of run {entry.run_id}'s rows")
-        os.fsync(self._fd)
+        if self.sync:
+            os.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd is not None:

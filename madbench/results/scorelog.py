@@ -179,11 +179,11 @@ def labels(scores_dir: str | Path) -> list[str]:
 
 class LabelLog:
     """One writer's log of a label: each run graded (its rows, checked against the table's schema as they are
-    appended) or its failure record, one synced line each."""
+    appended) or its failure record, one line each, synced unless ``sync`` is False (``RowLog``)."""
 
-    def __init__(self, scores_dir: str | Path, label: str, writer: str | None = None):
+    def __init__(self, scores_dir: str | Path, label: str, writer: str | None = None, sync: bool = True):
         self.dirs, self.label = ScoreDirs(scores_dir), label
-        self._log = RowLog(self.dirs.label(label), writer)
+        self._log = RowLog(self.dirs.label(label), writer, sync)
 
     @property
     def path(self) -> Path:
