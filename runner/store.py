@@ -323,7 +323,7 @@ def compact(layout: BatchDirs) -> dict[str, int]:
     logged = fold(folded, layout.parts_dir)
     legacy = {name: legacy_parts(layout, name) for name in TABLES}
     ledger = to_table(ledger_calls(layout), "calls", layout.table("calls"))
-    committed = pa.array(sorted(p.stem for p in layout.result_files()), pa.large_string())
+    committed = pa.array(layout.committed_ids(), pa.large_string())
     if not len(logged.run_ids) and not any(legacy.values()) and all(layout.table(n).exists() for n in TABLES):
         calls = read_table(layout.table("calls"), "calls")
         held = pq.read_table(layout.table("runs"), columns=["run_id"]).column("run_id")
