@@ -27,7 +27,7 @@ from madbench.eval.report.figures import cost_summary
 from madbench.eval.stats.analysis import analyse
 from madbench.eval.stats.frame import batch_order, batch_pairs, json_safe
 from madbench.gateway import ModelSpec, ResponseCache
-from madbench.results import TABLES, BatchDirs, ResultsDir, ScoreDirs, read_committed_history, read_result
+from madbench.results import TABLES, BatchDirs, ResultsDir, ScoreDirs, read_committed_history, read_result, scorelog
 from madbench.results.layout import ORIGINAL
 from madbench.results.reader import read_scores
 from madbench.results.table_schemas import concat, read_table, to_table, write_table
@@ -163,7 +163,7 @@ def _check_answers(answers: dict[str, list[LLMCall]], cache: ResponseCache | Non
 def _rescore(results: ResultsDir, scores_dir: Path, cache: ResponseCache | None, out: Replay) -> int:
     """The stored score labels graded again from the traces: ``original`` extracted, the others through a replay
     gateway (cache only). Returns the provider requests made (the gateway refuses any, so 0)."""
-    labels = ScoreDirs(results.dirs.scores).labels()
+    labels = scorelog.labels(results.dirs.scores)
     if not labels:
         return 0
     runs, _ = rs.find_runs(results.root)
@@ -177,14 +177,20 @@ def _rescore(results: ResultsDir, scores_dir: Path, cache: ResponseCache | None,
         # the label's recorded scorer, whole; a label graded before it was recorded: its scorer and rubric by name
         spec, rubric = rs.read_scorer(results.dirs.scores, label) or (ModelSpec(model=part["scorer"].iloc[0]),
                                                                        load_rubric(part["rubric"].iloc[0]))
-        for run in runs:
-            if not ScoreDirs(results.dirs.scores).part(label, run.run_id).exists():
-                continue
-            graded = asyncio.run(rs.score_run(run, label, spec, rubric, gateway, reraise=(InputError,)))
-            if graded.failed:
-                raise InputError(results.dirs.scores / label, f"run {run.run_id} could not be graded again: "
-                                 f"{graded.reason}", "check the cache holds this label's answers")
-            rs.write_part(ScoreDirs(scores_dir).part(label, run.run_id), graded.rows)
+        graded_before = scorelog.index(ScoreDirs(results.dirs.scores), label).graded
+        log = scorelog.LabelLog(scores_dir, label)
+        try:
+            for run in runs:
+                if run.run_id not in graded_before:
+                    continue
+                graded = asyncio.run(rs.score_run(run, label, spec, rubric, gateway, reraise=(InputError,)))
+                if graded.failed:
+                    raise InputError(results.dirs.scores / label, f"run {run.run_id} could not be graded again: "
+                                     f"{graded.reason}", "check the cache holds this label's answers")
+                log.graded(run.run_id, 1, graded.rows)
+        finally:
+            log.close()
+        scorelog.compact(ScoreDirs(scores_dir), label)
     return gateway.requests
 
 

@@ -1,13 +1,15 @@
 """`madbench rescore` as a batch job on Ray: grade stored CRIT tasks again with another scorer or rubric.
 
 The driver finds the finished runs (``madbench.scoring.rescore.find_runs``: batch and debate layouts), extracts the
-debate's own scores as ``scores/original/``, and feeds every run without a part under ``scores/<label>/`` to a
+debate's own scores as ``scores/original/``, and feeds every run not yet graded under ``scores/<label>/`` to a
 small pool of ``RescoreActor``s through the dispatch loop `madbench run` shares (runner/dispatch.py: at most
 ``max_in_flight`` outstanding; a lost actor replaced, its run requeued; Ctrl-C). Each actor holds one gateway and one
 handle on the same disk cache as ``madbench run`` and grades a whole run per call; the gateway queues at the
-same cluster-wide rate-limiter actors (one per provider, model and api_base). The driver writes each run's
-part atomically, or its failure record (``scores/<label>/failed/<run>.json``) when a turn could not be graded;
-one bad run never stops the job, and the next pass retries exactly the runs without a part.
+same cluster-wide rate-limiter actors (one per provider, model and api_base). The driver appends each run's rows
+to its row log of the label, or its failure record when a turn could not be graded (``madbench.results.scorelog``),
+and folds its log into the label's table (``scores.parquet``, ``failed.jsonl``) when the pass ends; one bad run never
+stops the job, and the next pass retries exactly the runs not graded. A pass killed (kill -9 included) loses no graded
+run: the next one reads the logs it left, grades only the others, and folds them all.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from madbench.gateway import ModelSpec, ResponseCache
 from madbench.results import BatchDirs, ScoreDirs
+from madbench.results.scorelog import Index, LabelLog, compact, index
 from madbench.runner.dispatch import INTERRUPTED, ActorPool, Dispatch, Work
 from madbench.runner.execute import init_ray
 from madbench.runner.lock import ResultsLock, WriterGuard
@@ -92,13 +95,15 @@ class Plan:
     todo: list[StoredRun] = field(default_factory=list)
     already: list[str] = field(default_factory=list)
     no_turns: int = 0
+    #: The label's graded runs and failed attempts, from its table's run ids and its logs (no file per run).
+    done: Index = field(default_factory=Index)
 
 
 def plan(job: Job) -> Plan:
     runs, skipped = rs.find_runs(job.root)
-    p = Plan(runs, skipped)
+    p = Plan(runs, skipped, done=index(ScoreDirs(job.scores_dir), job.label))
     for run in runs:
-        if ScoreDirs(job.scores_dir).part(job.label, run.run_id).exists():
+        if run.run_id in p.done.graded:
             p.already.append(run.run_id)
         elif not run.crit_events:
             p.no_turns += 1
@@ -167,13 +172,13 @@ class Graded:
 
 
 class RescoreWork(Work[StoredRun]):
-    """`madbench rescore`'s unit: a stored run, graded whole by a ``RescoreActor``; the driver writes its part, or its
-    failure record, and adds it to the pass's ``Outcome``."""
+    """`madbench rescore`'s unit: a stored run, graded whole by a ``RescoreActor``; the driver appends its rows, or its
+    failure record, to its log of the label (``log``) and adds it to the pass's ``Outcome``."""
 
-    kept = "the parts written are kept"
+    kept = "the runs graded are kept"
 
-    def __init__(self, job: Job):
-        self.job, self.outcome = job, Outcome()
+    def __init__(self, job: Job, done: Index, log: LabelLog):
+        self.job, self.outcome, self.done, self.log = job, Outcome(), done, log
         self._spec, self._rubric = job.spec.model_dump(mode="json"), job.rubric.model_dump(mode="json")
 
     def key(self, run: StoredRun) -> str:
@@ -188,14 +193,15 @@ class RescoreWork(Work[StoredRun]):
                                                      "reason": str(cause or exc).strip().splitlines()[0][:500]}]))
 
     def settle(self, run: StoredRun, answer: Graded, k: int, handle) -> RunReport:
-        o, sd, label, result = self.outcome, self.job.scores_dir, self.job.label, answer.result
+        o, result = self.outcome, answer.result
         o.totals.update({k: v for k, v in result.totals.items() if isinstance(v, (int, float))})
+        attempt = self.done.attempt(run.run_id)
         if result.failed:
-            rs.write_failure(sd, label, run, result, self.job.spec.model, self.job.rubric.name)
+            self.log.failed(run.run_id, attempt, rs.failure_record(self.job.label, run, result, self.job.spec.model,
+                                                                   self.job.rubric.name))
             o.failed[run.run_id] = result.reason
         else:
-            rs.write_part(ScoreDirs(sd).part(label, run.run_id), result.rows)
-            rs.clear_failure(sd, label, run.run_id)
+            self.log.graded(run.run_id, attempt, result.rows)
             o.scored.append(run.run_id)
             o.turns += len(result.rows)
         return RunReport(run_id=run.run_id, status=Status.FAILED if result.failed else Status.OK,
@@ -215,17 +221,23 @@ def _run_rescore(job: Job, p: Plan, address: str | None, workers: int, max_in_fl
                  quiet: bool, progress_every_s: float, holder: str) -> Outcome:
     rs.extract_original(p.runs, job.scores_dir)
     rs.write_scorer(job.scores_dir, job.label, job.spec, job.rubric)
-    for run_id in p.already:  # a pass stopped between writing a run's part and dropping its failure record
-        rs.clear_failure(job.scores_dir, job.label, run_id)
-    if not p.todo:
-        return Outcome()
-    progress = Progress(len(p.todo), RescoreLine(job.label), enabled=not quiet, interval_s=progress_every_s)
-    ray = init_ray(address)
-    pool = ActorPool(ray, RescoreActor, (str(job.cache_dir), concurrency, str(job.root), holder), min(workers, len(p.todo)), max_in_flight)
-    progress.poll = pool.totals
-    work = RescoreWork(job)
-    work.outcome.interrupted = Dispatch(pool, work, p.todo, max_in_flight, progress).run() == INTERRUPTED
-    return work.outcome
+    outcome = Outcome()
+    if p.todo:
+        progress = Progress(len(p.todo), RescoreLine(job.label), enabled=not quiet, interval_s=progress_every_s)
+        ray = init_ray(address)
+        pool = ActorPool(ray, RescoreActor, (str(job.cache_dir), concurrency, str(job.root), holder),
+                         min(workers, len(p.todo)), max_in_flight)
+        progress.poll = pool.totals
+        log = LabelLog(job.scores_dir, job.label)
+        work = RescoreWork(job, p.done, log)
+        try:
+            work.outcome.interrupted = Dispatch(pool, work, p.todo, max_in_flight, progress).run() == INTERRUPTED
+        finally:
+            log.close()
+        outcome = work.outcome
+    # This pass's log and any a killed pass left, folded into the label's table (and an older directory's files).
+    compact(ScoreDirs(job.scores_dir), job.label)
+    return outcome
 
 
 def failure_reasons(outcome: Outcome) -> list[tuple[str, list[str]]]:

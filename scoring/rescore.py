@@ -1,13 +1,14 @@
-"""Re-scoring stored traces: the parts that need no cluster (finding runs, tasks, rows, parts, failure records).
+"""Re-scoring stored traces: the parts that need no cluster (finding runs, tasks, rows, failure records).
 
 ``madbench rescore`` (``madbench.runner.rescore_job``) fans the runs found here out over Ray runner actors; each actor
 grades a whole run with ``score_run`` through its gateway (cached, rate-limited). Both layouts of ``madbench.results`` are read: a batch's and single debates' (``madbench debate --out``).
 
 A run counts when its result file is committed with status ``ok`` and its trace's last attempt ended ``ok``;
-its CRIT tasks come from that attempt's ``crit`` events. Under ``<results>/scores/`` (``madbench.results.ScoreDirs``)
-each run has one part per label, written atomically, skipped when present, never overwritten; a run that could not
-be scored has a failure record instead (the next pass retries it, and drops the record); the label ``original``
-holds the debate's own scores, extracted from the trace (no model call).
+its CRIT tasks come from that attempt's ``crit`` events. Under ``<results>/scores/<label>/``
+(``madbench.results.scorelog``) each run graded has its rows in the label's row log, then its table, skipped when
+present, never overwritten; a run that could not be scored has a failure record instead (the next pass retries it,
+and its rows supersede the record); the label ``original`` holds the debate's own scores, extracted from the trace
+(no model call).
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from madbench.debate.events import Crit, MemoShown, RunEnd, RunStart, last_attem
 from madbench.debate.grading import PILLARS, CritScore
 from madbench.debate.validation import parse_json
 from madbench.gateway import Gateway, GatewayFailure, ModelSpec, Totals
-from madbench.results import ScoreDirs, read_history, read_result, read_scores, run_files, write_rows
+from madbench.results import ScoreDirs, read_history, read_result, read_scores, run_files
 from madbench.results.layout import AGREEMENT, AUDIT_AGREEMENT, ORIGINAL, run_id_of
+from madbench.results.scorelog import LabelLog, compact, index, labels
 from madbench.scoring.agreement import audit_agreement, label_agreement
 from madbench.scoring.audit import audit_turn
 from madbench.scoring.crit import CritAnswer
@@ -121,20 +123,21 @@ def score_row(run: StoredRun, score: CritScore, task: CritTask, label: str) -> d
     return row
 
 
-def write_part(out: Path, rows: list[dict[str, Any]]) -> None:
-    write_rows(out, rows, "scores")
-
-
 def extract_original(runs: list[StoredRun], scores_dir: Path) -> int:
-    written = 0
-    for run in runs:
-        part = ScoreDirs(scores_dir).part(ORIGINAL, run.run_id)
-        if part.exists() or not run.crit_events:
-            continue
-        rows = [score_row(run, e.score, task_of(run, e), ORIGINAL) for e in run.crit_events]
-        write_part(part, rows)
-        written += 1
-    return written
+    """The debate's own scores of each run not yet under ``scores/original/``, logged and compacted into its table:
+    how many runs were added. The lines are not synced one by one: folded at once into the table (which is), they are
+    extracted again from the traces if the machine goes down before."""
+    dirs = ScoreDirs(scores_dir)
+    done = index(dirs, ORIGINAL).graded
+    todo = [run for run in runs if run.run_id not in done and run.crit_events]
+    log = LabelLog(scores_dir, ORIGINAL, sync=False)
+    try:
+        for run in todo:
+            log.graded(run.run_id, 1, [score_row(run, e.score, task_of(run, e), ORIGINAL) for e in run.crit_events])
+    finally:
+        log.close()
+    compact(dirs, ORIGINAL)
+    return len(todo)
 
 
 @dataclass
@@ -195,12 +198,12 @@ async def score_run(run: StoredRun, label: str, spec: ModelSpec, rubric: Rubric,
     return out
 
 
-def write_failure(scores_dir: Path, label: str, run: StoredRun, result: RunScores, scorer: str, rubric: str) -> Path:
-    body = {"run_id": run.run_id, "scenario_id": run.scenario_id, "config": run.config_name, "label": label,
+def failure_record(label: str, run: StoredRun, result: RunScores, scorer: str, rubric: str) -> dict[str, Any]:
+    """Why ``run`` could not be graded: its line in the label's log, then in ``failed.jsonl``."""
+    return {"run_id": run.run_id, "scenario_id": run.scenario_id, "config": run.config_name, "label": label,
             "scorer": scorer, "rubric": rubric, "reason": result.reason, "turns": len(run.crit_events),
             "failed_turns": result.errors, "totals": result.totals, "trace": str(run.trace),
             "failed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    return atomic_write_text(ScoreDirs(scores_dir).failure(label, run.run_id), json.dumps(body, indent=1))
 
 
 def write_scorer(scores_dir: Path, label: str, spec: ModelSpec, rubric: Rubric) -> Path:
@@ -219,16 +222,10 @@ def read_scorer(scores_dir: Path, label: str) -> tuple[ModelSpec, Rubric] | None
     return ModelSpec.model_validate(body["spec"]), Rubric.model_validate(body["rubric"])
 
 
-def clear_failure(scores_dir: Path, label: str, run_id: str) -> None:
-    ScoreDirs(scores_dir).failure(label, run_id).unlink(missing_ok=True)
-
-
-
-
 def agreement_tables(scores_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per pillar and ρ, the agreement of every pair of labels under ``scores_dir`` (``original`` first), and each
     label's agreement with the deterministic audit; both written beside the labels as Parquet (rebuilt each pass)."""
-    found = ScoreDirs(scores_dir).labels()
+    found = labels(scores_dir)
     frames = {label: read_scores(scores_dir, label) for label in found}
     pairs = [(a, b) for i, a in enumerate(found) for b in found[i + 1:]]
     pillars = label_agreement(frames, pairs, [*PILLARS, "rho"])

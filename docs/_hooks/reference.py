@@ -289,7 +289,7 @@ def page_tables() -> str:
            f"Generated from the declared Parquet schemas (`madbench/results/table_schemas.py`) at build time. Results "
            f"format {FORMAT_VERSION}; a column added after format 1 says in which format it came, and a file of an older "
            "format reads it as null. Each table is `<table>.parquet` in the batch's results directory (re-scoring "
-           "passes under `scores/<label>/`).", ""]
+           "passes: `scores/<label>/scores.parquet`).", ""]
     for table, spec in SPECS.items():
         out += [f"## `{table}.parquet`", ""]
         if spec.open_prefix:

@@ -9,7 +9,10 @@ A batch (``madbench run``):
     <root>/parts/rows-<writer>.jsonl     each writer's log of its committed runs' table rows (``rowlog``), until compacted
     <root>/{runs,rounds,calls}.parquet   the tables: the logs merged in at each compaction
     <root>/parts/{runs,rounds,calls}/<run>.parquet   results format 4 and older: a Parquet part per run and table
-    <root>/scores/<label>/<run>.parquet  re-scoring, one part per run; failures under <label>/failed/<run>.json
+    <root>/scores/<label>/               a re-scoring label (``scorelog``): rows-<writer>.jsonl, each writer's log of the
+                                         runs it graded or could not, until compacted; scores.parquet, the label's table;
+                                         failed.jsonl, why each run not graded failed; scorer.json. Results format 6 and
+                                         older: <run>.parquet per run and failed/<run>.json
     <root>/budget.json, <root>/.lock     the batch's spend; the lock its one writer holds
     <root>/budget-settled.jsonl          what each paid call billed, appended by the actor that made it (read after a crash)
     <root>/leakage_audit/                a batch's leakage audit (``leakage_audit:``): residue, identify, audit.json
@@ -28,6 +31,8 @@ TABLES = ("runs", "rounds", "calls")
 SCORES = "scores"
 ORIGINAL = "original"  # the label of the debate's own scores, extracted from its traces
 FAILED = "failed"
+#: A label's table and its failure records (``madbench.results.scorelog``).
+SCORE_TABLE, FAILED_LOG = "scores.parquet", "failed.jsonl"
 SCORER = "scorer.json"
 AGREEMENT = "agreement.parquet"
 AUDIT_AGREEMENT = "audit_agreement.parquet"
@@ -149,7 +154,8 @@ class BatchDirs:
 
 
 class ScoreDirs:
-    """Re-scoring's tables under a ``scores/`` directory: one part per run and label, and why a run failed."""
+    """Re-scoring's files under a ``scores/`` directory (``madbench.results.scorelog``): per label, its row logs, its
+    table, its failure records and its scorer."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -157,24 +163,29 @@ class ScoreDirs:
     def label(self, label: str) -> Path:
         return inside(self.root, label, self.root, "score label")
 
-    def part(self, label: str, run_id: str) -> Path:
-        return inside(self.label(label), run_id, self.root, "run id", ".parquet")
+    def table(self, label: str) -> Path:
+        """The label's table: every graded run's rows, folded in from the logs."""
+        return self.label(label) / SCORE_TABLE
+
+    def failed_log(self, label: str) -> Path:
+        """The label's runs not graded: one failure record a line."""
+        return self.label(label) / FAILED_LOG
 
     def scorer(self, label: str) -> Path:
         """The scorer's model spec and rubric a label was graded with (what `madbench replay` grades it again with)."""
         return self.label(label) / SCORER
 
+    def part(self, label: str, run_id: str) -> Path:
+        """Results format 6 and older: a run's part of the label."""
+        return inside(self.label(label), run_id, self.root, "run id", ".parquet")
+
     def failure(self, label: str, run_id: str) -> Path:
+        """Results format 6 and older: a run's failure record."""
         return inside(self.label(label) / FAILED, run_id, self.root, "run id", ".json")
 
     def failures(self, label: str) -> list[Path]:
+        """Results format 6 and older: the label's failure record files."""
         return sorted((self.label(label) / FAILED).glob("*.json"))
-
-    def labels(self) -> list[str]:
-        """The labels that hold at least one part, ``original`` first."""
-        found = sorted(p.name for p in self.root.iterdir() if p.is_dir() and any(p.glob("*.parquet"))) \
-            if self.root.is_dir() else []
-        return sorted(found, key=lambda name: name != ORIGINAL)
 
 
 def run_files(root: str | Path) -> list[tuple[Path, Path]]:

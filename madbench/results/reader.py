@@ -15,6 +15,7 @@ from madbench.results.checks import check_results_dir, check_unlinked_files
 from madbench.results.layout import TABLES, BatchDirs, ScoreDirs
 from madbench.results.records import Manifest, RunResult, read_manifest, read_result
 from madbench.results.rowlog import logs, snapshot
+from madbench.results.scorelog import labels, read_label
 from madbench.results.table_schemas import SPECS, concat, read_table
 from madbench.results.traces import read_history
 
@@ -75,7 +76,8 @@ class ResultsDir:
 
     @cached_property
     def scores(self) -> pd.DataFrame:
-        """Every ``scores/<label>/<run>.parquet`` part, with its ``label``; the declared empty frame when there is none."""
+        """Every re-scoring label's rows (``scores/<label>/``: its table and row logs), with its ``label``; the declared
+        empty frame when there is none."""
         return read_scores(self.dirs.scores)
 
     def result(self, run_id: str) -> RunResult | None:
@@ -103,12 +105,13 @@ class ResultsDir:
 
 
 def read_scores(scores_dir: str | Path, label: str | None = None) -> pd.DataFrame:
-    """The score parts of ``label`` (of every label when None) under ``scores_dir``, as one frame."""
+    """The rows of ``label`` (of every label holding rows when None) under ``scores_dir``, as one frame: each label's
+    table with its row logs not yet compacted merged in (``scorelog.read_label``), never a file per run (but in an
+    older directory, whose labels hold a part per run)."""
     dirs = ScoreDirs(scores_dir)
     parts = []
-    for name in [label] if label is not None else dirs.labels():
-        for path in sorted(dirs.label(name).glob("*.parquet")):
-            part = read_table(path, "scores")
-            parts.append(part.set_column(part.schema.get_field_index("label"), "label",
-                                         pa.array([name] * part.num_rows, pa.large_string())))
+    for name in [label] if label is not None else labels(scores_dir):
+        part = read_label(dirs, name)
+        parts.append(part.set_column(part.schema.get_field_index("label"), "label",
+                                     pa.array([name] * part.num_rows, pa.large_string())))
     return concat(parts, SPECS["scores"].name).to_pandas()

@@ -9,8 +9,11 @@ failed run retried and committed again replaces its rows.
 
 Compaction (``merge``) folds the logs into the tables, one Parquet file each, and removes the logs it folded: a
 batch's rows cost one file per table and one log per writer, never a file per run. A directory written before this
-format (results format 4 and older) holds a Parquet part per run and table under ``parts/<table>/``; those are the
+format (results format 5 and older) holds a Parquet part per run and table under ``parts/<table>/``; those are the
 base of its first compaction and removed once the tables hold them.
+
+The same log, in another folder and for another table, keeps `madbench rescore`'s score rows
+(``madbench.results.scorelog``): a line may then carry a run's ``failure`` record instead of rows.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ class Entry:
     run_id: str
     attempts: int
     tables: dict[str, list[dict[str, Any]]]
+    #: Why the run has no rows (a re-scoring's failure record: ``madbench.results.scorelog``); None for a run's rows.
+    failure: dict[str, Any] | None = None
 
 
 def _plain(value: Any) -> Any:
@@ -76,16 +81,22 @@ def writer_name() -> str:
 
 
 class RowLog:
-    """This writer's row log in a batch directory, created at its first line."""
+    """This writer's row log in a batch directory (its ``parts/``, or ``folder``), created at its first line.
+    ``sync``: each line synced before ``append`` returns (a writer whose lines are folded at once, and rebuilt from
+    what they were built from if the machine goes down before, syncs only the table they are folded into)."""
 
-    def __init__(self, dirs: BatchDirs, writer: str | None = None):
-        self.path = dirs.parts_dir / f"{LOG_PREFIX}{writer or writer_name()}{LOG_SUFFIX}"
+    def __init__(self, dirs: BatchDirs | Path, writer: str | None = None, sync: bool = True):
+        folder = dirs.parts_dir if isinstance(dirs, BatchDirs) else Path(dirs)
+        self.path = folder / f"{LOG_PREFIX}{writer or writer_name()}{LOG_SUFFIX}"
+        self.sync = sync
         self._fd: int | None = None
 
     def append(self, entry: Entry) -> None:
         tables = {t: [_sparse(row, t, self.path) for row in rows] for t, rows in entry.tables.items()}
-        line = json.dumps({"run_id": entry.run_id, "attempts": entry.attempts, "tables": tables},
-                          default=_plain, separators=(",", ":")).encode() + b"\n"
+        body: dict[str, Any] = {"run_id": entry.run_id, "attempts": entry.attempts, "tables": tables}
+        if entry.failure is not None:
+            body["failure"] = entry.failure
+        line = json.dumps(body, default=_plain, separators=(",", ":")).encode() + b"\n"
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
@@ -98,7 +109,8 @@ class RowLog:
         written = os.write(self._fd, line)
         if written != len(line):  # a regular file takes a whole write or raises (ENOSPC): never seen, never ignored
             raise OSError(f"{self.path}: wrote {written} of {len(line)} bytes of run {entry.run_id}'s rows")
-        os.fsync(self._fd)
+        if self.sync:
+            os.fsync(self._fd)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -108,13 +120,25 @@ class RowLog:
 
 def logs(dirs: BatchDirs) -> list[Path]:
     """Every row log of the batch, in name order."""
-    return sorted(dirs.parts_dir.glob(f"{LOG_PREFIX}*{LOG_SUFFIX}")) if dirs.parts_dir.is_dir() else []
+    return logs_in(dirs.parts_dir)
 
 
-def _entries(path: Path, start: int = 0) -> Iterator[tuple[int, Entry, int]]:
+def logs_in(folder: Path) -> list[Path]:
+    """Every row log in ``folder``, in name order."""
+    return sorted(folder.glob(f"{LOG_PREFIX}*{LOG_SUFFIX}")) if folder.is_dir() else []
+
+
+#: What to do about a damaged log of a batch's table rows.
+REBUILD_ROWS = ("delete the log and run the batch's `madbench run` command again: it rebuilds the rows of every "
+                "committed run from its trace")
+
+
+def _entries(path: Path, start: int = 0, tables: tuple[str, ...] = TABLES,
+             fix: str = REBUILD_ROWS) -> Iterator[tuple[int, Entry, int]]:
     """(line number from ``start``, entry, offset after its line) of each whole line of the log at ``path`` from byte
-    ``start``, read a line at a time. A last line without its newline is a write a crash tore (not read); any other
-    line that is not an entry is damage. A log a compaction folded and removed meanwhile has no line."""
+    ``start``, read a line at a time: each run's rows of ``tables``. A last line without its newline is a write a crash
+    tore (not read); any other line that is not an entry is damage (an InputError saying ``fix``). A log a compaction
+    folded and removed meanwhile has no line."""
     try:
         fh = open(path, "rb")  # noqa: SIM115 (closed by the ``with`` below; a missing log is not an error)
     except FileNotFoundError:
@@ -128,20 +152,23 @@ def _entries(path: Path, start: int = 0) -> Iterator[tuple[int, Entry, int]]:
             offset += len(raw)
             try:
                 d = json.loads(raw)
+                failure = d.get("failure")
+                if failure is not None and not isinstance(failure, dict):
+                    raise TypeError(f"its failure is {type(failure).__name__}, not a record")
                 entry = Entry(str(d["run_id"]), int(d["attempts"]),
-                              {t: [_dense(row, t) for row in d["tables"][t]] for t in TABLES})
+                              {t: [_dense(row, t) for row in d["tables"][t]] for t in tables}, failure)
             except (ValueError, KeyError, TypeError) as exc:
                 raise InputError(path, f"line {n} after byte {start} is not a run's rows ({type(exc).__name__}: {exc})",
-                                 "delete the log and run the batch's `madbench run` command again: it rebuilds the "
-                                 "rows of every committed run from its trace") from None
+                                 fix) from None
             yield n, entry, offset
 
 
-def read_log(path: Path, start: int = 0) -> tuple[list[Entry], int]:
-    """The entries of the whole lines of the log at ``path`` from byte ``start`` (``_entries``), and the offset after
-    the last of them."""
+def read_log(path: Path, start: int = 0, tables: tuple[str, ...] = TABLES,
+             fix: str = REBUILD_ROWS) -> tuple[list[Entry], int]:
+    """The entries of the whole lines of the log at ``path`` from byte ``start`` (``_entries``: each run's rows of
+    ``tables``; ``fix``, what a damaged line's error says to do), and the offset after the last of them."""
     entries, end = [], start
-    for _, entry, after in _entries(path, start):
+    for _, entry, after in _entries(path, start, tables, fix):
         entries.append(entry)
         end = after
     return entries, end
@@ -206,13 +233,15 @@ class Logged:
     paths: list[Path] = field(default_factory=list)
 
 
-def _chosen(paths: list[Path]) -> dict[int, set[int]]:
-    """Log index → the numbers of its lines that hold a run's rows: each run's line with the most attempts."""
+def _chosen(paths: list[Path], tables: tuple[str, ...], fix: str) -> dict[int, set[int]]:
+    """Log index → the numbers of its lines that hold a run's rows: each run's line with the most attempts (of two
+    with as many, the later: the same trace's rows); a line holding a ``failure`` record holds no rows, and is
+    passed over."""
     chosen: dict[str, tuple[int, int, int]] = {}  # run id → (attempts, log, line number)
     for i, path in enumerate(paths):
-        for n, entry, _ in _entries(path):
+        for n, entry, _ in _entries(path, 0, tables, fix):
             held = chosen.get(entry.run_id)
-            if held is None or entry.attempts >= held[0]:
+            if entry.failure is None and (held is None or entry.attempts >= held[0]):
                 chosen[entry.run_id] = (entry.attempts, i, n)
     wanted: dict[int, set[int]] = {}
     for _, i, n in chosen.values():
@@ -220,28 +249,29 @@ def _chosen(paths: list[Path]) -> dict[int, set[int]]:
     return wanted
 
 
-def _chosen_entries(paths: list[Path], wanted: dict[int, set[int]]) -> Iterator[tuple[Path, int, Entry]]:
+def _chosen_entries(paths: list[Path], wanted: dict[int, set[int]], tables: tuple[str, ...],
+                    fix: str) -> Iterator[tuple[Path, int, Entry]]:
     """(log, line number, entry) of each line ``_chosen`` chose, in log order."""
     for i, path in enumerate(paths):
         lines = wanted.get(i, set())
-        for n, entry, _ in _entries(path) if lines else ():
+        for n, entry, _ in _entries(path, 0, tables, fix) if lines else ():
             if n in lines:
                 yield path, n, entry
 
 
-def fold(paths: list[Path], where: str | Path) -> Logged:
-    """The rows of ``paths``' lines, each run's from its line with the most attempts (of two with as many, the later:
-    the same trace's rows), read in two passes so that memory holds a small index of every run and the Arrow tables,
-    never every line's rows as Python objects: the first pass finds each run's line, the second converts those lines
-    ``FOLD_CHUNK`` runs at a time. A run whose line is gone by the second pass (its log folded and removed by a
-    compaction meanwhile) is not among ``run_ids``: the tables hold its rows by then."""
-    wanted = _chosen(paths)
-    parts: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
+def fold(paths: list[Path], where: str | Path, tables: tuple[str, ...] = TABLES, fix: str = REBUILD_ROWS) -> Logged:
+    """The rows of ``tables`` of ``paths``' lines, each run's from its line with the most attempts (``_chosen``),
+    read in two passes so that memory holds a small index of every run and the Arrow tables, never every line's rows
+    as Python objects: the first pass finds each run's line, the second converts those lines ``FOLD_CHUNK`` runs at a
+    time. A run whose line is gone by the second pass (its log folded and removed by a compaction meanwhile) is not
+    among ``run_ids``: the tables hold its rows by then."""
+    wanted = _chosen(paths, tables, fix)
+    parts: dict[str, list[pa.Table]] = {t: [] for t in tables}
     read: list[str] = []
     batch: list[tuple[Path, int, Entry]] = []
 
     def convert() -> None:
-        for t in TABLES:
+        for t in tables:
             rows = [row for _, _, e in batch for row in e.tables[t]]
             if not rows:
                 continue
@@ -257,20 +287,20 @@ def fold(paths: list[Path], where: str | Path) -> Logged:
         read.extend(e.run_id for _, _, e in batch)
         batch.clear()
 
-    for line in _chosen_entries(paths, wanted):
+    for line in _chosen_entries(paths, wanted, tables, fix):
         batch.append(line)
         if len(batch) >= FOLD_CHUNK:
             convert()
     convert()
     # An open column (a metric's ``x_…``) is typed by its values chunk by chunk: all None in one, numbers in another,
     # integers in one and fractions in another (a double, as one chunk of both gives).
-    tables = {}
+    folded = {}
     for t, p in parts.items():
         try:
-            tables[t] = pa.concat_tables(p, promote_options="permissive") if p else concat([], t)
+            folded[t] = pa.concat_tables(p, promote_options="permissive") if p else concat([], t)
         except (pa.ArrowTypeError, pa.ArrowInvalid):
             raise _mixed(paths, t, _open_types(p)) from None
-    return Logged(pa.array(sorted(read), pa.large_string()), tables, paths)
+    return Logged(pa.array(sorted(read), pa.large_string()), folded, paths)
 
 
 def _kind(value: Any) -> str | None:
@@ -315,7 +345,8 @@ def _mixed(paths: list[Path], table: str, types: dict[str, set[pa.DataType]], he
     fix = ("a column holds one kind of value in every run: make the code that gives {name} give it one kind (None "
            "where a run has none), delete the results of the runs it gave the other and run the batch's `madbench "
            "run` again")
-    for path, n, entry in _chosen_entries(paths, _chosen(paths)):
+    only = (table,)  # the lines read again for this table alone
+    for path, n, entry in _chosen_entries(paths, _chosen(paths, only, REBUILD_ROWS), only, REBUILD_ROWS):
         for row in entry.tables[table]:
             for name in mixed:
                 kind = _kind(row.get(name))

@@ -27,6 +27,12 @@ Versions:
    the manifest is a snapshot and a journal of the runs changed since (``manifest-journal.jsonl``). A version-5 or
    older directory's parts are read as the rows of its runs, and its first compaction folds them into the tables and
    removes them; its plain traces are read as they are.
+7. `madbench rescore`'s rows kept in each writer's row log of the label (``scores/<label>/rows-<writer>.jsonl``,
+   ``madbench.results.scorelog``) until a compaction folds them into the label's table (``scores/<label>/scores.parquet``)
+   and its failure records into ``scores/<label>/failed.jsonl``, not a Parquet part and a failure record per run
+   (``scores/<label>/<run>.parquet``, ``scores/<label>/failed/<run>.json``); the scores' columns are unchanged. A
+   version-6 or older label's files are read as its runs' rows and failures, and its next rescore folds them in and
+   removes them.
 """
 
 from __future__ import annotations
@@ -35,9 +41,9 @@ from pathlib import Path
 
 from madbench.data.errors import InputError
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 #: The versions this code reads: each is the current one or is taught here (see the version list above).
-READABLE = (1, 2, 3, 4, 5, 6)
+READABLE = (1, 2, 3, 4, 5, 6, 7)
 
 
 def check_version(version: object, where: str | Path, what: str) -> None:

@@ -12,7 +12,7 @@ from madbench.data.markdown import markdown_table
 from madbench.data.names import check_name
 from madbench.gateway import ModelSpec, resolve_cache_dir
 from madbench.gateway.providers.base import SendOnly
-from madbench.results import BatchDirs, check_results_dir, read_manifest, read_scores
+from madbench.results import BatchDirs, ScoreDirs, check_results_dir, read_manifest, read_scores
 from madbench.results.layout import AGREEMENT, AUDIT_AGREEMENT, FAILED, ORIGINAL
 from madbench.runner.batch import MAX_IN_FLIGHT, MAX_WORKERS
 from madbench.runner.cli.commands import command_parser
@@ -120,9 +120,9 @@ def print_summary(job: Job, p: Plan, o: Outcome) -> None:
               f"{int(t['failed'])} failed); cost {cost}; cache {job.cache_dir}")
     else:
         print(f"scorer calls: {int(t['calls'])} answered by the rule-based scorer (non-LLM: no provider, no cache, no cost)")
-    print(f"parts in {job.scores_dir / job.label}")
+    print(f"table {ScoreDirs(job.scores_dir).table(job.label)}")
     if o.failed:
-        print(f"\nfailed runs: {len(o.failed)} (records in {job.scores_dir / job.label / FAILED}/; "
+        print(f"\nfailed runs: {len(o.failed)} (records in {ScoreDirs(job.scores_dir).failed_log(job.label)}, one a line; "
               "run the same command again to retry them)")
         for reason, runs in failure_reasons(o):
             shown = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")

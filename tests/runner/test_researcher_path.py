@@ -138,17 +138,18 @@ def _walk(tmp_path: Path, pack: Path, server: SimProvider, capsys, monkeypatch) 
         assert row.prompt_tokens == sums.loc[row.run_id, "prompt_tokens"] > 0
         assert row.completion_tokens == sums.loc[row.run_id, "completion_tokens"] > 0
 
-    # 5. Re-scoring the batch with the server's model: a part for every run; a second pass is served from the cache.
+    # 5. Re-scoring the batch with the server's model: every run in the label's table; a second pass is served from the cache.
     rescore = ["rescore", str(results), "--scorer", "openai/madbench-sim", "--api-base", server.url,
                "--api-key-env", KEY, "--send-context", "--label", "sim", "--quiet"]
     before = server.stats.requests
     code, _, err = madbench(capsys, *rescore)
     assert code == 0, err[-3000:]
-    assert len(list((results / "scores" / "sim").glob("*.parquet"))) == RUNS and server.stats.requests > before
+    assert pd.read_parquet(results / "scores" / "sim" / "scores.parquet").run_id.nunique() == RUNS
+    assert server.stats.requests > before
     sent = server.stats.requests
     code, _, err = madbench(capsys, *rescore[:-3], "--label", "sim-again", "--quiet")
     assert code == 0, err[-3000:]
-    assert len(list((results / "scores" / "sim-again").glob("*.parquet"))) == RUNS
+    assert pd.read_parquet(results / "scores" / "sim-again" / "scores.parquet").run_id.nunique() == RUNS
     assert server.stats.requests == sent  # every CRIT request was answered from the cache
 
     # 6. Statistics and the report finish on the batch.

@@ -13,13 +13,13 @@ from madbench.data.market.pack import load_pack
 from madbench.data.scenario import Scenario
 from madbench.debate.config_file import load_debate_config
 from madbench.gateway import ModelRouting, ModelSpec, ResponseCache
-from madbench.results import ScoreDirs
+from madbench.results import ScoreDirs, scorelog
 from madbench.runner.cli import main
 from madbench.runner.pipeline import run_debate
 from madbench.runner.wiring import build_gateway
 from madbench.scoring import rescore as rs
 from madbench.scoring.agreement import pillar_agreement
-from madbench.scoring.rescore import find_runs, read_scores, score_run, write_part
+from madbench.scoring.rescore import find_runs, read_scores, score_run
 from madbench.scoring.rubric import load_rubric
 from madbench.sim.provider import SimProvider
 from tests.debate.test_engine import CONFIGS
@@ -94,11 +94,13 @@ def test_score_run_twice_second_from_cache_and_a_failing_turn_fails_the_run(fini
     assert failed.reason.startswith("GatewayFailure: openai/sim-scorer: answer still invalid after 2 feedback retries")
     assert failed.totals["failed"] == 1 and failed.totals["cached"] == 0
     scores = finished / "scores"
-    rs.write_failure(scores, "sim", other, failed, "openai/sim-scorer", "uniform")
-    [record] = [json.loads(p.read_text()) for p in ScoreDirs(scores).failures("sim")]
+    log = scorelog.LabelLog(scores, "sim")
+    log.failed(other.run_id, 1, rs.failure_record("sim", other, failed, "openai/sim-scorer", "uniform"))
+    log.graded(run.run_id, 1, first.rows)
+    log.close()
+    [record] = scorelog.failures(ScoreDirs(scores), "sim").values()
     assert record["run_id"] == other.run_id and record["failed_turns"][0]["agent_id"] == other.crit_events[2].agent
-    write_part(scores / "sim" / f"{run.run_id}.parquet", first.rows)
-    assert len(read_scores(scores, "sim")) == 6  # the failure record is not a part
+    assert len(read_scores(scores, "sim")) == 6  # the failure record holds no rows
 
 
 def test_agreement_tables_say_why_a_statistic_is_undefined(finished):
@@ -107,7 +109,10 @@ def test_agreement_tables_say_why_a_statistic_is_undefined(finished):
     assert rs.extract_original(runs, scores) == 2 and rs.extract_original(runs, scores) == 0  # never rewritten
     original = read_scores(scores, "original")
     copy = original.assign(label="copy")
-    write_part(scores / "copy" / "all.parquet", copy.to_dict("records"))
+    log = scorelog.LabelLog(scores, "copy")
+    for run_id, rows in copy.groupby("run_id"):
+        log.graded(str(run_id), 1, rows.to_dict("records"))
+    log.close()
     pillars, audit = rs.agreement_tables(scores)
     assert set(pillars.label_a) == {"original"} and set(pillars.label_b) == {"copy"}
     assert (scores / "agreement.parquet").exists() and (scores / "audit_agreement.parquet").exists()
@@ -146,4 +151,4 @@ def test_rescore_cli_on_debate_directories_prints_agreement(finished, tmp_path, 
     out = capsys.readouterr().out
     assert "agreement per pillar: original (rules/crit, non-LLM)" in out and "| logical_validity |" in out
     assert "scorer counts vs deterministic audit" in out and "scored 2 (12 turns)" in out
-    assert len(list((finished / "scores" / "rules_crit.role-aware").glob("*.parquet"))) == 2
+    assert pd.read_parquet(finished / "scores" / "rules_crit.role-aware" / "scores.parquet").run_id.nunique() == 2
