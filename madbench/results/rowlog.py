@@ -205,12 +205,17 @@ def legacy_parts(dirs: BatchDirs, table: str) -> list[Path]:
 
 
 def base_table(dirs: BatchDirs, table: str) -> pa.Table:
-    """The rows the tables held before the logs: an older directory's per-run parts, else the compacted table."""
-    parts = legacy_parts(dirs, table)
-    if parts:
-        return concat([read_table(p, table) for p in parts], table)
+    """The rows the tables held before the logs: the compacted table's, with an older directory's per-run parts in
+    place of their runs' rows. Both: a compaction killed while it removed the parts it had folded leaves the table
+    holding the removed ones' rows and the parts left holding theirs."""
     path = dirs.table(table)
-    return read_table(path, table) if path.exists() else concat([], table)
+    held = read_table(path, table) if path.exists() else concat([], table)
+    parts = legacy_parts(dirs, table)
+    if not parts:
+        return held
+    loose = concat([read_table(p, table) for p in parts], table)
+    held = held.filter(pc.invert(pc.is_in(held.column("run_id"), loose.column("run_id").unique())))
+    return concat([held, loose], table)
 
 
 def is_ledger(table: pa.Table) -> pa.Array:

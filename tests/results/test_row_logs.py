@@ -169,3 +169,19 @@ def test_a_row_the_tables_refuse_is_named_by_its_log_and_line(tmp_path):
     with pytest.raises(InputError, match=r"rows-w1.jsonl: line 2: runs column replicate: Could not convert 'two'"):
         compact(dirs)
     assert logs(dirs) == [log.path] and not dirs.table("runs").exists()
+
+
+def test_a_compaction_killed_while_removing_an_older_directorys_parts_loses_no_run(tmp_path):
+    from madbench.results.rowlog import base_table
+    from madbench.results.table_schemas import to_table, write_table
+
+    dirs = BatchDirs(tmp_path)
+    commit(dirs, "a", "b")
+    rows = {r: entry(r).tables for r in ("a", "b")}
+    for t in ("runs", "rounds", "calls"):  # the compaction wrote the tables, then was killed after removing a's parts
+        write_table(dirs.table(t), to_table([row for r in ("a", "b") for row in rows[r][t]], t, tmp_path))
+        dirs.parts(t).mkdir(parents=True)
+        write_table(dirs.parts(t) / "b.parquet", to_table(rows["b"][t], t, tmp_path))
+    assert sorted(base_table(dirs, "runs").column("run_id").to_pylist()) == ["a", "b"]
+    assert compact(dirs)["runs"] == 2 and not dirs.parts("runs").exists()
+    assert pq.read_table(dirs.table("runs")).column("run_id").to_pylist() == ["a", "b"]
