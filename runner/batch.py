@@ -38,7 +38,7 @@ from madbench.gateway.routing_profiles import Deployment, load_routing_profile, 
 from madbench.results import BatchDirs, ResultsDir
 from madbench.runner.leakage_reference import reference_arms
 from madbench.runner.pairs import check_pairs
-from madbench.runner.pipeline import config_identity, run_id_for
+from madbench.runner.pipeline import config_identity, run_ids_for
 from madbench.runner.provider_batches import ProviderBatchOptions
 from madbench.runner.sequential import SequentialSpec
 from madbench.runner.sweep import SweepSpec
@@ -47,13 +47,13 @@ from madbench.scoring.scorers import scorer_for
 #: The most runs one batch expands to (configs × grid cells × scenarios × replicates) unless `madbench run
 #: --max-runs N` allows more: checked arithmetically from the spec before anything is allocated.
 MAX_RUNS = 100_000
-#: The most runs any batch may have, ``--max-runs`` or not. The driver builds every run before the first starts and
-#: keeps it in memory (about 0.8 KB a run), and writes the manifest whole at the start and end of an invocation (its
-#: changes between are journaled: madbench.results.records.ManifestJournal). Measured on 2 cores under load, expanding
-#: 20,000 runs took 1.9 s (95 µs a run: the run id hashes the scenario and the config's identity, computed once per
-#: config) and a manifest of them 0.15 s. At a million runs that is 0.8 GB and minutes before the first call; ten
-#: million would not fit in a laptop's memory. A larger study is several batches (each its own results directory,
-#: sharing one cache).
+#: The most runs any batch may have, ``--max-runs`` or not. The driver builds every run before the first starts (a
+#: ``RunSpec`` of about 0.2 KB and a manifest entry of about 1.1 KB a run) and writes the manifest whole at the start
+#: and end of an invocation (its changes between are journaled: madbench.results.records.ManifestJournal). Expanding
+#: 100,000 runs took 0.32 s on 2 loaded cores (3 µs a run: each scenario is serialized once per config and each run
+#: costs one hash, ``run_ids_for``) and a manifest of 20,000 runs 0.15 s. At a million runs that is 1.3 GB and seconds
+#: before the first call; ten million would not fit in a laptop's memory. A larger study is several batches (each its
+#: own results directory, sharing one cache).
 MAX_RUNS_CEILING = 1_000_000
 #: The most runner actors a batch may ask for: each holds about 250 MB (litellm imported), so 256 are 64 GB, more
 #: than a large node; a bigger cluster runs more batches side by side.
@@ -525,8 +525,9 @@ def expand(spec: BatchSpec, scenarios: list[Scenario], configs: list[DebateConfi
     for config in configs:
         identity = config_identity(config)
         for scenario in scenarios:
-            for k in spec.sample_indices:
-                run = RunSpec(run_id_for(scenario, config, k, identity), scenario, config, k)
+            for k, run_id in zip(spec.sample_indices, run_ids_for(scenario, config, spec.sample_indices, identity),
+                                 strict=True):
+                run = RunSpec(run_id, scenario, config, k)
                 first = seen.setdefault(run.run_id, run)
                 if first is not run:
                     raise InputError(where, f"two runs of the batch are one run (id {run.run_id}): {_source(first)} "

@@ -519,7 +519,7 @@ def _recover_committed(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout
     a compaction: runs.parquet then holds the rows of every committed run that has them, with the status and error of
     its commit point, which is read only for a run without rows."""
     previous = {m.run_id: m for m in read_manifest(layout.root).runs} if layout.manifest.exists() else {}
-    committed = {p.stem for p in layout.result_files()}
+    committed = set(layout.committed_ids())
     rows = _committed_rows(layout)
     rebuilt = 0
     for r in runs:

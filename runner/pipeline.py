@@ -79,12 +79,38 @@ def config_identity(config: DebateConfig) -> dict[str, Any]:
 def run_id_for(scenario: Scenario, config: DebateConfig, sample_index: int, identity: dict[str, Any] | None = None) -> str:
     """The run's content hash: the scenario as the debate sees it (its id included, so that two scenarios of the same
     content under two ids are two runs; the config's constraint overrides applied), the config (``config_identity``,
-    or ``identity`` when it is at hand) and the replicate."""
-    seen = scenario.model_copy(update={"constraints": config.effective_constraints(scenario.constraints,
-                                                                                   "config.constraints")})
-    payload = {"scenario": seen.model_dump(mode="json"), "sample_index": sample_index,
+    or ``identity`` when it is at hand) and the replicate: the SHA-256 of that payload's sorted-key JSON, its first
+    16 hex digits."""
+    payload = {"scenario": _seen(scenario, config).model_dump(mode="json"), "sample_index": sample_index,
                **(identity or config_identity(config))}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _seen(scenario: Scenario, config: DebateConfig) -> Scenario:
+    """The scenario as the config's debate sees it: its constraint overrides applied."""
+    return scenario.model_copy(update={"constraints": config.effective_constraints(scenario.constraints,
+                                                                                   "config.constraints")})
+
+
+def run_ids_for(scenario: Scenario, config: DebateConfig, sample_indices: list[int],
+                identity: dict[str, Any] | None = None) -> list[str]:
+    """``run_id_for`` of each of ``sample_indices``, the scenario and config serialized once: the payload's JSON is
+    ``{"config": …, "prompts": …, "sample_index": k, "scenario": …}`` (its keys sorted), so the digest of everything
+    before ``k`` is computed once and copied, and only ``k`` and the scenario's text are hashed per replicate. A
+    batch's expansion then costs a hash per run, not a serialization (tests check it against ``run_id_for``)."""
+    identity = identity or config_identity(config)
+    if sorted(identity) != ["config", "prompts"]:
+        raise ValueError(f"a config identity has the keys config and prompts, not {sorted(identity)}")
+    head = hashlib.sha256(("{" + ", ".join(f"{json.dumps(k)}: {json.dumps(identity[k], sort_keys=True)}"
+                                             for k in ("config", "prompts")) + ', "sample_index": ').encode())
+    tail = (', "scenario": ' + json.dumps(_seen(scenario, config).model_dump(mode="json"), sort_keys=True) + "}").encode()
+    ids = []
+    for k in sample_indices:
+        digest = head.copy()
+        digest.update(json.dumps(k).encode())
+        digest.update(tail)
+        ids.append(digest.hexdigest()[:16])
+    return ids
 
 
 def check_run_id(run_id: str, scenario: Scenario, config: DebateConfig, sample_index: int) -> str:

@@ -38,7 +38,7 @@ from madbench.debate.trace import compress_trace, stored_trace
 from madbench.eval.dynamics import ROUND_COLUMNS, position, round_dynamics, run_dynamics
 from madbench.gateway.accounting import NOT_RETRIES
 from madbench.results import TABLES, BatchDirs, RunResult, read_history, read_result, read_table
-from madbench.results.rowlog import Entry, RowLog, base_table, is_ledger, latest, legacy_parts, logs, merge, read_log
+from madbench.results.rowlog import Entry, RowLog, base_table, fold, is_ledger, legacy_parts, logs, merge
 from madbench.results.table_schemas import BASELINE_METRICS, BASELINES, CALLS, METRICS, concat, to_table, write_table
 from madbench.runner.budget import PROBE_CALLS, UntracedCall, read_budget, read_settlements
 from madbench.runner.cutoffs import run_post_cutoff
@@ -320,11 +320,11 @@ def compact(layout: BatchDirs) -> dict[str, int]:
     per-run parts). Incremental: each table is read once, its runs' rows replaced by their logged ones; with no log to
     fold and the ledger's rows unchanged, nothing is written."""
     folded = logs(layout)
-    entries = latest(e for p in folded for e in read_log(p)[0])
+    logged = fold(folded, layout.parts_dir)
     legacy = {name: legacy_parts(layout, name) for name in TABLES}
     ledger = to_table(ledger_calls(layout), "calls", layout.table("calls"))
-    committed = pa.array(sorted(p.stem for p in layout.result_files()), pa.large_string())
-    if not entries and not any(legacy.values()) and all(layout.table(n).exists() for n in TABLES):
+    committed = pa.array(layout.committed_ids(), pa.large_string())
+    if not len(logged.run_ids) and not any(legacy.values()) and all(layout.table(n).exists() for n in TABLES):
         calls = read_table(layout.table("calls"), "calls")
         held = pq.read_table(layout.table("runs"), columns=["run_id"]).column("run_id")
         if (concat([calls.filter(is_ledger(calls))], "calls").equals(concat([ledger], "calls"))
@@ -332,7 +332,7 @@ def compact(layout: BatchDirs) -> dict[str, int]:
             return {name: pq.read_metadata(layout.table(name)).num_rows for name in TABLES}
     counts = {}
     for name in TABLES:
-        table = merge(base_table(layout, name), entries, name, layout.parts_dir)
+        table = merge(base_table(layout, name), logged, name)
         # Rows only of runs a commit point vouches for: a run whose result was deleted (to run it again) has none.
         table = table.filter(pc.is_in(table.column("run_id"), committed))
         if name == "calls":

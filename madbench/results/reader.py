@@ -85,7 +85,7 @@ class ResultsDir:
 
     def committed_ids(self) -> list[str]:
         """The runs a commit point (``runs/<id>.json``, written last) vouches for: the only runs a reader reports."""
-        return [p.stem for p in self.dirs.result_files()]
+        return self.dirs.committed_ids()
 
     def uncommitted(self, name: str) -> list[str]:
         """The run ids in table ``name`` that no commit point vouches for (rows of runs whose result is gone)."""

@@ -19,7 +19,7 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,27 +111,40 @@ def logs(dirs: BatchDirs) -> list[Path]:
     return sorted(dirs.parts_dir.glob(f"{LOG_PREFIX}*{LOG_SUFFIX}")) if dirs.parts_dir.is_dir() else []
 
 
-def read_log(path: Path, start: int = 0) -> tuple[list[Entry], int]:
-    """The whole lines of the log at ``path`` from byte ``start``, and the offset after the last of them. A last line
-    without its newline is a write a crash tore (not read); any other line that is not an entry is damage."""
+def _entries(path: Path, start: int = 0) -> Iterator[tuple[int, Entry, int]]:
+    """(line number from ``start``, entry, offset after its line) of each whole line of the log at ``path`` from byte
+    ``start``, read a line at a time. A last line without its newline is a write a crash tore (not read); any other
+    line that is not an entry is damage. A log a compaction folded and removed meanwhile has no line."""
     try:
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            data = fh.read()
+        fh = open(path, "rb")  # noqa: SIM115 (closed by the ``with`` below; a missing log is not an error)
     except FileNotFoundError:
-        return [], start  # folded into the tables and removed by a compaction meanwhile
-    end = data.rfind(b"\n") + 1
-    entries = []
-    for n, raw in enumerate(data[:end].splitlines(), 1):
-        try:
-            d = json.loads(raw)
-            entries.append(Entry(str(d["run_id"]), int(d["attempts"]),
-                                 {t: [_dense(row, t) for row in d["tables"][t]] for t in TABLES}))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InputError(path, f"line {n} after byte {start} is not a run's rows ({type(exc).__name__}: {exc})",
-                             "delete the log and run the batch's `madbench run` command again: it rebuilds the rows "
-                             "of every committed run from its trace") from None
-    return entries, start + end
+        return  # folded into the tables and removed by a compaction meanwhile
+    with fh:
+        fh.seek(start)
+        offset = start
+        for n, raw in enumerate(fh, 1):
+            if not raw.endswith(b"\n"):
+                return
+            offset += len(raw)
+            try:
+                d = json.loads(raw)
+                entry = Entry(str(d["run_id"]), int(d["attempts"]),
+                              {t: [_dense(row, t) for row in d["tables"][t]] for t in TABLES})
+            except (ValueError, KeyError, TypeError) as exc:
+                raise InputError(path, f"line {n} after byte {start} is not a run's rows ({type(exc).__name__}: {exc})",
+                                 "delete the log and run the batch's `madbench run` command again: it rebuilds the "
+                                 "rows of every committed run from its trace") from None
+            yield n, entry, offset
+
+
+def read_log(path: Path, start: int = 0) -> tuple[list[Entry], int]:
+    """The entries of the whole lines of the log at ``path`` from byte ``start`` (``_entries``), and the offset after
+    the last of them."""
+    entries, end = [], start
+    for _, entry, after in _entries(path, start):
+        entries.append(entry)
+        end = after
+    return entries, end
 
 
 @dataclass
@@ -178,15 +191,68 @@ def is_ledger(table: pa.Table) -> pa.Array:
     return pc.is_valid(table.column("call_id")) if "call_id" in table.column_names else pa.array([False] * table.num_rows)
 
 
-def merge(base: pa.Table, entries: dict[str, Entry], table: str, where: str | Path) -> pa.Table:
-    """``base``'s rows of the runs no entry holds, then every entry's rows, in run id order (a run's rows in the
-    order its trace gave them: the order a part per run gave)."""
+#: Runs whose logged rows become Arrow columns at once while logs are folded: what bounds a fold's Python objects (a
+#: run's rows as dicts take several times their Arrow size, and a 3-agent debate's line is about 23 KB of JSON).
+FOLD_CHUNK = 1_000
+
+
+@dataclass
+class Logged:
+    """What the row logs hold: each logged run's rows of its line with the most attempts, as tables."""
+
+    run_ids: pa.Array
+    tables: dict[str, pa.Table]
+
+
+def fold(paths: list[Path], where: str | Path) -> Logged:
+    """The rows of ``paths``' lines, each run's from its line with the most attempts (of two with as many, the later:
+    the same trace's rows), read in two passes so that memory holds a small index of every run and the Arrow tables,
+    never every line's rows as Python objects: the first pass finds each run's line, the second converts those lines
+    ``FOLD_CHUNK`` runs at a time. A run whose line is gone by the second pass (its log folded and removed by a
+    compaction meanwhile) is not among ``run_ids``: the tables hold its rows by then."""
+    chosen: dict[str, tuple[int, int, int]] = {}  # run id → (attempts, log, line number)
+    for i, path in enumerate(paths):
+        for n, entry, _ in _entries(path):
+            held = chosen.get(entry.run_id)
+            if held is None or entry.attempts >= held[0]:
+                chosen[entry.run_id] = (entry.attempts, i, n)
+    wanted: dict[int, set[int]] = {}
+    for _, i, n in chosen.values():
+        wanted.setdefault(i, set()).add(n)
+    del chosen
+    parts: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
+    read: list[str] = []
+    batch: list[Entry] = []
+
+    def convert() -> None:
+        for t in TABLES:
+            rows = [row for e in batch for row in e.tables[t]]
+            if rows:
+                parts[t].append(to_table(rows, t, where))
+        read.extend(e.run_id for e in batch)
+        batch.clear()
+
+    for i, path in enumerate(paths):
+        lines = wanted.get(i, set())
+        for n, entry, _ in _entries(path) if lines else ():
+            if n in lines:
+                batch.append(entry)
+                if len(batch) >= FOLD_CHUNK:
+                    convert()
+    convert()
+    # An open column (a metric's ``x_…``) is typed by its values chunk by chunk: all None in one, numbers in another.
+    tables = {t: pa.concat_tables(p, promote_options="permissive") if p else concat([], t) for t, p in parts.items()}
+    return Logged(pa.array(sorted(read), pa.large_string()), tables)
+
+
+def merge(base: pa.Table, logged: Logged, table: str) -> pa.Table:
+    """``base``'s rows of the runs not logged, then the logged rows, in run id order (a run's rows in the order its
+    trace gave them: the order a part per run gave)."""
     if table == "calls":
         base = base.filter(pc.invert(is_ledger(base)))
-    if entries:
-        base = base.filter(pc.invert(pc.is_in(base.column("run_id"), pa.array(sorted(entries), pa.large_string()))))
-    rows = [row for e in entries.values() for row in e.tables[table]]
-    merged = concat([base, to_table(rows, table, where)] if rows else [base], table)
+    if len(logged.run_ids):
+        base = base.filter(pc.invert(pc.is_in(base.column("run_id"), logged.run_ids)))
+    merged = concat([base, logged.tables[table]], table)
     if not merged.num_rows:
         return merged
     return merged.take(pc.array_sort_indices(merged.column("run_id")))  # stable: a run's rows keep their order
@@ -195,6 +261,6 @@ def merge(base: pa.Table, entries: dict[str, Entry], table: str, where: str | Pa
 def snapshot(dirs: BatchDirs, table: str, committed: set[str]) -> pa.Table:
     """``table`` as its committed runs stand, before compaction: the logs read first (a log a compaction removes
     meanwhile is in the table read after it), then the tables, filtered to ``committed``; no ledger rows."""
-    entries = latest(e for p in logs(dirs) for e in read_log(p)[0])
-    merged = merge(base_table(dirs, table), entries, table, dirs.parts_dir)
+    logged = fold(logs(dirs), dirs.parts_dir)
+    merged = merge(base_table(dirs, table), logged, table)
     return merged.filter(pc.is_in(merged.column("run_id"), pa.array(sorted(committed), pa.large_string())))

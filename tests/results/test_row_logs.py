@@ -92,3 +92,31 @@ def test_a_logged_row_leaves_out_its_empty_declared_columns_and_reads_back_whole
     assert read_log(log.path)[0] == [written]
     with pytest.raises(InputError, match="a runs row lacks the declared column"):
         log.append(Entry("b", 1, {"runs": [{"run_id": "b"}], "rounds": [], "calls": []}))
+
+
+def test_folding_a_few_runs_at_a_time_gives_the_tables_folding_them_all_at_once_gives(tmp_path, monkeypatch):
+    import madbench.results.rowlog as rowlog
+
+    def with_metric(run_id: str, attempts: int, value) -> Entry:
+        e = entry(run_id, attempts)
+        e.tables["runs"][0]["x_metric_share"] = value  # an open column: None in some chunks, numbers in others
+        return e
+
+    def folded(chunk: int, root) -> dict:
+        monkeypatch.setattr(rowlog, "FOLD_CHUNK", chunk)
+        dirs = BatchDirs(root)
+        ids = [f"r{k:02d}" for k in range(9)]
+        commit(dirs, *ids)
+        first, second = RowLog(dirs, "w1"), RowLog(dirs, "w2")
+        for k, r in enumerate(ids):
+            (first if k % 2 else second).append(with_metric(r, 1, None if k < 5 else k / 2))
+        second.append(with_metric("r03", 2, 9.5))  # retried and committed again: its later line replaces the first
+        second.append(with_metric("r04", 1, 7.0))  # as many attempts, later in its log: the same trace's rows
+        compact(dirs)
+        return {t: pq.read_table(dirs.table(t)).to_pydict() for t in ("runs", "rounds", "calls")}
+
+    one_by_one, all_at_once = folded(1, tmp_path / "a"), folded(1_000, tmp_path / "b")
+    assert one_by_one == all_at_once
+    shares = dict(zip(all_at_once["runs"]["run_id"], all_at_once["runs"]["x_metric_share"], strict=True))
+    assert shares["r03"] == 9.5 and shares["r04"] == 7.0 and shares["r00"] is None and shares["r08"] == 4.0
+    assert len(all_at_once["runs"]["run_id"]) == 9

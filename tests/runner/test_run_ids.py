@@ -71,3 +71,19 @@ def test_a_batch_run_carrying_a_tampered_id_fails_with_the_mismatch_and_the_othe
     assert failed.status == "failed" and failed.error.startswith(f"run {tampered.run_id}: the id does not match")
     assert f"hash to {bad.run_id}" in failed.error
     assert not layout.trace_path(tampered.run_id).exists() and not layout.trace_path(bad.run_id).exists()
+
+
+def test_the_expansions_incremental_hash_gives_every_run_the_id_its_full_payload_hashes_to():
+    from madbench.runner.batch import resolve_configs
+    from madbench.runner.pipeline import run_ids_for
+
+    spec = BatchSpec.model_validate({"name": "ids", "scenarios": {"file": "../scenarios/market-35.yaml"},
+                                     "configs": ["../debate/single-causal.yaml", "../debate/paper-debate3-causal.yaml"],
+                                     "grid": {"rounds": [1, 2]}})
+    configs = resolve_configs(spec, ROOT / "configs" / "batches", "test")
+    configs.append(load_debate_config(ROOT / "configs/debate/self-consistency-3.yaml"))
+    others = [SCENARIO, Scenario(id="other_2022.q1+x=1", invest_quarter="2022Q1", tickers=TICKERS)]
+    indices = [0, 1, 7, 12345]
+    for config in configs + [rules_config(constraints={"max_weight": 0.4})]:
+        for scenario in others:
+            assert run_ids_for(scenario, config, indices) == [run_id_for(scenario, config, k) for k in indices]
