@@ -408,11 +408,12 @@ class RayBudget(Budget):
 
 
 def start_budget(ray, root: str | Path, record: BudgetRecord, actor_writes: bool = True,
-                 holder: str | None = None) -> RayBudget:
+                 holder: str | None = None, wait: bool = True) -> RayBudget:
     """Write ``record`` (``read_budget``'s, the crash's calls in flight counted in it) to budget.json and start the
     batch's ``BudgetActor`` on this (the driver's) node, where the results directory is writable, unless the driver
     is off the cluster (``actor_writes`` False: a Ray client's results are on its own machine, and the driver
-    persists them); returns the ``RayBudget`` for the runner actors. ``holder``: this driver's lock line."""
+    persists them); returns the ``RayBudget`` for the runner actors. ``holder``: this driver's lock line.
+    ``wait``: return once the actor answers; without it, the caller waits (``snapshot``) before any run is sent."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     write_budget(root, record)  # from the driver first: a directory it cannot write fails here, plainly
@@ -423,7 +424,8 @@ def start_budget(ray, root: str | Path, record: BudgetRecord, actor_writes: bool
     handle = cls.options(name=name, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote(
         str(root) if actor_writes else None, record.model_dump(), invocation, holder)
     budget = RayBudget(handle, record, invocation)
-    budget.snapshot()  # up and answering before any runner actor asks it
+    if wait:
+        budget.snapshot()  # up and answering before any runner actor asks it
     return budget
 
 

@@ -193,6 +193,10 @@ class CachePlan:
     #: The node that owns ``directory`` (the driver's).
     owner_node: str | None = None
 
+    def ready(self) -> list[Any]:
+        """What answers once the cache actor is up (nothing without one), for ``ray.get``."""
+        return [] if self.actor is None else [self.actor.stats.remote()]
+
     def open(self, node: str, holder: str) -> ResponseCache:
         """The cache of a runner actor on ``node`` (``holder``: its name in the cluster's leases)."""
         if self.actor is None:
@@ -213,8 +217,9 @@ def wants_cluster_cache(address: str | None) -> bool:
     return shared not in ("1", "true", "yes") and bool(address or os.environ.get("RAY_ADDRESS"))
 
 
-def start_cache(ray, cache_dir: str | Path, cluster: bool) -> CachePlan:
-    """The batch's ``CachePlan``: with ``cluster``, a ``CacheActor`` on this (the driver's) node, up and answering."""
+def start_cache(ray, cache_dir: str | Path, cluster: bool, wait: bool = True) -> CachePlan:
+    """The batch's ``CachePlan``: with ``cluster``, a ``CacheActor`` on this (the driver's) node, up and answering
+    (``wait`` False: started; the caller waits for ``CachePlan.ready`` before any run is sent)."""
     if not cluster:
         return CachePlan(str(cache_dir))
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -223,8 +228,10 @@ def start_cache(ray, cache_dir: str | Path, cluster: bool) -> CachePlan:
     # Restarted on a crash (its leases are lost, which costs at most a duplicate call); its calls are idempotent.
     cls = ray.remote(num_cpus=0, max_restarts=2, max_task_retries=2)(CacheActor)
     handle = cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote(str(cache_dir))
-    ray.get(handle.stats.remote())
-    return CachePlan(str(cache_dir), handle, here)
+    plan = CachePlan(str(cache_dir), handle, here)
+    if wait:
+        ray.get(plan.ready())
+    return plan
 
 
 def stop_cache(ray, plan: CachePlan) -> dict[str, Any] | None:

@@ -609,6 +609,19 @@ def _stop_services(ray, budget, spent_usd: float, root: Path, off_cluster: bool,
     return stopped
 
 
+def _services_up(ray, pool: ActorPool, budget: RayBudget, cache: CachePlan, runs: list[RunSpec]) -> None:
+    """Start the limiters of ``runs``' models (``start_limiters``) and wait until they, the budget actor and the
+    cluster's cache actor answer, all at once. One that fails to start fails the batch before any run is sent; the
+    runner actors, started meanwhile, are stopped with it (a Ray that stays up, the Python API's, would keep them)."""
+    try:
+        refs = [*cache.ready(), *start_limiters(runs)]
+        budget.snapshot()
+        ray.get(refs)
+    except BaseException:
+        pool.kill_all()
+        raise
+
+
 def _collector_ready(ray, ready, quiet: bool) -> None:
     """Wait until the provider-batch collector has read its journal (it starts while the runner actors do)."""
     if ready is not None:
@@ -628,6 +641,26 @@ def start_models(runs: list[RunSpec], address: str | None = None) -> None:
     for spec in specs.values():
         provider = providers.for_model(spec.model)
         provider.start(provider.prepare(spec))
+
+
+def start_limiters(runs: list[RunSpec]) -> list[Any]:
+    """Start the cluster's limiter actor (``madbench.gateway.limiter.ray_limiter``) of each rate-limited model the
+    runs name, from the driver; what answers once each is up, for ``ray.get``. A runner actor's gateway would start
+    it at the batch's first call, so the first requests waited seconds for a Python process to start (longer on a
+    busy machine) after everything else was up; started here, it comes up while the runner actors do. The gateway
+    then finds it by name (``get_if_exists``) and configures it with the same limits. Not in provider batch mode,
+    whose calls take no lease."""
+    from madbench.gateway.limiter import ray_limiter
+
+    providers = build_providers()
+    specs = {s.model_dump_json(): s for r in {r.config.name: r for r in runs}.values() for s in r.config.models.named_specs()}
+    limits = {}
+    for spec in specs.values():
+        provider = providers.for_model(spec.model)
+        if provider.rate_limited:
+            prepared = provider.prepare(spec)  # as the gateway prepares it before it asks for the limiter
+            limits[prepared.limit_key()] = prepared.limits
+    return [ray_limiter(key, lim).actor.snapshot.remote() for key, lim in limits.items()]
 
 
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
@@ -663,14 +696,19 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             if provenance is not None:
                 provenance = provenance.model_copy(update={"cluster": cluster_shape(ray)})
             off_cluster = ray_client(address)  # the results are on this machine: the budget is written from here
-            budget = start_budget(ray, layout.root, record, actor_writes=not off_cluster, holder=lock.holder)
-            cache = start_cache(ray, cache_dir, cluster_cache)
+            # Every actor of the batch starts at once: each is a Python process that takes seconds to come up on a
+            # busy machine, the runner actors longest (litellm, the pack). Waiting for the budget's before starting
+            # them, and leaving the limiter to the first call, put those seconds one after another before the first
+            # request. No run is sent before the budget, cache and limiter actors have answered (``_services_up``).
+            budget = start_budget(ray, layout.root, record, actor_writes=not off_cluster, holder=lock.holder, wait=False)
+            cache = start_cache(ray, cache_dir, cluster_cache, wait=False)
             batches = spec.provider_batches
             collector, ready = start_collector(ray, layout.root, lock.holder, batches) if batches else (None, None)
             pool = ActorPool(ray, RunnerActor, (portable(pack_dir, job_dir), [portable(e, job_dir) for e in evidence], cache,
                                                 str(layout.root), spec.name, budget, lock.holder,
                                                 CollectorClient(collector) if collector else None, spec.hedging),
                              min(spec.workers, len(todo)), spec.max_in_flight)
+            _services_up(ray, pool, budget, cache, [] if batches else todo)  # provider batches' calls take no lease
             _collector_ready(ray, ready, quiet)
             progress.poll = lambda: {"spent_usd": budget.snapshot()["spent_usd"], **pool.totals()}
             work = RunWork(pool, layout, manifest_runs, stats, retry_failed, spec_json, collector,

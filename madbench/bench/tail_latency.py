@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--latency-sigma", type=number(ge=0, le=10), default=0.5,
                         help="sigma of the lognormal latency (default 0.5)")
     parser.add_argument("--in-flight", type=number(int, ge=1, le=10_000),
-                        help="runs in flight (default: the batch file's max_in_flight, 32)")
+                        help="runs in flight (default: the batch file's max_in_flight, 70)")
     defaults = HedgeSettings()
     parser.add_argument("--quantile", type=number(gt=0, lt=1), default=defaults.quantile,
                         help=f"the latency quantile past which a request is hedged (default {defaults.quantile:g})")
