@@ -50,8 +50,9 @@ class HedgeSettings(BaseModel):
     #: A request still unanswered past this quantile (or ``quantile``, if higher) is a straggler: it may take the
     #: cap's ``reserve`` too.
     straggler_quantile: float = Field(0.99, gt=0, lt=1)
-    #: The share of the cap kept for stragglers: hedges at ``quantile`` stop at (1 − reserve) · max_share.
-    reserve: float = Field(0.5, ge=0, le=1)
+    #: The share of the cap kept for stragglers: hedges at ``quantile`` stop at (1 − reserve) · max_share. The
+    #: default keeps what stragglers need at the defaults: 1 − p99 = 1% of requests, a fifth of a 5% cap.
+    reserve: float = Field(0.2, ge=0, le=1)
 
     @model_validator(mode="after")
     def _ordered(self) -> HedgeSettings:
