@@ -37,6 +37,7 @@ from madbench.debate.config import DebateConfig
 from madbench.gateway import Budget
 from madbench.gateway.errors import BudgetExhausted
 from madbench.gateway.hedging import HedgeSettings
+from madbench.gateway.limiter import ray_limiter
 from madbench.gateway.providers.batching import current_party
 from madbench.gateway.secrets import redact, remember
 from madbench.results import ManifestRun, read_manifest, read_table, write_manifest
@@ -650,8 +651,6 @@ def start_limiters(runs: list[RunSpec]) -> list[Any]:
     busy machine) after everything else was up; started here, it comes up while the runner actors do. The gateway
     then finds it by name (``get_if_exists``) and configures it with the same limits. Not in provider batch mode,
     whose calls take no lease."""
-    from madbench.gateway.limiter import ray_limiter
-
     providers = build_providers()
     specs = {s.model_dump_json(): s for r in {r.config.name: r for r in runs}.values() for s in r.config.models.named_specs()}
     limits = {}
@@ -661,6 +660,30 @@ def start_limiters(runs: list[RunSpec]) -> list[Any]:
             prepared = provider.prepare(spec)  # as the gateway prepares it before it asks for the limiter
             limits[prepared.limit_key()] = prepared.limits
     return [ray_limiter(key, lim).actor.snapshot.remote() for key, lim in limits.items()]
+
+
+def _start_actors(ray, spec: BatchSpec, todo: list[RunSpec], layout: BatchLayout, record: BudgetRecord, holder: str,
+                  off_cluster: bool, data: tuple[str, list[str], Path | None], cache_dir: str, cluster_cache: bool,
+                  quiet: bool) -> tuple[Any, Any, Any, ActorPool]:
+    """The batch's budget, cache and collector actors and its runner actors, up and answering: (budget, cache,
+    collector or None, pool). ``data``: the pack, the evidence folders and the job's working directory.
+
+    Every actor of the batch starts at once: each is a Python process that takes seconds to come up on a busy
+    machine, the runner actors longest (litellm, the pack). Waiting for the budget's before starting them, and
+    leaving the limiter to the first call, put those seconds one after another before the first request. No run is
+    sent before the budget, cache and limiter actors have answered (``_services_up``)."""
+    pack_dir, evidence, job_dir = data
+    budget = start_budget(ray, layout.root, record, actor_writes=not off_cluster, holder=holder, wait=False)
+    cache = start_cache(ray, cache_dir, cluster_cache, wait=False)
+    batches = spec.provider_batches
+    collector, ready = start_collector(ray, layout.root, holder, batches) if batches else (None, None)
+    pool = ActorPool(ray, RunnerActor, (portable(pack_dir, job_dir), [portable(e, job_dir) for e in evidence], cache,
+                                        str(layout.root), spec.name, budget, holder,
+                                        CollectorClient(collector) if collector else None, spec.hedging),
+                     min(spec.workers, len(todo)), spec.max_in_flight)
+    _services_up(ray, pool, budget, cache, [] if batches else todo)  # provider batches' calls take no lease
+    _collector_ready(ray, ready, quiet)
+    return budget, cache, collector, pool
 
 
 def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_dir: str, evidence: list[str], cache_dir: str,
@@ -696,20 +719,8 @@ def run_batch(spec: BatchSpec, runs: list[RunSpec], layout: BatchLayout, pack_di
             if provenance is not None:
                 provenance = provenance.model_copy(update={"cluster": cluster_shape(ray)})
             off_cluster = ray_client(address)  # the results are on this machine: the budget is written from here
-            # Every actor of the batch starts at once: each is a Python process that takes seconds to come up on a
-            # busy machine, the runner actors longest (litellm, the pack). Waiting for the budget's before starting
-            # them, and leaving the limiter to the first call, put those seconds one after another before the first
-            # request. No run is sent before the budget, cache and limiter actors have answered (``_services_up``).
-            budget = start_budget(ray, layout.root, record, actor_writes=not off_cluster, holder=lock.holder, wait=False)
-            cache = start_cache(ray, cache_dir, cluster_cache, wait=False)
-            batches = spec.provider_batches
-            collector, ready = start_collector(ray, layout.root, lock.holder, batches) if batches else (None, None)
-            pool = ActorPool(ray, RunnerActor, (portable(pack_dir, job_dir), [portable(e, job_dir) for e in evidence], cache,
-                                                str(layout.root), spec.name, budget, lock.holder,
-                                                CollectorClient(collector) if collector else None, spec.hedging),
-                             min(spec.workers, len(todo)), spec.max_in_flight)
-            _services_up(ray, pool, budget, cache, [] if batches else todo)  # provider batches' calls take no lease
-            _collector_ready(ray, ready, quiet)
+            budget, cache, collector, pool = _start_actors(ray, spec, todo, layout, record, lock.holder, off_cluster,
+                                                           (pack_dir, evidence, job_dir), cache_dir, cluster_cache, quiet)
             progress.poll = lambda: {"spent_usd": budget.snapshot()["spent_usd"], **pool.totals()}
             work = RunWork(pool, layout, manifest_runs, stats, retry_failed, spec_json, collector,
                            every_status=[lambda: budget.persist(layout.root)] if off_cluster else [], monitor=monitor,
