@@ -66,6 +66,11 @@ def can_hide() -> bool:
         probe.rmdir()
 
 
+#: ``ray`` as this interpreter runs it: a virtual environment made with ``--system-site-packages`` has Ray but no
+#: ``ray`` script beside its python, and a ``ray`` found on PATH may be another interpreter's.
+RAY_CLI = (sys.executable, "-m", "ray.scripts.scripts")
+
+
 class LocalCluster:
     """``with LocalCluster(dashboard=True) as c: c.add_worker("w1", hide=[results])`` — a head and named workers."""
 
@@ -92,7 +97,7 @@ class LocalCluster:
 
     def _ray(self, name: str, extra: list[str]) -> list[str]:
         agent, grpc, metrics, runtime_env, node_manager, object_manager = free_ports(6, self._ports)
-        return [str(Path(sys.executable).parent / "ray"), "start", f"--temp-dir={self.dir}/{name}", f"--num-cpus={self.cpus}",
+        return [*RAY_CLI, "start", f"--temp-dir={self.dir}/{name}", f"--num-cpus={self.cpus}",
                 f"--memory={RAYLET_MEMORY}", f"--object-store-memory={OBJECT_STORE}", "--disable-usage-stats",
                 f"--dashboard-agent-listen-port={agent}", f"--dashboard-agent-grpc-port={grpc}",
                 f"--metrics-export-port={metrics}", f"--runtime-env-agent-port={runtime_env}",

@@ -30,3 +30,16 @@ def test_figures_grow_by_the_power_law_through_the_two_sizes():
     assert out["laptop"]["runs_per_s"] == pytest.approx(40.0) and out["laptop"]["bound_by"] == "the actors' cores"
     assert out["cluster"]["runs_per_s"] == pytest.approx(250.0) and "driver" in out["cluster"]["runs_out_first"]
     assert out["laptop"]["disk_gb_needed"] == pytest.approx(100_000 * 7500 / 1e9, abs=0.1)
+
+
+def test_local_cluster_starts_ray_with_this_interpreter():
+    """A venv made with --system-site-packages has Ray but no `ray` script beside its python: `bench scale` failed
+    there with a FileNotFoundError. The command runs Ray's CLI module under sys.executable instead."""
+    import subprocess
+    import sys
+
+    from madbench.bench.local_cluster import RAY_CLI
+
+    assert RAY_CLI[0] == sys.executable
+    out = subprocess.run([*RAY_CLI, "start", "--help"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "--head" in out.stdout
