@@ -30,6 +30,7 @@ the cap is not raised: the driver runs nothing and says so. Raising ``max_cost_u
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -378,10 +379,29 @@ class RayBudget(Budget):
             self.check()
             return 0
         tag = {"run_id": current_party.get(), **(reserving.get() or {})}
-        reply = self._mirror(await self.handle.reserve.remote(amount, tag))
+        asked = asyncio.ensure_future(self._ask_reserve(amount, tag))
+        try:
+            reply = self._mirror(await asyncio.shield(asked))
+        except asyncio.CancelledError:
+            # The actor holds the amount whether or not the caller still waits (a hedge that lost its race while its
+            # reservation was on the way): its answer's hold is freed when it comes, or it would count as in flight
+            # until the batch ends, and a batch near its cap waits on it (HOLD_PATIENCE_S) for nothing.
+            asked.add_done_callback(self._free_unwanted)
+            raise
         if "refused" in reply:
             raise BudgetExhausted(reply["refused"])
         return reply["token"]
+
+    async def _ask_reserve(self, amount: float, tag: dict[str, Any]) -> dict[str, Any]:
+        return await self.handle.reserve.remote(amount, tag)
+
+    def _free_unwanted(self, asked: asyncio.Future[dict[str, Any]]) -> None:
+        """Settle at 0 the hold a cancelled caller was granted: nothing was sent under it."""
+        if asked.cancelled() or asked.exception() is not None:
+            return
+        token = asked.result().get("token")
+        if token:
+            self.handle.settle.remote(token, 0.0)
 
     async def settle(self, token: int | None, cost: float | None) -> None:
         try:

@@ -224,6 +224,32 @@ def test_off_the_cluster_the_driver_writes_the_budget_not_the_actor(tmp_path, ra
     assert read_budget(root, 1.0).spent_usd == pytest.approx(0.05) and final["spent_usd"] == pytest.approx(0.05)
 
 
+def test_a_reservation_whose_caller_was_cancelled_on_the_way_is_freed_when_it_is_granted(tmp_path, ray_local):
+    # A hedge that loses its race while its reservation is on the way to the budget actor is cancelled; the actor
+    # grants the hold anyway, and nobody would settle it: the batch counted it in flight to its end, and one near its
+    # cap waited on it.
+    root = tmp_path / "results"
+    root.mkdir()
+    budget = start_budget(ray_local, root, BudgetRecord(cap_usd=1.0), actor_writes=False)
+
+    async def cancelled_on_the_way() -> None:
+        asking = asyncio.ensure_future(budget.reserve(0.4))
+        await asyncio.sleep(0)  # the request is sent to the actor
+        asking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+        for _ in range(200):  # the grant comes back and is settled at 0
+            await asyncio.sleep(0.05)
+            if not budget.snapshot()["in_flight_usd"]:
+                break
+
+    for _ in range(5):
+        asyncio.run(cancelled_on_the_way())
+    state = budget.snapshot()
+    assert state["in_flight_usd"] == {} and state["spent_usd"] == 0.0
+    stop_budget(ray_local, budget, 0.0, root, driver_writes=True)
+
+
 # -- a cap the batch could not hold, and a spend that is not known
 
 
