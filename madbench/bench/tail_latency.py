@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import tempfile
 import time
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from madbench.bench.reliability import billed_usd
@@ -102,6 +105,41 @@ def critical_paths(calls: pd.DataFrame) -> pd.Series:
     return steps.groupby(level="run_id").sum()
 
 
+def expected_path_ratio(steps: list[int], runs: int, median_s: float, sigma: float, quantile: float | None,
+                        max_share: float, draws: int = 400, seed: int = 0) -> dict[str, float]:
+    """What the latency distribution alone allows: the slowest of ``runs`` runs' critical path over the median run's,
+    by simulation. Each run makes ``steps`` calls step by step (a step's calls run at once and it ends with the
+    slowest), each call's latency lognormal (``median_s``, ``sigma``), nothing queued; with ``quantile``, a call
+    slower than that quantile of the distribution takes min(its latency, the quantile + a fresh latency) for as many
+    such calls, picked at random, as ``max_share`` of the calls allows. The median and 10th and 90th percentiles
+    over ``draws`` batches. A batch ends with its slowest run, so its end to end can be no nearer the median path."""
+    rng = np.random.default_rng(seed)
+    width = sum(steps)
+    cut = None if quantile is None else median_s * math.exp(sigma * NormalDist().inv_cdf(quantile))
+    ratios = []
+    for _ in range(draws):
+        latency = rng.lognormal(math.log(median_s), sigma, size=(runs, width))
+        if cut is not None:
+            slow = np.flatnonzero(latency.ravel() > cut)
+            rng.shuffle(slow)
+            picked = slow[: int(max_share * runs * width)]
+            flat = latency.ravel()
+            flat[picked] = np.minimum(flat[picked], cut + rng.lognormal(math.log(median_s), sigma, size=len(picked)))
+        bounds = np.cumsum([0, *steps])
+        paths = sum(latency[:, a:b].max(axis=1) for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+        ratios.append(float(paths.max() / np.median(paths)))
+    q10, q50, q90 = np.quantile(ratios, [0.1, 0.5, 0.9])
+    return {"median": round(float(q50), 2), "p10": round(float(q10), 2), "p90": round(float(q90), 2)}
+
+
+def step_shape(calls: pd.DataFrame) -> list[int]:
+    """The calls per step of the batch's typical run (the most common shape: its steps' sizes in order)."""
+    traced = calls[calls["call_id"].isna()] if "call_id" in calls else calls
+    sizes = traced.groupby(["run_id", "round", "phase", "label"], dropna=False, sort=False).size()
+    shapes = sizes.groupby(level="run_id").agg(tuple)
+    return list(shapes.value_counts().index[0])
+
+
 def bench_hedging(modes: list[str], runs: int = 70, rpm: float = 500, median_s: float = 8.0, sigma: float = 0.5,
                   in_flight: int | None = None, settings: HedgeSettings | None = None, pack: str | None = None,
                   evidence: list[str] | None = None, keep: str | None = None) -> dict[str, Any]:
@@ -120,6 +158,12 @@ def bench_hedging(modes: list[str], runs: int = 70, rpm: float = 500, median_s: 
             both = off.merge(on, left_index=True, right_index=True, suffixes=("_off", "_on"), how="outer")
             changed = both[(both["status_off"] != both["status_on"]) | (both["weights_off"] != both["weights_on"])]
             out["runs_changed_in_outcome"] = int(len(changed))
+        first = next(iter(measured.values()))
+        shape = first["steps"]
+        out["latency_alone_allows"] = {
+            "steps": shape, "slowest_over_median_path_unhedged": expected_path_ratio(shape, runs, median_s, sigma, None, 0.0),
+            "slowest_over_median_path_hedged": expected_path_ratio(shape, runs, median_s, sigma, settings.quantile,
+                                                                   settings.max_share)}
         if "on" in measured:
             (base / "on" / "replay").mkdir(parents=True, exist_ok=True)
             result = replay(base / "on" / "results", cache_dir=base / "on" / "cache", scratch=base / "on" / "replay")
@@ -151,7 +195,7 @@ def _one(mode: str, folder: Path, runs: int, rpm: float, median_s: float, sigma:
     fresh = calls[~calls["cached"].astype(bool) & calls["call_id"].isna()]
     hedged = fresh[fresh["hedged"].fillna(False).astype(bool)]
     e2e_after_start = t0 + wall - first
-    return {"runs": table[["run_id", "status", "weights"]], "summary": {
+    return {"runs": table[["run_id", "status", "weights"]], "steps": step_shape(calls), "summary": {
         "load_1_5_15_before": [round(x, 2) for x in load_before],
         "load_1_5_15_after": [round(x, 2) for x in os.getloadavg()],
         "runs": len(table), "ok_runs": int((table["status"] == "ok").sum()), "state": stats.state,

@@ -209,8 +209,11 @@ def base_table(dirs: BatchDirs, table: str) -> pa.Table:
     place of their runs' rows. Both: a compaction killed while it removed the parts it had folded leaves the table
     holding the removed ones' rows and the parts left holding theirs."""
     path = dirs.table(table)
-    held = read_table(path, table) if path.exists() else concat([], table)
-    parts = legacy_parts(dirs, table)
+    return over_parts(read_table(path, table) if path.exists() else concat([], table), legacy_parts(dirs, table), table)
+
+
+def over_parts(held: pa.Table, parts: list[Path], table: str) -> pa.Table:
+    """``held``'s rows of the runs no per-run Parquet part in ``parts`` holds, then the parts' rows."""
     if not parts:
         return held
     loose = concat([read_table(p, table) for p in parts], table)

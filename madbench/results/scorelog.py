@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from madbench.data.atomic import atomic_write_text
 from madbench.data.errors import InputError
 from madbench.results.layout import ORIGINAL, ScoreDirs
-from madbench.results.rowlog import Entry, RowLog, _entries, fold, logs_in, merge
+from madbench.results.rowlog import Entry, RowLog, _entries, fold, logs_in, merge, over_parts
 from madbench.results.table_schemas import concat, read_table, to_table, write_table
 
 SCORES = "scores"
@@ -86,15 +85,10 @@ def _table_ids(dirs: ScoreDirs, label: str) -> set[str]:
 
 
 def base_table(dirs: ScoreDirs, label: str) -> pa.Table:
-    """The label's rows before its logs: the compacted table, and an older directory's parts of runs it lacks."""
+    """The label's rows before its logs: the compacted table, with an older directory's per-run parts (a graded
+    run's rows, never rewritten: the table holds the same rows once they are folded) in place of their runs'."""
     path = dirs.table(label)
-    table = read_table(path, SCORES) if path.exists() else concat([], SCORES)
-    parts = legacy_parts(dirs, label)
-    if not parts:
-        return table
-    older = concat([read_table(p, SCORES) for p in parts], SCORES)
-    held = table.column("run_id").unique()
-    return concat([table, older.filter(pc.invert(pc.is_in(older.column("run_id"), held)))], SCORES)
+    return over_parts(read_table(path, SCORES) if path.exists() else concat([], SCORES), legacy_parts(dirs, label), SCORES)
 
 
 def _record(path: Path, text: str, n: int | None = None) -> dict[str, Any]:
