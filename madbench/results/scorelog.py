@@ -99,6 +99,10 @@ def _record(path: Path, text: str, n: int | None = None) -> dict[str, Any]:
         raise InputError(where, f"not a failure record ({exc})", REGRADE.replace("the log", "it")) from None
     if not isinstance(record, dict) or not isinstance(record.get("run_id"), str):
         raise InputError(where, "not a failure record (no run_id)", REGRADE.replace("the log", "it"))
+    attempts = record.get("attempts", 1)
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise InputError(where, f"not a failure record (attempts {attempts!r}: not a count of 1 or more)",
+                         REGRADE.replace("the log", "it"))
     return record
 
 

@@ -122,3 +122,13 @@ def test_an_older_directorys_part_and_failure_record_per_run_are_read_then_folde
     assert sorted(os.listdir(dirs.label("sim"))) == ["failed.jsonl", "scores.parquet"]  # no file per run left
     assert pq.read_table(dirs.table("sim")).column("run_id").to_pylist() == ["a", "a", "b", "b", "d", "d"]
     assert json.loads(dirs.failed_log("sim").read_text()) == failure("c") | {"attempts": 1}
+
+
+@pytest.mark.parametrize("attempts", ["two", None, 0, 1.5, True])
+def test_a_failure_record_whose_attempts_is_no_count_is_named_not_a_traceback(tmp_path, attempts):
+    dirs = ScoreDirs(tmp_path)
+    dirs.label("sim").mkdir(parents=True)
+    dirs.failed_log("sim").write_text(json.dumps(failure("b") | {"attempts": attempts}) + "\n")
+    for read in (scorelog.index, scorelog.failures):  # (compact, with no log to fold, reads nothing)
+        with pytest.raises(InputError, match=r"failed\.jsonl, line 1: not a failure record \(attempts"):
+            read(dirs, "sim")
