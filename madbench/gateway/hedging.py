@@ -28,7 +28,7 @@ import bisect
 import math
 from collections import deque
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class HedgeSettings(BaseModel):
@@ -53,6 +53,15 @@ class HedgeSettings(BaseModel):
     #: The share of the cap kept for stragglers: hedges at ``quantile`` stop at (1 − reserve) · max_share. The
     #: default keeps what stragglers need at the defaults: 1 − p99 = 1% of requests, a fifth of a 5% cap.
     reserve: float = Field(0.2, ge=0, le=1)
+
+    @field_validator("quantile", "min_delay_s", "max_share", "straggler_quantile", "reserve", "min_samples", "window",
+                     mode="before")
+    @classmethod
+    def _no_boolean(cls, value: object) -> object:
+        # YAML's `true` would pass as 1 (a whole cap kept in reserve, a quantile of 1): a number is meant
+        if isinstance(value, bool):
+            raise ValueError(f"is {str(value).lower()}, a boolean: give a number")
+        return value
 
     @model_validator(mode="after")
     def _ordered(self) -> HedgeSettings:

@@ -201,3 +201,11 @@ def test_a_batch_setting_turns_hedging_off_for_a_priced_model():
 
         c = asyncio.run(go())
         assert [a.kind for a in c.attempts] == ["ok"] and sim.stats.requests == 5
+
+
+@pytest.mark.parametrize("field", ["reserve", "max_share", "quantile", "min_samples"])
+def test_a_boolean_for_a_hedging_number_is_refused_not_read_as_one(field):
+    from pydantic import ValidationError
+    with pytest.raises(ValidationError, match="a boolean: give a number"):
+        HedgeSettings.model_validate({field: True})
+    assert HedgeSettings.model_validate({"reserve": 0, "max_share": 1}).reserve == 0.0
