@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import socket
 import time
 from pathlib import Path
@@ -56,7 +57,9 @@ class ResultsLock:
             os.close(fd)
             raise
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        text = f"{self.what} on host {socket.gethostname()}, pid {os.getpid()}, since {since}\n"
+        # The lock's own id: two drivers of one process within a second (the Python API, one after the other) would
+        # otherwise write one line, and the first one's lingering actors would take the second's lock for theirs.
+        text = f"{self.what} on host {socket.gethostname()}, pid {os.getpid()}, since {since}, lock {secrets.token_hex(4)}\n"
         os.ftruncate(fd, 0)
         os.pwrite(fd, text.encode(), 0)
         self._fd, self.holder = fd, text
