@@ -47,7 +47,9 @@ def test_a_batch_built_in_python_runs_on_ray_and_is_the_batch_its_file_would_be(
 
 def test_the_estimate_of_a_python_batch_is_typed_and_reads_its_paths_from_base_dir(make_pack, tmp_path, monkeypatch):
     spec = python_batch(tmp_path, make_pack(tickers=tuple(TICKERS)))
-    monkeypatch.chdir(tmp_path.parent)
+    elsewhere = tmp_path / "elsewhere"  # empty: the worker's shared temporary folder may hold another test's pack1
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
     e = madbench.estimate(spec, base_dir=tmp_path)
     assert (e.batch, e.runs, e.committed, e.results_dir) == ("py", 4, 0, tmp_path / "results" / "py")
     est = e.estimate
