@@ -398,7 +398,7 @@ class RayBudget(Budget):
     def _free_unwanted(self, asked: asyncio.Future[dict[str, Any]]) -> None:
         """Settle at 0 the hold a cancelled caller was granted: nothing was sent under it."""
         if asked.cancelled() or asked.exception() is not None:
-            return
+            return  # no hold was granted (the actor refused or died: the calls still waiting on it report that)
         token = asked.result().get("token")
         if token:
             self.handle.settle.remote(token, 0.0)

@@ -38,6 +38,7 @@ from madbench.gateway import Budget
 from madbench.gateway.errors import BudgetExhausted
 from madbench.gateway.hedging import HedgeSettings
 from madbench.gateway.limiter import ray_limiter
+from madbench.gateway.models import ModelSpec
 from madbench.gateway.providers.batching import current_party
 from madbench.gateway.secrets import redact, remember
 from madbench.results import ManifestRun, read_manifest, read_table, write_manifest
@@ -631,6 +632,11 @@ def _collector_ready(ray, ready, quiet: bool) -> None:
              "its completion window (24 h at most, usually minutes), and progress moves as batches end", quiet)
 
 
+def _model_specs(runs: list[RunSpec]) -> dict[str, ModelSpec]:
+    """Each distinct model spec the runs' configs name (a config's once, however many runs it has)."""
+    return {s.model_dump_json(): s for r in {r.config.name: r for r in runs}.values() for s in r.config.models.named_specs()}
+
+
 def start_models(runs: list[RunSpec], address: str | None = None) -> None:
     """Start what answers the runs' models on this machine (``Provider.start``: the embedded model's file and server,
     each saying so), here, before the runs: the runner actors then find it running. Not for a cluster (``address`` or
@@ -638,7 +644,7 @@ def start_models(runs: list[RunSpec], address: str | None = None) -> None:
     if address or os.environ.get("RAY_ADDRESS"):
         return
     providers = build_providers()
-    specs = {s.model_dump_json(): s for r in {r.config.name: r for r in runs}.values() for s in r.config.models.named_specs()}
+    specs = _model_specs(runs)
     for spec in specs.values():
         provider = providers.for_model(spec.model)
         provider.start(provider.prepare(spec))
@@ -652,7 +658,7 @@ def start_limiters(runs: list[RunSpec]) -> list[Any]:
     then finds it by name (``get_if_exists``) and configures it with the same limits. Not in provider batch mode,
     whose calls take no lease."""
     providers = build_providers()
-    specs = {s.model_dump_json(): s for r in {r.config.name: r for r in runs}.values() for s in r.config.models.named_specs()}
+    specs = _model_specs(runs)
     limits = {}
     for spec in specs.values():
         provider = providers.for_model(spec.model)

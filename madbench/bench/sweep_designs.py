@@ -19,6 +19,7 @@ import numpy as np
 
 from madbench.data.errors import InputError
 from madbench.data.scenario import load_scenarios
+from madbench.eval.stats.frame import json_safe
 from madbench.eval.stats.group_sequential import SPENDING, planned_looks
 from madbench.eval.stats.sweep_design import RULES, SweepDesign, make_sweep
 from madbench.eval.stats.sweep_simulation import Rules, planned_df, simulate
@@ -153,16 +154,5 @@ def main(args: argparse.Namespace) -> int:
         clusters_of(args)  # the maximum is the file's scenarios
     check(args)
     rows = bench_sweep(args)
-    print(json.dumps(_no_nan(rows), indent=1, allow_nan=False) if args.json else format_rows(rows))
+    print(json.dumps(json_safe(rows), indent=1, allow_nan=False) if args.json else format_rows(rows))
     return 0
-
-
-def _no_nan(x):
-    """A cell with no better arm has no power: JSON's null, not Python's NaN token, which strict parsers reject."""
-    if isinstance(x, float) and np.isnan(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _no_nan(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_no_nan(v) for v in x]
-    return x
